@@ -1,0 +1,179 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// OpenSession starts a worker session backed by one etcd lease of the given
+// TTL (rounded up to whole seconds, as etcd leases are). Every intent the
+// worker acquires under it lives as long as the session.
+func (s *Store) OpenSession(ctx context.Context, tenant, worker string, ttl time.Duration) (*intent.Session, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	secs := int64(math.Ceil(ttl.Seconds()))
+	gctx, gcancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	grant, err := s.leases.Grant(gctx, secs)
+	gcancel()
+	if err != nil {
+		// A grant that committed unseen only leaks a lease that expires
+		// on its own after ttl.
+		return nil, unavailable(err)
+	}
+	id := sessionID(grant.ID)
+	rec := sessionRecord{Worker: worker, TTL: time.Duration(grant.TTL) * time.Second}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: encode session: %w", err)
+	}
+	k := s.keys.session(tenant, id)
+	for attempt := 0; ; attempt++ {
+		// Create-if-absent, so that a retry after an ambiguous commit
+		// finds the first write and its create revision.
+		pctx, pcancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		resp, err := s.kv.Txn(pctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, string(val), clientv3.WithLease(grant.ID))).
+			Else(clientv3.OpGet(k)).
+			Commit()
+		pcancel()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return nil, fmt.Errorf("%w: lease lapsed while opening", intent.ErrSessionNotFound)
+			}
+			if werr := s.backoff(ctx, attempt, err); werr != nil {
+				return nil, werr
+			}
+			continue
+		}
+		rev := resp.Header.Revision
+		if !resp.Succeeded {
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				continue // lapsed between compare and read: try again
+			}
+			rev = kvs[0].CreateRevision
+		}
+		sess := session{tenant: tenant, id: id, rev: rev, lease: grant.ID, rec: rec}
+		s.sessions.Add(id, sess)
+		return &intent.Session{Tenant: tenant, ID: id, Worker: worker, TTL: rec.TTL}, nil
+	}
+}
+
+// session returns the session id of tenant, from memory or etcd. A session
+// of another tenant is reported as not found.
+func (s *Store) session(ctx context.Context, tenant, id string) (session, error) {
+	if sess, ok := s.sessions.Get(id); ok {
+		if sess.tenant != tenant {
+			return session{}, intent.ErrSessionNotFound
+		}
+		return sess, nil
+	}
+	lease, ok := parseSessionID(id)
+	if !ok {
+		return session{}, intent.ErrSessionNotFound
+	}
+	kv, err := s.getSession(ctx, tenant, id)
+	if err != nil {
+		return session{}, unavailable(err)
+	}
+	if kv == nil {
+		return session{}, intent.ErrSessionNotFound
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return session{}, fmt.Errorf("etcdstore: decode session: %w", err)
+	}
+	sess := session{tenant: tenant, id: id, rev: kv.CreateRevision, lease: lease, rec: rec}
+	s.sessions.Add(id, sess)
+	return sess, nil
+}
+
+// CloseSession ends a session at once; every intent it still holds reads as
+// UNKNOWN from then on.
+func (s *Store) CloseSession(ctx context.Context, tenant, id string) error {
+	sess, err := s.session(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := s.leases.Revoke(rctx, sess.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return unavailable(err)
+	}
+	s.sessions.Remove(id)
+	return nil
+}
+
+// Heartbeat keeps a session alive and returns its remaining TTL. Leases
+// named in held are checked: one under a superseded token fails the call
+// with a *intent.StaleTokenError (after the session was kept alive) and is
+// recorded in the intent's history as evidence.
+func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.HeldLease) (time.Duration, error) {
+	sess, err := s.session(ctx, tenant, id)
+	if err != nil {
+		return 0, err
+	}
+	kctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ka, err := s.leases.KeepAliveOnce(kctx, sess.lease)
+	cancel()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.sessions.Remove(id)
+			return 0, intent.ErrSessionNotFound
+		}
+		return 0, unavailable(err)
+	}
+	ttl := time.Duration(ka.TTL) * time.Second
+	for _, h := range held {
+		if err := s.checkHeld(ctx, tenant, sess, h); err != nil {
+			return ttl, err
+		}
+	}
+	return ttl, nil
+}
+
+// checkHeld checks one lease named in a heartbeat against the record.
+func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, h intent.HeldLease) error {
+	var stale *intent.StaleTokenError
+	load := func(ctx context.Context) (*view, error) { return s.read(ctx, tenant, h.Key) }
+	err := s.transition(ctx, tenant, h.Key, nil, load, func(v *view) (*change, error) {
+		stale = nil
+		if v.rec == nil {
+			return nil, intent.ErrNotFound
+		}
+		cur := currentToken(v.rec)
+		switch {
+		case h.Token > cur:
+			return nil, intent.Invalid("token", "token %s was never issued for %q", h.Token, h.Key)
+		case h.Token == cur:
+			return nil, nil
+		}
+		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur}
+		if v.rec.hasEvent(intent.EventHeartbeat, h.Token, false) {
+			return nil, nil // evidence already recorded
+		}
+		next := v.rec.clone()
+		next.appendEvent(intent.Event{
+			Time: s.cfg.Now(), Kind: intent.EventHeartbeat, Token: h.Token,
+			SessionID: sess.id, Worker: sess.rec.Worker, Accepted: false,
+		})
+		return &change{next: next}, nil
+	})
+	if err != nil {
+		return err
+	}
+	if stale != nil {
+		return stale
+	}
+	return nil
+}

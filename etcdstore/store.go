@@ -1,0 +1,375 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// Config configures a Store. Start from DefaultConfig.
+type Config struct {
+	// Prefix is prepended to every key; it lets several intentd
+	// installations share one etcd cluster.
+	Prefix string
+	// RequestTimeout bounds each single etcd call.
+	RequestTimeout time.Duration
+	// OperationTimeout bounds one store operation including its retries
+	// after ambiguous outcomes; past it the store returns
+	// intent.ErrUnavailable.
+	OperationTimeout time.Duration
+	// CacheSize is how many records the store remembers: final ones are
+	// replayed from memory; others only seed an optimistic write.
+	CacheSize int
+	// Now tells the time written into history entries. Never used to
+	// decide lease expiry.
+	Now func() time.Time
+	// Logger receives the store's rare warnings.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config with production defaults.
+func DefaultConfig() Config {
+	return Config{
+		Prefix:           "/intentd/v1/",
+		RequestTimeout:   3 * time.Second,
+		OperationTimeout: 10 * time.Second,
+		CacheSize:        100_000,
+		Now:              time.Now,
+		Logger:           slog.Default(),
+	}
+}
+
+// Validate checks the fields and how they relate.
+func (c Config) Validate() error {
+	switch {
+	case c.Prefix == "" || c.Prefix[len(c.Prefix)-1] != '/':
+		return fmt.Errorf("etcdstore: Prefix %q must be non-empty and end with /", c.Prefix)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("etcdstore: RequestTimeout %v must be positive", c.RequestTimeout)
+	case c.OperationTimeout < c.RequestTimeout:
+		return fmt.Errorf("etcdstore: OperationTimeout %v must be at least RequestTimeout %v", c.OperationTimeout, c.RequestTimeout)
+	case c.CacheSize < 1:
+		return fmt.Errorf("etcdstore: CacheSize %d must be at least 1", c.CacheSize)
+	case c.Now == nil:
+		return errors.New("etcdstore: Now must be set")
+	case c.Logger == nil:
+		return errors.New("etcdstore: Logger must be set")
+	}
+	return nil
+}
+
+// Store keeps intents in etcd. It is safe for concurrent use, and several
+// Stores (in several intentd replicas) may share one etcd cluster.
+type Store struct {
+	cfg    Config
+	keys   keys
+	kv     clientv3.KV
+	leases clientv3.Lease
+
+	// records remembers the newest version this store saw of each intent.
+	records *lru.Cache[string, cached]
+	// sessions remembers sessions this store saw; a session never changes
+	// once opened, it only ends.
+	sessions *lru.Cache[string, session]
+}
+
+// cached is a record and the mod revision it was read or written at.
+type cached struct {
+	rec *record
+	rev int64
+}
+
+// session is what the store knows of an open session.
+type session struct {
+	tenant string
+	id     string
+	rev    int64 // create revision of the session key
+	lease  clientv3.LeaseID
+	rec    sessionRecord
+}
+
+// New returns a Store on the client's cluster.
+func New(c *clientv3.Client, cfg Config) (*Store, error) {
+	return newStore(c.KV, c.Lease, cfg)
+}
+
+func newStore(kv clientv3.KV, leases clientv3.Lease, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	records, err := lru.New[string, cached](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	sessions, err := lru.New[string, session](cfg.CacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	return &Store{cfg: cfg, keys: keys{cfg.Prefix}, kv: kv, leases: leases, records: records, sessions: sessions}, nil
+}
+
+// Ping reads from etcd linearizably: it succeeds only while a quorum
+// answers. Health checks use it.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := s.kv.Get(ctx, s.cfg.Prefix+"ping", clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("%w: %v", intent.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
+
+// view is what one decision about an intent is made from.
+type view struct {
+	kv  *mvccpb.KeyValue // nil when the record is absent
+	rec *record          // decoded kv
+	// fresh is false when the view came from the cache: a decision not to
+	// write must then be confirmed by a fresh read, and a write is guarded
+	// by its compare anyway.
+	fresh bool
+	// sessions holds the sessions read with the record, by id; a missing
+	// entry's value is nil.
+	sessions map[string]*mvccpb.KeyValue
+}
+
+func (v *view) rev() int64 {
+	if v.kv == nil {
+		return 0
+	}
+	return v.kv.ModRevision
+}
+
+// alive reports whether the session id exists with create revision rev in
+// the view.
+func (v *view) alive(id string, rev int64) bool {
+	kv := v.sessions[id]
+	return kv != nil && kv.CreateRevision == rev
+}
+
+// holderAlive reports whether the record's lease holder is alive.
+func (v *view) holderAlive() bool {
+	l := v.rec.Lease
+	return l != nil && v.alive(l.SessionID, l.SessionRev)
+}
+
+// read returns a fresh view of an intent and the given sessions, in one
+// linearizable read.
+func (s *Store) read(ctx context.Context, tenant, key string, sessionIDs ...string) (*view, error) {
+	ops := []clientv3.Op{clientv3.OpGet(s.keys.intent(tenant, key))}
+	for _, id := range sessionIDs {
+		ops = append(ops, clientv3.OpGet(s.keys.session(tenant, id)))
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, err
+	}
+	v := &view{fresh: true, sessions: map[string]*mvccpb.KeyValue{}}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		v.kv = kvs[0]
+		if v.rec, err = decodeRecord(v.kv.Value, v.kv.ModRevision); err != nil {
+			return nil, err
+		}
+	}
+	for i, id := range sessionIDs {
+		var kv *mvccpb.KeyValue
+		if kvs := resp.Responses[i+1].GetResponseRange().Kvs; len(kvs) > 0 {
+			kv = kvs[0]
+		}
+		v.sessions[id] = kv
+	}
+	if v.rec != nil {
+		s.remember(tenant, key, v.rec, v.kv.ModRevision)
+	}
+	return v, nil
+}
+
+// readWithHolder reads an intent and the sessions, then, if the record is
+// held by a session not read yet, that session too.
+func (s *Store) readWithHolder(ctx context.Context, tenant, key string, sessionIDs ...string) (*view, error) {
+	v, err := s.read(ctx, tenant, key, sessionIDs...)
+	if err != nil || v.rec == nil || v.rec.Lease == nil || v.rec.State != intent.StateInProgress {
+		return v, err
+	}
+	holder := v.rec.Lease.SessionID
+	if _, ok := v.sessions[holder]; ok {
+		return v, nil
+	}
+	kv, err := s.getSession(ctx, tenant, holder)
+	if err != nil {
+		return nil, err
+	}
+	v.sessions[holder] = kv
+	return v, nil
+}
+
+func (s *Store) getSession(ctx context.Context, tenant, id string) (*mvccpb.KeyValue, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Get(rctx, s.keys.session(tenant, id))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return resp.Kvs[0], nil
+}
+
+// remember caches the newest version seen of a record.
+func (s *Store) remember(tenant, key string, rec *record, rev int64) {
+	k := cacheKey(tenant, key)
+	if old, ok := s.records.Get(k); ok && old.rev >= rev {
+		return
+	}
+	s.records.Add(k, cached{rec: rec, rev: rev})
+}
+
+// finalFromCache returns a cached final record: final records never change
+// state or result, so a replay needs no etcd round trip.
+func (s *Store) finalFromCache(tenant, key string) (*cached, bool) {
+	c, ok := s.records.Get(cacheKey(tenant, key))
+	if !ok || !c.rec.State.Final() {
+		return nil, false
+	}
+	return &c, true
+}
+
+// change is a decided transition of one intent.
+type change struct {
+	next *record         // the record to write
+	cmps []clientv3.Cmp  // compares beyond the record's own revision
+	ops  []clientv3.Op   // writes beyond the record
+	done func(rev int64) // called with the commit revision on success
+}
+
+// decideFunc decides a transition from a view: a change to commit, nil when
+// no write is needed (the answer is in the view), or a refusal. It may be
+// called several times, once per attempt.
+type decideFunc func(v *view) (*change, error)
+
+// transition runs decide on a view of the intent and commits its change
+// with compare-and-swap, deciding again on a fresh read whenever the compare
+// fails or the outcome of a commit is ambiguous. It never writes without
+// comparing the revision the decision was made from, so a retried write can
+// never apply twice.
+func (s *Store) transition(ctx context.Context, tenant, key string, start *view, load func(context.Context) (*view, error), decide decideFunc) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	v := start
+	for attempt := 0; ; attempt++ {
+		if v == nil {
+			var err error
+			if v, err = load(ctx); err != nil {
+				if werr := s.backoff(ctx, attempt, err); werr != nil {
+					return werr
+				}
+				continue
+			}
+		}
+		ch, err := decide(v)
+		if (err != nil || ch == nil) && !v.fresh {
+			v = nil // confirm a refusal or a no-op on a fresh read
+			continue
+		}
+		if err != nil || ch == nil {
+			return err
+		}
+		resp, err := s.commit(ctx, tenant, key, v, ch)
+		if err != nil {
+			// The write may or may not have committed: read back and
+			// decide again. The compare keeps a committed write from
+			// applying twice; decide recognizes its own effect.
+			s.cfg.Logger.Debug("etcdstore: ambiguous commit, reading back", "tenant", tenant, "key", key, "err", err)
+			if werr := s.backoff(ctx, attempt, err); werr != nil {
+				return werr
+			}
+			v = nil
+			continue
+		}
+		if !resp.Succeeded {
+			v = nil
+			continue
+		}
+		rev := resp.Header.Revision
+		if ch.next != nil {
+			// Decode our own write so the cache holds exactly what a
+			// reader would see (tokens materialized).
+			b, _ := encodeRecord(ch.next)
+			if rec, err := decodeRecord(b, rev); err == nil {
+				s.remember(tenant, key, rec, rev)
+			}
+		}
+		if ch.done != nil {
+			ch.done(rev)
+		}
+		return nil
+	}
+}
+
+// commit writes a change guarded by the record's revision.
+func (s *Store) commit(ctx context.Context, tenant, key string, v *view, ch *change) (*clientv3.TxnResponse, error) {
+	k := s.keys.intent(tenant, key)
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", v.rev())}, ch.cmps...)
+	val, err := encodeRecord(ch.next)
+	if err != nil {
+		return nil, err
+	}
+	ops := append([]clientv3.Op{clientv3.OpPut(k, string(val))}, ch.ops...)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	return s.kv.Txn(cctx).If(cmps...).Then(ops...).Commit()
+}
+
+// backoff waits before the next attempt, or returns why it must not: the
+// caller's context ended, or the operation ran out of time (then the store
+// is unavailable, and the caller may retry the same call safely).
+func (s *Store) backoff(ctx context.Context, attempt int, cause error) error {
+	d := min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: %v", intent.ErrUnavailable, cause)
+	case <-t.C:
+		return nil
+	}
+}
+
+// unavailable wraps an etcd error of a read-only call.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", intent.ErrUnavailable, err)
+}
+
+func sessionID(id clientv3.LeaseID) string { return strconv.FormatUint(uint64(id), 16) }
+
+func parseSessionID(s string) (clientv3.LeaseID, bool) {
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || v == 0 || v > 1<<63-1 {
+		return 0, false
+	}
+	return clientv3.LeaseID(v), true
+}

@@ -1,0 +1,93 @@
+package intent
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/intentd/intentd/fencing"
+)
+
+// Errors a store reports. Callers test them with errors.Is; the gRPC server
+// maps each to one status code and ErrorInfo reason in one table.
+var (
+	// ErrNotFound: no intent with this key in this tenant.
+	ErrNotFound = errors.New("intent: not found")
+	// ErrSessionNotFound: the session expired, was closed, or never existed.
+	ErrSessionNotFound = errors.New("intent: session not found")
+	// ErrFingerprintMismatch: the key exists with other approved terms.
+	ErrFingerprintMismatch = errors.New("intent: fingerprint mismatch")
+	// ErrStaleToken: a newer token was issued; see StaleTokenError.
+	ErrStaleToken = errors.New("intent: stale token")
+	// ErrInvalidTransition: the intent's state does not allow the call.
+	ErrInvalidTransition = errors.New("intent: invalid transition")
+	// ErrResultMismatch: Complete was retried under the same token with
+	// another result.
+	ErrResultMismatch = errors.New("intent: result mismatch")
+	// ErrUnavailable: the store could not be reached or did not answer in
+	// time. Retrying the same call is safe.
+	ErrUnavailable = errors.New("intent: store unavailable")
+	// ErrInvalid: the request is malformed; see InvalidError for the field.
+	ErrInvalid = errors.New("intent: invalid argument")
+)
+
+// StaleTokenError is returned for a call made under a superseded token. It
+// carries the current token so the caller knows how far behind it is.
+type StaleTokenError struct {
+	Key     string
+	Token   fencing.Token // the token the caller presented
+	Current fencing.Token // the newest token issued for the intent
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("intent: stale token %s for %q: current token is %s", e.Token, e.Key, e.Current)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// FingerprintMismatchError is returned when a key is reused with other
+// approved terms.
+type FingerprintMismatchError struct {
+	Key    string
+	Stored string // fingerprint of the registered params
+	Given  string // fingerprint of the params in the request
+}
+
+func (e *FingerprintMismatchError) Error() string {
+	return fmt.Sprintf("intent: fingerprint mismatch for %q: registered %s, request %s", e.Key, e.Stored, e.Given)
+}
+
+// Is makes errors.Is(err, ErrFingerprintMismatch) true.
+func (e *FingerprintMismatchError) Is(target error) bool { return target == ErrFingerprintMismatch }
+
+// TransitionError is returned when the intent's state does not allow a call.
+type TransitionError struct {
+	Key   string
+	State State
+	Call  string
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("intent: %s not allowed on %q in state %s", e.Call, e.Key, e.State)
+}
+
+// Is makes errors.Is(err, ErrInvalidTransition) true.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// InvalidError names a malformed request field.
+type InvalidError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("intent: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// Invalid returns an InvalidError for field.
+func Invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}

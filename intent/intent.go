@@ -1,0 +1,285 @@
+// Package intent holds intentd's domain model: the words of DESIGN.md as Go
+// types (intents, states, leases, outcomes, history), the errors a store
+// reports, and the canonical forms (canonical JSON, fingerprints, derived
+// keys) that must agree in every language.
+//
+// It depends on the standard library and fencing only, so that the gRPC
+// server, the etcd store and the client can all speak it without importing
+// one another.
+package intent
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/intentd/intentd/fencing"
+)
+
+// DefaultTenant is the tenant used when a request names none.
+const DefaultTenant = "default"
+
+// State is where an intent is in its life. The values match the API's State
+// enum numbers.
+type State int
+
+// The states of DESIGN.md.
+const (
+	StatePending     State = 1
+	StateInProgress  State = 2
+	StateUnknown     State = 3
+	StateCompleted   State = 4
+	StateFailed      State = 5
+	StateNeedsReview State = 6
+	StateCancelled   State = 7
+)
+
+var stateNames = map[State]string{
+	StatePending:     "PENDING",
+	StateInProgress:  "IN_PROGRESS",
+	StateUnknown:     "UNKNOWN",
+	StateCompleted:   "COMPLETED",
+	StateFailed:      "FAILED",
+	StateNeedsReview: "NEEDS_REVIEW",
+	StateCancelled:   "CANCELLED",
+}
+
+func (s State) String() string {
+	if n, ok := stateNames[s]; ok {
+		return n
+	}
+	return "STATE_INVALID"
+}
+
+// Final reports whether nothing can change the state any more. A final
+// intent's result is replayed to every later caller.
+func (s State) Final() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCancelled
+}
+
+// Outcome tells an Acquire caller what to do. Values match the API's Outcome
+// enum numbers.
+type Outcome int
+
+// The outcomes of Acquire.
+const (
+	OutcomeExecute     Outcome = 1
+	OutcomeReconcile   Outcome = 2
+	OutcomeCompleted   Outcome = 3
+	OutcomeFailed      Outcome = 4
+	OutcomeCancelled   Outcome = 5
+	OutcomeInProgress  Outcome = 6
+	OutcomeNeedsReview Outcome = 7
+	OutcomeExpired     Outcome = 8
+)
+
+var outcomeNames = map[Outcome]string{
+	OutcomeExecute:     "EXECUTE",
+	OutcomeReconcile:   "RECONCILE",
+	OutcomeCompleted:   "COMPLETED",
+	OutcomeFailed:      "FAILED",
+	OutcomeCancelled:   "CANCELLED",
+	OutcomeInProgress:  "IN_PROGRESS",
+	OutcomeNeedsReview: "NEEDS_REVIEW",
+	OutcomeExpired:     "EXPIRED",
+}
+
+func (o Outcome) String() string {
+	if n, ok := outcomeNames[o]; ok {
+		return n
+	}
+	return "OUTCOME_INVALID"
+}
+
+// Mode is what a lease allows its holder to do. Values match the API's
+// LeaseMode enum numbers.
+type Mode int
+
+// The lease modes.
+const (
+	ModeExecute   Mode = 1
+	ModeReconcile Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeExecute:
+		return "EXECUTE"
+	case ModeReconcile:
+		return "RECONCILE"
+	}
+	return "MODE_INVALID"
+}
+
+// Intent is one approved business action as the store returns it.
+type Intent struct {
+	Tenant        string
+	Key           string
+	State         State // effective: a lapsed IN_PROGRESS lease reads as StateUnknown
+	Params        json.RawMessage
+	ParamsVersion string
+	Fingerprint   string
+	Labels        map[string]string
+	ParentKey     string
+	Lease         *Lease // current lease, or the last one issued
+	Result        *Result
+	Failure       *Failure
+	History       []Event
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CompletedAt   time.Time
+	Revision      int64 // etcd mod revision of the record as read
+}
+
+// Lease is ownership of an intent by one worker session.
+type Lease struct {
+	Token      fencing.Token
+	Mode       Mode
+	SessionID  string
+	Worker     string
+	RequestID  string
+	AcquiredAt time.Time
+	// ExpiresAt estimates when the holder's session lapses; zero when
+	// unknown. etcd decides expiry, this is for display only.
+	ExpiresAt time.Time
+	// Live is true while the holder's session exists in etcd.
+	Live bool
+}
+
+// Result is what a completed intent produced. Payload is opaque and replayed
+// byte for byte.
+type Result struct {
+	Payload      []byte            `json:"payload,omitempty"`
+	ExternalRefs map[string]string `json:"external_refs,omitempty"`
+}
+
+// Failure describes a definite failure.
+type Failure struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// EventKind is what a history entry records. Values match the API's
+// HistoryEntry.Kind enum numbers.
+type EventKind int
+
+// The kinds of history entries.
+const (
+	EventRegistered   EventKind = 1
+	EventAcquired     EventKind = 2
+	EventCompleted    EventKind = 3
+	EventMarkedUnknown EventKind = 4
+	EventReleased     EventKind = 5
+	EventFailed       EventKind = 6
+	EventHeartbeat    EventKind = 7
+	EventLeaseLapsed  EventKind = 8
+)
+
+// Event is one entry in an intent's history.
+type Event struct {
+	Time      time.Time     `json:"time"`
+	Kind      EventKind     `json:"kind"`
+	Token     fencing.Token `json:"token,omitempty"`
+	Mode      Mode          `json:"mode,omitempty"`
+	SessionID string        `json:"session_id,omitempty"`
+	Worker    string        `json:"worker,omitempty"`
+	// Accepted is false for a report under a superseded token: evidence
+	// that changed nothing.
+	Accepted bool     `json:"accepted"`
+	Result   *Result  `json:"result,omitempty"`
+	Failure  *Failure `json:"failure,omitempty"`
+	Reason   string   `json:"reason,omitempty"`
+}
+
+// Session is a worker's unit of liveness: an etcd lease kept alive by the
+// worker's heartbeats. Every intent the worker holds points at it.
+type Session struct {
+	Tenant string
+	ID     string
+	Worker string
+	TTL    time.Duration
+}
+
+// Registration is what an approver submits.
+type Registration struct {
+	Tenant        string
+	Key           string
+	Params        json.RawMessage // canonical JSON
+	ParamsVersion string
+	Labels        map[string]string
+	ParentKey     string
+}
+
+// AcquireRequest asks for the right to act on an intent.
+type AcquireRequest struct {
+	Tenant    string
+	Key       string
+	SessionID string
+	RequestID string
+	// ExpectedFingerprint, when not empty, must match the stored one.
+	ExpectedFingerprint string
+	// Register, when not nil, registers the intent in the same transaction
+	// if it is absent; its fingerprint must match if present.
+	Register *Registration
+}
+
+// Acquisition is Acquire's answer.
+type Acquisition struct {
+	Outcome Outcome
+	Intent  *Intent
+	// Lease is the caller's lease for EXECUTE and RECONCILE, the holder's
+	// for IN_PROGRESS, nil otherwise.
+	Lease *Lease
+	// Fresh is true when this call issued the lease; false when it returned
+	// an already issued one (a retry with the same request id) or nothing.
+	Fresh bool
+}
+
+// ReportKind is which fenced report a worker makes.
+type ReportKind int
+
+// The fenced reports.
+const (
+	ReportComplete ReportKind = iota + 1
+	ReportMarkUnknown
+	ReportRelease
+	ReportFail
+)
+
+func (k ReportKind) String() string {
+	switch k {
+	case ReportComplete:
+		return "Complete"
+	case ReportMarkUnknown:
+		return "MarkUnknown"
+	case ReportRelease:
+		return "Release"
+	case ReportFail:
+		return "Fail"
+	}
+	return "ReportInvalid"
+}
+
+// Report is a fenced report from a lease holder.
+type Report struct {
+	Tenant  string
+	Key     string
+	Token   fencing.Token
+	Kind    ReportKind
+	Result  *Result  // ReportComplete
+	Failure *Failure // ReportFail
+	Reason  string   // ReportMarkUnknown, ReportRelease
+}
+
+// ReportOutcome is the answer to an accepted report.
+type ReportOutcome struct {
+	Intent *Intent
+	// Replayed is true when the report had already been recorded (a retry):
+	// nothing changed.
+	Replayed bool
+}
+
+// HeldLease names a lease a worker believes it holds, for Heartbeat to check.
+type HeldLease struct {
+	Key   string
+	Token fencing.Token
+}
