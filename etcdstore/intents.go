@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -307,6 +308,9 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 // Get reads an intent linearizably, history included.
 func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, error) {
 	v, err := s.readWithHolder(ctx, tenant, key)
+	if errors.Is(err, errCorrupt) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, unavailable(err)
 	}

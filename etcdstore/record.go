@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -53,6 +54,10 @@ type leaseRecord struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 }
 
+// errCorrupt marks a stored value that does not decode. Retrying cannot
+// help, so operations stop at once.
+var errCorrupt = errors.New("etcdstore: corrupt record")
+
 // maxHistory bounds an intent's history. Registration, acquisitions and
 // accepted reports are a handful per attempt; what can grow without bound
 // is evidence from stale workers and heartbeats, which are dropped oldest
@@ -72,7 +77,7 @@ func encodeRecord(r *record) ([]byte, error) {
 func decodeRecord(b []byte, modRev int64) (*record, error) {
 	var r record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("etcdstore: decode record: %w", err)
+		return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
 	}
 	if r.Lease != nil && r.Lease.Token == 0 {
 		r.Lease.Token = fencing.Token(modRev)

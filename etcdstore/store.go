@@ -274,6 +274,9 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 		if v == nil {
 			var err error
 			if v, err = load(ctx); err != nil {
+				if errors.Is(err, errCorrupt) {
+					return err
+				}
 				if werr := s.backoff(ctx, attempt, err); werr != nil {
 					return werr
 				}

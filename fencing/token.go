@@ -43,8 +43,15 @@ func Parse(s string) (Token, error) {
 // MarshalText implements encoding.TextMarshaler with the String encoding.
 func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
 
-// UnmarshalText implements encoding.TextUnmarshaler with Parse.
+// UnmarshalText implements encoding.TextUnmarshaler with Parse, except that
+// it also reads "0" as the zero Token, so that a stored "no token" survives a
+// round trip through MarshalText. A token on the wire is read with Parse,
+// which refuses zero.
 func (t *Token) UnmarshalText(b []byte) error {
+	if string(b) == "0" {
+		*t = 0
+		return nil
+	}
 	v, err := Parse(string(b))
 	if err != nil {
 		return err

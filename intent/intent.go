@@ -164,14 +164,14 @@ type EventKind int
 
 // The kinds of history entries.
 const (
-	EventRegistered   EventKind = 1
-	EventAcquired     EventKind = 2
-	EventCompleted    EventKind = 3
+	EventRegistered    EventKind = 1
+	EventAcquired      EventKind = 2
+	EventCompleted     EventKind = 3
 	EventMarkedUnknown EventKind = 4
-	EventReleased     EventKind = 5
-	EventFailed       EventKind = 6
-	EventHeartbeat    EventKind = 7
-	EventLeaseLapsed  EventKind = 8
+	EventReleased      EventKind = 5
+	EventFailed        EventKind = 6
+	EventHeartbeat     EventKind = 7
+	EventLeaseLapsed   EventKind = 8
 )
 
 // Event is one entry in an intent's history.

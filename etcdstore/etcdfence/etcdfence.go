@@ -139,8 +139,10 @@ func (c *Checker) Highest(ctx context.Context, resource string) (fencing.Token, 
 //
 //	resp, err := kv.Txn(ctx).
 //		If(fc.Cmp(r, t)).
-//		Then(clientv3.OpGet(fc.Key(r))).       // stale: refused, read the highest
-//		Else(fc.Op(r, t), clientv3.OpPut(dataKey, data)). // admitted: record t and write
+//		// stale: refused; read the highest to report it
+//		Then(clientv3.OpGet(fc.Key(r))).
+//		// admitted: record t and write, in one step
+//		Else(fc.Op(r, t), clientv3.OpPut(dataKey, data)).
 //		Commit()
 //
 // resp.Succeeded then means refused. The sense is inverted (unlike

@@ -6,6 +6,7 @@ package etcdtest
 import (
 	"context"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 type Server struct {
 	Etcd      *embed.Etcd
 	Endpoints []string
+	stop      sync.Once
 }
 
 // Start starts an embedded etcd member on loopback ports chosen by the
@@ -59,7 +61,7 @@ func StartDir(t testing.TB, dir string) *Server {
 }
 
 // Stop stops the member; it is safe to call more than once.
-func (s *Server) Stop() { s.Etcd.Close() }
+func (s *Server) Stop() { s.stop.Do(s.Etcd.Close) }
 
 // Client returns a client of the member, closed when the test ends.
 func (s *Server) Client(t testing.TB) *clientv3.Client {

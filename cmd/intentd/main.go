@@ -1,0 +1,89 @@
+// Command intentd serves the intent.v1.IntentService API.
+//
+// With no flags it runs an embedded single-member etcd with its data under
+// $XDG_DATA_HOME/intentd (else ~/.local/share/intentd) and serves gRPC on
+// 127.0.0.1:7650. --etcd-endpoints points it at an external etcd cluster
+// instead. Every flag can also be set as an INTENTD_* environment variable:
+// --etcd-endpoints is INTENTD_ETCD_ENDPOINTS. A flag given on the command
+// line wins over the environment.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/intentd/intentd/internal/daemon"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	cfg := daemon.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:           "intentd",
+		Short:         "Durable, fenced records of approved business intents, on etcd",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := fromEnv(cmd.Flags()); err != nil {
+				return report(err)
+			}
+			if err := cfg.Validate(); err != nil {
+				return report(err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return report(daemon.Run(ctx, cfg, cfg.Logger(), nil))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (comma-separated); empty runs an embedded etcd")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory of the embedded etcd")
+	f.StringVar(&cfg.EmbedClientURL, "embed-client-url", cfg.EmbedClientURL, "client URL of the embedded etcd")
+	f.StringVar(&cfg.EmbedPeerURL, "embed-peer-url", cfg.EmbedPeerURL, "peer URL of the embedded etcd")
+	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "etcd key prefix of this installation")
+	f.DurationVar(&cfg.DialTimeout, "dial-timeout", cfg.DialTimeout, "time allowed to reach etcd at start")
+	f.DurationVar(&cfg.RequestTimeout, "request-timeout", cfg.RequestTimeout, "deadline of each etcd call")
+	f.DurationVar(&cfg.OperationTimeout, "operation-timeout", cfg.OperationTimeout, "deadline of one store operation with its retries")
+	f.DurationVar(&cfg.HealthInterval, "health-interval", cfg.HealthInterval, "how often etcd is probed for the health service")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "time in-flight calls get to finish on SIGTERM")
+	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
+	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
+	return cmd
+}
+
+// fromEnv sets every flag not given on the command line from its INTENTD_*
+// variable.
+func fromEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		name := "INTENTD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := os.LookupEnv(name)
+		if !ok || f.Changed || err != nil {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%s=%q: %w", name, v, serr)
+		}
+	})
+	return err
+}
+
+func report(err error) error {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "intentd:", err)
+	}
+	return err
+}

@@ -1,0 +1,918 @@
+package intent
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Limits on what callers may send. They bound the work and the etcd space one
+// request can cost, and they are part of the contract: a value within them is
+// accepted by every intentd.
+const (
+	// MaxKeyLen is the longest intent key, in bytes. A derived key (64 hex
+	// digits) is well within it.
+	MaxKeyLen = 256
+	// MaxTenantLen is the longest tenant name, in bytes.
+	MaxTenantLen = 64
+	// MaxActionLen is the longest action accepted by DeriveKey, in bytes.
+	MaxActionLen = 128
+	// MaxParamsBytes is the largest canonical JSON text Canonical and
+	// CanonicalJSON produce, in bytes: params and derived-key identities
+	// larger than this are refused.
+	MaxParamsBytes = 64 << 10
+	// MaxDepth is the deepest nesting of objects and arrays Canonical and
+	// CanonicalJSON accept. A top-level object or array is at depth 1.
+	// Approved terms are shallow; the limit keeps recursion bounded.
+	MaxDepth = 32
+)
+
+// maxJSONTextBytes bounds the JSON text CanonicalJSON reads. Insignificant
+// whitespace and long number spellings may make a text longer than its
+// canonical form, but not by this much in any honest request.
+const maxJSONTextBytes = 4 * MaxParamsBytes
+
+// paramsField is the request field Canonical and CanonicalJSON name in their
+// errors: approved terms are what they canonicalize most.
+const paramsField = "params"
+
+// Canonical returns the canonical JSON encoding of v, the form intentd hashes
+// into fingerprints and derived keys. Two values that mean the same JSON have
+// the same canonical form, whatever their key order, spacing or number
+// spelling, so the bytes (and their SHA-256) can be compared across
+// processes and languages.
+//
+// v is a value as encoding/json decodes into an any (map[string]any, []any,
+// string, float64, json.Number, bool, nil) or as structpb's AsMap and
+// AsSlice return (the same shapes, with float64 numbers). For convenience Go
+// integer types are accepted as numbers too. A nil map or slice encodes as
+// null, as encoding/json does. Other types are an error.
+//
+// The canonical form is the JSON Canonicalization Scheme of RFC 8785 (JCS):
+//
+//   - no insignificant whitespace;
+//   - object members sorted by key, comparing keys as sequences of UTF-16
+//     code units (what JavaScript's default sort does), not as UTF-8 bytes;
+//   - strings as ECMAScript's JSON.stringify writes them: '"' and '\' escaped
+//     with a backslash, U+0008, U+0009, U+000A, U+000C and U+000D as \b, \t,
+//     \n, \f and \r, the other characters below U+0020 as \u00xx with
+//     lowercase hex, and everything else ('/', DEL, non-ASCII) as raw UTF-8.
+//     Strings and keys must be valid UTF-8;
+//   - numbers as IEEE 754 doubles written the way ECMAScript's
+//     Number.prototype.toString writes them: the shortest digits that read
+//     back as the same double, plain notation from 1e-6 up to below 1e21,
+//     exponent notation ("1e+21", "1e-7") outside it. So 40, 40.0, 40.00
+//     and 4e1 all become 40, and -0 becomes 0. NaN and infinities are not
+//     JSON and are an error, as is a json.Number that does not parse as a
+//     finite double.
+//
+// Every number is a double, so integers beyond 2^53 (9007199254740992) lose
+// precision exactly as a float64 does: 123456789012345678 becomes
+// 123456789012345680, and 2^53+1 becomes 9007199254740992. Every JCS
+// implementation does the same, which keeps fingerprints portable, but it
+// means two such integers can share a canonical form. Write amounts in minor
+// units (cents) well below 2^53, and identifiers and exact decimals as strings.
+//
+// Nesting deeper than MaxDepth and canonical forms longer than MaxParamsBytes
+// are refused. Errors are *InvalidError values naming the field "params" and,
+// in the reason, where in v the problem is (as a path like $.items[2].price).
+func Canonical(v any) ([]byte, error) {
+	return canonicalize(v, paramsField)
+}
+
+// CanonicalJSON parses the JSON text b and returns its canonical form, as
+// Canonical describes it. Numbers are read as their decimal text
+// (json.Number), so the text, not an intermediate float of some other
+// parser, is what gets normalized.
+//
+// The text must be one JSON value, optionally surrounded by whitespace, and
+// in the I-JSON subset RFC 8785 requires: valid UTF-8, no unpaired surrogate
+// escapes such as "\ud800", and no object with the same key twice (after
+// unescaping, so "a" and "\u0061" are the same key). Each of these is an
+// error rather than a silent choice, since a choice another parser could
+// make differently would give another fingerprint for the same text. Texts
+// longer than four times MaxParamsBytes are refused before parsing.
+// Errors are *InvalidError values naming the field "params".
+func CanonicalJSON(b []byte) ([]byte, error) {
+	if len(b) > maxJSONTextBytes {
+		return nil, Invalid(paramsField, "JSON text is %d bytes, more than the limit of %d", len(b), maxJSONTextBytes)
+	}
+	v, err := parseJSON(b)
+	if err != nil {
+		return nil, Invalid(paramsField, "%v", err)
+	}
+	return canonicalize(v, paramsField)
+}
+
+// Fingerprint returns the lowercase hex SHA-256 of canonical, which should be
+// canonical params as Canonical or CanonicalJSON return them. Same key and
+// same fingerprint is the same intent; same key and another fingerprint is a
+// conflict.
+func Fingerprint(canonical []byte) string {
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:])
+}
+
+// DeriveKey returns the intent key derived from action and identity, and the
+// canonical text it was derived from. The key is the lowercase hex SHA-256 of
+//
+//	Canonical(map[string]any{"action": action, "identity": identity})
+//
+// so any language with a JCS implementation and SHA-256 derives the same key
+// from the same fields; the canonical text is returned so a caller can show
+// or check what was hashed.
+//
+// action names the operation (1 to MaxActionLen bytes of ASCII letters,
+// digits and "-_.:", such as "create-order"); identity holds the fields that
+// make one approved action distinct from another (merchant, cart, the
+// business's own discriminator for legitimate repeats), never a per-attempt
+// id or a timestamp, or every retry would get a new key. identity must be a
+// non-empty object; its numbers follow Canonical's rules, so identifiers are
+// best sent as strings. Errors are *InvalidError values naming "action" or
+// "identity".
+func DeriveKey(action string, identity map[string]any) (key string, canonical []byte, err error) {
+	if err := validateAction(action); err != nil {
+		return "", nil, err
+	}
+	if len(identity) == 0 {
+		return "", nil, Invalid("identity", "must be a non-empty object")
+	}
+	canonical, err = canonicalize(map[string]any{"action": action, "identity": identity}, "identity")
+	if err != nil {
+		return "", nil, err
+	}
+	return Fingerprint(canonical), canonical, nil
+}
+
+// OperationKey returns "<key>:<operation>", the idempotency key a worker
+// sends to a downstream provider for one kind of call on intent key (for
+// example OperationKey(k, "create-order")). It depends on nothing but its
+// arguments, so it is the same across retries, workers and reconciliation,
+// and a provider that deduplicates on it performs the call at most once per
+// intent.
+//
+// Keys may contain ':', so distinct (key, operation) pairs give distinct
+// operation keys only when operation has no ':'; use fixed names such as
+// "authorize-payment". The result is not checked against MaxKeyLen: it is
+// for the provider, whose own limits apply.
+func OperationKey(key, operation string) string {
+	return key + ":" + operation
+}
+
+// keyPunct is the punctuation an intent key may contain besides ASCII
+// letters and digits: enough for prefixed, path-like and base64 identifiers.
+const keyPunct = "-_.:/=@+"
+
+// ValidateKey checks an intent key: 1 to MaxKeyLen bytes of ASCII letters,
+// digits and "-_.:/=@+". The alphabet keeps keys safe to print and log, and
+// to pass on in operation keys and HTTP headers without quoting. The error is
+// an *InvalidError naming the field "key".
+func ValidateKey(key string) error {
+	if key == "" {
+		return Invalid("key", "must not be empty")
+	}
+	if len(key) > MaxKeyLen {
+		return Invalid("key", "is %d bytes, more than the limit of %d", len(key), MaxKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; !isASCIIAlnum(c) && strings.IndexByte(keyPunct, c) < 0 {
+			return Invalid("key", "%s at offset %d is not allowed: use ASCII letters, digits and %q", describeByte(c), i, keyPunct)
+		}
+	}
+	return nil
+}
+
+// ValidateTenant checks a tenant name: 1 to MaxTenantLen bytes of lowercase
+// ASCII letters, digits, '-' and '_', starting with a letter or digit. One
+// spelling per tenant keeps one tenant from appearing as two. The error is an
+// *InvalidError naming the field "tenant".
+func ValidateTenant(tenant string) error {
+	if tenant == "" {
+		return Invalid("tenant", "must not be empty")
+	}
+	if len(tenant) > MaxTenantLen {
+		return Invalid("tenant", "is %d bytes, more than the limit of %d", len(tenant), MaxTenantLen)
+	}
+	for i := 0; i < len(tenant); i++ {
+		c := tenant[i]
+		lowerAlnum := ('a' <= c && c <= 'z') || ('0' <= c && c <= '9')
+		switch {
+		case i == 0 && !lowerAlnum:
+			return Invalid("tenant", "must start with a lowercase ASCII letter or a digit, not %s", describeByte(c))
+		case !lowerAlnum && c != '-' && c != '_':
+			return Invalid("tenant", "%s at offset %d is not allowed: use lowercase ASCII letters, digits, '-' and '_'", describeByte(c), i)
+		}
+	}
+	return nil
+}
+
+// validateAction checks DeriveKey's action.
+func validateAction(action string) error {
+	if action == "" {
+		return Invalid("action", "must not be empty")
+	}
+	if len(action) > MaxActionLen {
+		return Invalid("action", "is %d bytes, more than the limit of %d", len(action), MaxActionLen)
+	}
+	for i := 0; i < len(action); i++ {
+		if c := action[i]; !isASCIIAlnum(c) && c != '-' && c != '_' && c != '.' && c != ':' {
+			return Invalid("action", "%s at offset %d is not allowed: use ASCII letters, digits and \"-_.:\"", describeByte(c), i)
+		}
+	}
+	return nil
+}
+
+func isASCIIAlnum(c byte) bool {
+	return ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
+}
+
+// describeByte names c for an error message: quoted when printable ASCII,
+// in hex otherwise, so that the message itself stays printable.
+func describeByte(c byte) string {
+	if 0x20 < c && c < 0x7f {
+		return fmt.Sprintf("%q", rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+// canonicalize is Canonical with the request field its errors name.
+func canonicalize(v any, field string) ([]byte, error) {
+	e := &encoder{}
+	if err := e.value(v, 0); err != nil {
+		return nil, Invalid(field, "%v", err)
+	}
+	if len(e.buf) > MaxParamsBytes {
+		return nil, Invalid(field, "%v", errTooLarge)
+	}
+	return e.buf, nil
+}
+
+var errTooLarge = fmt.Errorf("canonical form is longer than the limit of %d bytes", MaxParamsBytes)
+
+// encoder writes the canonical form of a decoded JSON value. path records
+// where it is, for error messages only.
+type encoder struct {
+	buf  []byte
+	path []pathElem
+}
+
+// pathElem is one step into a value: an object key, or an array index when
+// key is unset.
+type pathElem struct {
+	key   string
+	index int
+	isKey bool
+}
+
+// errorf returns an error that says where in the value the encoder is.
+func (e *encoder) errorf(format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if len(e.path) == 0 {
+		return errors.New(msg)
+	}
+	var b strings.Builder
+	b.WriteString("$")
+	for _, p := range e.path {
+		switch {
+		case !p.isKey:
+			fmt.Fprintf(&b, "[%d]", p.index)
+		case isPathName(p.key):
+			b.WriteString(".")
+			b.WriteString(p.key)
+		default:
+			fmt.Fprintf(&b, "[%q]", p.key)
+		}
+	}
+	return fmt.Errorf("at %s: %s", b.String(), msg)
+}
+
+// isPathName reports whether key can be written as .key in a path.
+func isPathName(key string) bool {
+	if key == "" || ('0' <= key[0] && key[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; !isASCIIAlnum(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// value appends the canonical form of v, found at nesting depth depth (0 for
+// the top-level value).
+func (e *encoder) value(v any, depth int) error {
+	if len(e.buf) > MaxParamsBytes {
+		// Stop early: the caller reports errTooLarge.
+		return errTooLarge
+	}
+	switch v := v.(type) {
+	case nil:
+		e.buf = append(e.buf, "null"...)
+	case bool:
+		e.buf = strconv.AppendBool(e.buf, v)
+	case string:
+		return e.string(v)
+	case float64:
+		return e.number(v)
+	case json.Number:
+		return e.jsonNumber(v)
+	case int:
+		return e.number(float64(v))
+	case int8:
+		return e.number(float64(v))
+	case int16:
+		return e.number(float64(v))
+	case int32:
+		return e.number(float64(v))
+	case int64:
+		return e.number(float64(v))
+	case uint:
+		return e.number(float64(v))
+	case uint8:
+		return e.number(float64(v))
+	case uint16:
+		return e.number(float64(v))
+	case uint32:
+		return e.number(float64(v))
+	case uint64:
+		return e.number(float64(v))
+	case map[string]any:
+		if v == nil {
+			e.buf = append(e.buf, "null"...)
+			return nil
+		}
+		return e.object(v, depth+1)
+	case []any:
+		if v == nil {
+			e.buf = append(e.buf, "null"...)
+			return nil
+		}
+		return e.array(v, depth+1)
+	default:
+		return e.errorf("%T is not a JSON value (use map[string]any, []any, string, float64, json.Number, bool or nil)", v)
+	}
+	return nil
+}
+
+func (e *encoder) object(m map[string]any, depth int) error {
+	if depth > MaxDepth {
+		return e.errorf("nesting is deeper than %d levels", MaxDepth)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if !utf8.ValidString(k) {
+			return e.errorf("object key %q is not valid UTF-8", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareUTF16)
+	e.buf = append(e.buf, '{')
+	for i, k := range keys {
+		if i > 0 {
+			e.buf = append(e.buf, ',')
+		}
+		e.buf = appendString(e.buf, k)
+		e.buf = append(e.buf, ':')
+		e.path = append(e.path, pathElem{key: k, isKey: true})
+		if err := e.value(m[k], depth); err != nil {
+			return err
+		}
+		e.path = e.path[:len(e.path)-1]
+	}
+	e.buf = append(e.buf, '}')
+	return nil
+}
+
+func (e *encoder) array(a []any, depth int) error {
+	if depth > MaxDepth {
+		return e.errorf("nesting is deeper than %d levels", MaxDepth)
+	}
+	e.buf = append(e.buf, '[')
+	for i, v := range a {
+		if i > 0 {
+			e.buf = append(e.buf, ',')
+		}
+		e.path = append(e.path, pathElem{index: i})
+		if err := e.value(v, depth); err != nil {
+			return err
+		}
+		e.path = e.path[:len(e.path)-1]
+	}
+	e.buf = append(e.buf, ']')
+	return nil
+}
+
+func (e *encoder) string(s string) error {
+	if !utf8.ValidString(s) {
+		return e.errorf("string %q is not valid UTF-8", s)
+	}
+	e.buf = appendString(e.buf, s)
+	return nil
+}
+
+func (e *encoder) number(f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return e.errorf("%v is not a JSON number", f)
+	}
+	e.buf = appendNumber(e.buf, f)
+	return nil
+}
+
+func (e *encoder) jsonNumber(n json.Number) error {
+	if l, ok := numberLen(string(n)); !ok || l != len(n) {
+		return e.errorf("%q is not a JSON number", string(n))
+	}
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		// The syntax was checked above, so this is a range error: the
+		// magnitude is beyond the largest double. (Too small rounds to 0,
+		// as in every JCS implementation, without an error.)
+		return e.errorf("number %s is out of the range of a double", string(n))
+	}
+	return e.number(f)
+}
+
+// compareUTF16 orders strings as RFC 8785 sorts object keys: as sequences of
+// UTF-16 code units. It differs from Go's byte order only between characters
+// at or above U+E000 inside the BMP, which sort after supplementary
+// characters (whose first unit is a surrogate, 0xD800 to 0xDBFF). Both
+// strings must be valid UTF-8.
+func compareUTF16(a, b string) int {
+	for a != "" && b != "" {
+		ra, na := utf8.DecodeRuneInString(a)
+		rb, nb := utf8.DecodeRuneInString(b)
+		if ra != rb {
+			return cmp.Compare(utf16Rank(ra), utf16Rank(rb))
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// utf16Rank maps a code point to a number that orders code points as their
+// UTF-16 encodings order: BMP characters below the surrogates keep their
+// value, supplementary characters follow in code point order as their
+// surrogate pairs do, and BMP characters from U+E000 come last.
+func utf16Rank(r rune) rune {
+	switch {
+	case r < 0xD800:
+		return r
+	case r >= 0x10000:
+		return 0xD800 + (r - 0x10000) // up to 0x10D7FF
+	default:
+		return r + 0x100000 // U+E000..U+FFFF after every supplementary
+	}
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s, valid UTF-8, as a JSON string the way
+// ECMAScript's JSON.stringify writes it.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0 // s[start:i] is pending, needing no escape
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendNumber appends the finite double f as ECMAScript's
+// Number.prototype.toString writes it (ECMA-262, Number::toString, radix
+// 10).
+func appendNumber(dst []byte, f float64) []byte {
+	if f == 0 {
+		return append(dst, '0') // both zeros
+	}
+	if f < 0 {
+		dst = append(dst, '-')
+		f = -f
+	}
+	// strconv's shortest 'e' form gives the digits ECMAScript asks for: the
+	// fewest that read back as f, the closest to f if several do.
+	var tmp [32]byte
+	sci := strconv.AppendFloat(tmp[:0], f, 'e', -1, 64) // d[.ddd]e±dd
+	mant, exp, _ := bytes.Cut(sci, []byte("e"))
+	x, _ := strconv.Atoi(string(exp))
+	digits := make([]byte, 0, len(mant))
+	for _, c := range mant {
+		if c != '.' {
+			digits = append(digits, c)
+		}
+	}
+	// In ECMA-262's terms f = 0.digits × 10^n, with k digits.
+	k, n := len(digits), x+1
+	switch {
+	case k <= n && n <= 21:
+		// An integer below 1e21: the digits, then zeros.
+		dst = append(dst, digits...)
+		for range n - k {
+			dst = append(dst, '0')
+		}
+	case 0 < n && n <= 21:
+		// A decimal point inside the digits.
+		dst = append(dst, digits[:n]...)
+		dst = append(dst, '.')
+		dst = append(dst, digits[n:]...)
+	case -6 < n && n <= 0:
+		// Down to 1e-6: leading zeros after the point.
+		dst = append(dst, '0', '.')
+		for range -n {
+			dst = append(dst, '0')
+		}
+		dst = append(dst, digits...)
+	default:
+		// Exponent notation, the sign always written.
+		dst = append(dst, digits[0])
+		if k > 1 {
+			dst = append(dst, '.')
+			dst = append(dst, digits[1:]...)
+		}
+		dst = append(dst, 'e')
+		if n-1 >= 0 {
+			dst = append(dst, '+')
+		}
+		dst = strconv.AppendInt(dst, int64(n-1), 10)
+	}
+	return dst
+}
+
+// numberLen returns the length of the JSON number at the start of s (RFC
+// 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?), and false if s does
+// not start with one. What follows the number is the caller's concern.
+func numberLen[T string | []byte](s T) (int, bool) {
+	i := 0
+	digitsFrom := func(i int) int {
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case i < len(s) && '1' <= s[i] && s[i] <= '9':
+		i = digitsFrom(i + 1)
+	default:
+		return i, false
+	}
+	if i < len(s) && s[i] == '.' {
+		j := digitsFrom(i + 1)
+		if j == i+1 {
+			return j, false
+		}
+		i = j
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := digitsFrom(i)
+		if j == i {
+			return j, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+// syntaxError is a text that is not JSON at all, as opposed to JSON that
+// breaks a rule of RFC 8785 (a duplicate key, an unpaired surrogate, invalid
+// UTF-8) or a limit of ours.
+type syntaxError struct {
+	offset int
+	msg    string
+}
+
+func (e *syntaxError) Error() string {
+	return fmt.Sprintf("JSON syntax error at offset %d: %s", e.offset, e.msg)
+}
+
+// parseJSON reads one JSON value into the shapes Canonical takes, with
+// numbers as json.Number. It rejects what RFC 8785 rejects: duplicate keys,
+// unpaired surrogates, invalid UTF-8. It also enforces MaxDepth, so its
+// recursion stays shallow whatever the input.
+func parseJSON(data []byte) (any, error) {
+	p := &parser{data: data}
+	p.skipSpace()
+	v, err := p.value()
+	if err != nil {
+		return nil, err
+	}
+	p.skipSpace()
+	if p.pos < len(p.data) {
+		return nil, p.syntaxf("unexpected %s after the top-level value", describeByte(p.data[p.pos]))
+	}
+	return v, nil
+}
+
+type parser struct {
+	data  []byte
+	pos   int
+	depth int
+}
+
+// peek returns the byte at pos, or -1 at the end of the input.
+func (p *parser) peek() int {
+	if p.pos >= len(p.data) {
+		return -1
+	}
+	return int(p.data[p.pos])
+}
+
+func (p *parser) syntaxf(format string, args ...any) error {
+	return &syntaxError{offset: p.pos, msg: fmt.Sprintf(format, args...)}
+}
+
+// unexpected reports the byte at pos, or the end of the input, as out of
+// place where want was expected.
+func (p *parser) unexpected(want string) error {
+	if p.pos >= len(p.data) {
+		return p.syntaxf("unexpected end of input, want %s", want)
+	}
+	return p.syntaxf("unexpected %s, want %s", describeByte(p.data[p.pos]), want)
+}
+
+func (p *parser) skipSpace() {
+	for p.pos < len(p.data) {
+		switch p.data[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value() (any, error) {
+	switch c := p.peek(); {
+	case c == '{':
+		return p.object()
+	case c == '[':
+		return p.array()
+	case c == '"':
+		return p.string()
+	case c == '-' || ('0' <= c && c <= '9'):
+		n, ok := numberLen(p.data[p.pos:])
+		if !ok {
+			p.pos += n
+			return nil, p.unexpected("a digit in the number")
+		}
+		v := json.Number(p.data[p.pos : p.pos+n])
+		p.pos += n
+		return v, nil
+	case c == 't':
+		return true, p.literal("true")
+	case c == 'f':
+		return false, p.literal("false")
+	case c == 'n':
+		return nil, p.literal("null")
+	default:
+		return nil, p.unexpected("a JSON value")
+	}
+}
+
+func (p *parser) literal(word string) error {
+	if !bytes.HasPrefix(p.data[p.pos:], []byte(word)) {
+		return p.syntaxf("invalid literal, want %s", word)
+	}
+	p.pos += len(word)
+	return nil
+}
+
+// enter steps one level deeper into objects and arrays.
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > MaxDepth {
+		return fmt.Errorf("nesting is deeper than %d levels at offset %d", MaxDepth, p.pos)
+	}
+	return nil
+}
+
+func (p *parser) object() (map[string]any, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	p.pos++ // '{'
+	obj := map[string]any{}
+	p.skipSpace()
+	if p.peek() == '}' {
+		p.pos++
+		p.depth--
+		return obj, nil
+	}
+	for {
+		if p.peek() != '"' {
+			return nil, p.unexpected("a string as object key")
+		}
+		keyAt := p.pos
+		k, err := p.string()
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := obj[k]; dup {
+			return nil, fmt.Errorf("duplicate object key %q at offset %d", k, keyAt)
+		}
+		p.skipSpace()
+		if p.peek() != ':' {
+			return nil, p.unexpected("':' after object key")
+		}
+		p.pos++
+		p.skipSpace()
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = v
+		p.skipSpace()
+		switch p.peek() {
+		case ',':
+			p.pos++
+			p.skipSpace()
+		case '}':
+			p.pos++
+			p.depth--
+			return obj, nil
+		default:
+			return nil, p.unexpected("',' or '}' after object member")
+		}
+	}
+}
+
+func (p *parser) array() ([]any, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	p.pos++ // '['
+	arr := []any{}
+	p.skipSpace()
+	if p.peek() == ']' {
+		p.pos++
+		p.depth--
+		return arr, nil
+	}
+	for {
+		v, err := p.value()
+		if err != nil {
+			return nil, err
+		}
+		arr = append(arr, v)
+		p.skipSpace()
+		switch p.peek() {
+		case ',':
+			p.pos++
+			p.skipSpace()
+		case ']':
+			p.pos++
+			p.depth--
+			return arr, nil
+		default:
+			return nil, p.unexpected("',' or ']' after array element")
+		}
+	}
+}
+
+// string reads a JSON string starting at its opening quote.
+func (p *parser) string() (string, error) {
+	p.pos++ // '"'
+	var out []byte
+	run := p.pos // p.data[run:p.pos] is pending, copied as is
+	for {
+		if p.pos >= len(p.data) {
+			return "", p.unexpected("'\"' to end the string")
+		}
+		switch c := p.data[p.pos]; {
+		case c == '"':
+			out = append(out, p.data[run:p.pos]...)
+			p.pos++
+			return string(out), nil
+		case c == '\\':
+			out = append(out, p.data[run:p.pos]...)
+			r, err := p.escape()
+			if err != nil {
+				return "", err
+			}
+			out = utf8.AppendRune(out, r)
+			run = p.pos
+		case c < 0x20:
+			return "", p.syntaxf("control character 0x%02x in string: escape it", c)
+		case c < utf8.RuneSelf:
+			p.pos++
+		default:
+			r, size := utf8.DecodeRune(p.data[p.pos:])
+			if r == utf8.RuneError && size == 1 {
+				return "", fmt.Errorf("invalid UTF-8 at offset %d", p.pos)
+			}
+			p.pos += size
+		}
+	}
+}
+
+// escape reads one escape sequence starting at its backslash. A surrogate
+// pair, written as two \u escapes, is read as one.
+func (p *parser) escape() (rune, error) {
+	p.pos++ // '\\'
+	c := p.peek()
+	p.pos++
+	switch c {
+	case '"', '\\', '/':
+		return rune(c), nil
+	case 'b':
+		return '\b', nil
+	case 'f':
+		return '\f', nil
+	case 'n':
+		return '\n', nil
+	case 'r':
+		return '\r', nil
+	case 't':
+		return '\t', nil
+	case 'u':
+		at := p.pos - 2
+		r, err := p.hex4()
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case 0xDC00 <= r && r <= 0xDFFF:
+			return 0, fmt.Errorf("unpaired surrogate \\u%04x at offset %d", r, at)
+		case 0xD800 <= r && r <= 0xDBFF:
+			if !bytes.HasPrefix(p.data[p.pos:], []byte(`\u`)) {
+				return 0, fmt.Errorf("unpaired surrogate \\u%04x at offset %d", r, at)
+			}
+			p.pos += 2
+			r2, err := p.hex4()
+			if err != nil {
+				return 0, err
+			}
+			if r2 < 0xDC00 || r2 > 0xDFFF {
+				return 0, fmt.Errorf("unpaired surrogate \\u%04x at offset %d", r, at)
+			}
+			return utf16.DecodeRune(r, r2), nil
+		}
+		return r, nil
+	}
+	p.pos--
+	return 0, p.unexpected(`an escape (one of "\/bfnrtu) after '\'`)
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func (p *parser) hex4() (rune, error) {
+	if len(p.data)-p.pos < 4 {
+		return 0, p.syntaxf("want four hex digits after \\u")
+	}
+	var r rune
+	for _, c := range p.data[p.pos : p.pos+4] {
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, p.syntaxf("want four hex digits after \\u")
+		}
+		r = r<<4 | rune(d)
+	}
+	p.pos += 4
+	return r, nil
+}

@@ -1,0 +1,144 @@
+// Package daemon assembles intentd: configuration, the etcd connection
+// (embedded or external), the store, the gRPC server with health and
+// reflection, and an orderly shutdown. cmd/intentd parses flags into a
+// Config and calls Run; tests call Run in-process.
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is intentd's configuration. Start from DefaultConfig.
+type Config struct {
+	// Listen is the gRPC listen address.
+	Listen string
+	// EtcdEndpoints, when set, use an external etcd cluster instead of the
+	// embedded one.
+	EtcdEndpoints []string
+	// DataDir holds the embedded etcd's data.
+	DataDir string
+	// EmbedClientURL and EmbedPeerURL are where the embedded etcd listens
+	// (loopback; port 0 picks a free one).
+	EmbedClientURL string
+	EmbedPeerURL   string
+	// Prefix is the etcd key prefix of this installation.
+	Prefix string
+	// DialTimeout bounds connecting to etcd at start.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd call; OperationTimeout bounds one
+	// store operation with its retries.
+	RequestTimeout   time.Duration
+	OperationTimeout time.Duration
+	// HealthInterval is how often etcd is probed for the health service.
+	HealthInterval time.Duration
+	// ShutdownTimeout bounds the graceful stop before connections are cut.
+	ShutdownTimeout time.Duration
+	// LogLevel is debug, info, warn or error; LogFormat is text or json.
+	LogLevel  string
+	LogFormat string
+}
+
+// DefaultDataDir is where the embedded etcd keeps its data unless told
+// otherwise: $XDG_DATA_HOME/intentd, else ~/.local/share/intentd.
+func DefaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "intentd")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "intentd")
+	}
+	return "intentd-data"
+}
+
+// DefaultConfig returns the configuration `intentd` runs with when given no
+// flags: embedded etcd, loopback only.
+func DefaultConfig() Config {
+	return Config{
+		Listen:           "127.0.0.1:7650",
+		DataDir:          DefaultDataDir(),
+		EmbedClientURL:   "http://127.0.0.1:2379",
+		EmbedPeerURL:     "http://127.0.0.1:2380",
+		Prefix:           "/intentd/v1/",
+		DialTimeout:      10 * time.Second,
+		RequestTimeout:   3 * time.Second,
+		OperationTimeout: 10 * time.Second,
+		HealthInterval:   2 * time.Second,
+		ShutdownTimeout:  10 * time.Second,
+		LogLevel:         "info",
+		LogFormat:        "text",
+	}
+}
+
+// Embedded reports whether intentd runs its own etcd.
+func (c Config) Embedded() bool { return len(c.EtcdEndpoints) == 0 }
+
+// Validate checks every field and how fields relate; messages name the
+// flag.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		bad("--listen %q: %v", c.Listen, err)
+	}
+	if c.Embedded() {
+		if c.DataDir == "" {
+			bad("--data-dir: required with the embedded etcd")
+		}
+		for flag, u := range map[string]string{"--embed-client-url": c.EmbedClientURL, "--embed-peer-url": c.EmbedPeerURL} {
+			if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || pu.Host == "" {
+				bad("%s %q: want http://host:port", flag, u)
+			}
+		}
+	}
+	for _, e := range c.EtcdEndpoints {
+		if strings.TrimSpace(e) == "" {
+			bad("--etcd-endpoints: empty endpoint in %q", strings.Join(c.EtcdEndpoints, ","))
+		}
+	}
+	if c.Prefix == "" || !strings.HasSuffix(c.Prefix, "/") {
+		bad("--prefix %q: must end with /", c.Prefix)
+	}
+	for flag, d := range map[string]time.Duration{
+		"--dial-timeout": c.DialTimeout, "--request-timeout": c.RequestTimeout,
+		"--operation-timeout": c.OperationTimeout, "--health-interval": c.HealthInterval,
+		"--shutdown-timeout": c.ShutdownTimeout,
+	} {
+		if d <= 0 {
+			bad("%s %v: must be positive", flag, d)
+		}
+	}
+	if c.OperationTimeout < c.RequestTimeout {
+		bad("--operation-timeout %v: must be at least --request-timeout %v", c.OperationTimeout, c.RequestTimeout)
+	}
+	if _, err := c.level(); err != nil {
+		bad("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("--log-format %q: want text or json", c.LogFormat)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) level() (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(c.LogLevel))
+	return l, err
+}
+
+// Logger builds the slog logger the config asks for.
+func (c Config) Logger() *slog.Logger {
+	l, _ := c.level()
+	opts := &slog.HandlerOptions{Level: l}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

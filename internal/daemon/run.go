@@ -1,0 +1,222 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/intentd/intentd/etcdstore"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/server"
+)
+
+// Run serves intentd until ctx ends, then shuts down in order: health goes
+// NOT_SERVING, in-flight calls finish within ShutdownTimeout (then
+// connections are cut), the etcd client closes, the embedded etcd stops.
+// ready, if not nil, is called with the gRPC address once it accepts calls.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr string)) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	endpoints := cfg.EtcdEndpoints
+	if cfg.Embedded() {
+		e, err := startEmbedded(cfg, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			e.Close()
+			log.Info("embedded etcd stopped")
+		}()
+		endpoints = []string{"http://" + e.Clients[0].Addr().String()}
+	}
+
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: cfg.DialTimeout,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("intentd: etcd client for %v: %w", endpoints, err)
+	}
+	defer cli.Close()
+
+	scfg := etcdstore.DefaultConfig()
+	scfg.Prefix = cfg.Prefix
+	scfg.RequestTimeout = cfg.RequestTimeout
+	scfg.OperationTimeout = cfg.OperationTimeout
+	scfg.Logger = log
+	store, err := etcdstore.New(cli, scfg)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	err = store.Ping(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("intentd: etcd at %v does not answer: %w", endpoints, err)
+	}
+
+	srv := newGRPCServer(log)
+	intentv1.RegisterIntentServiceServer(srv, server.New(store, log))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("intentd: --listen %s: %w", cfg.Listen, err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }() // exits when srv stops
+
+	hctx, stopHealth := context.WithCancel(ctx)
+	healthDone := make(chan struct{})
+	go func() { // exits when hctx ends
+		defer close(healthDone)
+		watchHealth(hctx, store, hs, cfg.HealthInterval, log)
+	}()
+
+	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", dataDirOrNone(cfg))
+	if ready != nil {
+		ready(lis.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		stopHealth()
+		<-healthDone
+		return fmt.Errorf("intentd: serve: %w", err)
+	}
+	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
+	stopHealth()
+	<-healthDone
+	hs.Shutdown() // every service NOT_SERVING: load balancers drain us first
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
+	timer := time.NewTimer(cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		log.Warn("graceful stop timed out; cutting connections")
+		srv.Stop()
+		<-stopped
+	}
+	<-served
+	return nil
+}
+
+func dataDirOrNone(cfg Config) string {
+	if cfg.Embedded() {
+		return cfg.DataDir
+	}
+	return ""
+}
+
+// newGRPCServer builds the server with logging and panic recovery. A panic
+// becomes INTERNAL with a generic message: the stack goes to the log, never
+// to the client.
+func newGRPCServer(log *slog.Logger) *grpc.Server {
+	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
+		log.Log(ctx, slog.Level(l), msg, fields...)
+	})
+	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+		return status.Error(codes.Internal, "internal error")
+	})
+	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	return grpc.NewServer(
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(logger, logOpts...),
+			recovery.UnaryServerInterceptor(onPanic),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(logger, logOpts...),
+			recovery.StreamServerInterceptor(onPanic),
+		),
+		grpc.MaxRecvMsgSize(4<<20),
+	)
+}
+
+// watchHealth reports SERVING only while etcd answers a linearizable read.
+func watchHealth(ctx context.Context, store *etcdstore.Store, hs *health.Server, every time.Duration, log *slog.Logger) {
+	last := healthpb.HealthCheckResponse_UNKNOWN
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if err := store.Ping(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		if st != last {
+			log.Info("health", "status", st.String())
+			last = st
+		}
+		hs.SetServingStatus("", st)
+		hs.SetServingStatus(intentv1.IntentService_ServiceDesc.ServiceName, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// startEmbedded starts the single-member embedded etcd on cfg.DataDir.
+func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
+	}
+	ec := embed.NewConfig()
+	ec.Name = "intentd"
+	ec.Dir = filepath.Join(cfg.DataDir, "etcd")
+	ec.LogLevel = "error"
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cu, _ := url.Parse(cfg.EmbedClientURL)
+	pu, _ := url.Parse(cfg.EmbedPeerURL)
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	ec.InitialCluster = ec.Name + "=" + pu.String()
+	// Keep a day of history so that watchers can resume after short gaps.
+	ec.AutoCompactionMode = "periodic"
+	ec.AutoCompactionRetention = "24h"
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("intentd: start embedded etcd in %s: %w", ec.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("intentd: embedded etcd: %w", err)
+	case <-time.After(cfg.DialTimeout + 30*time.Second):
+		e.Close()
+		return nil, errors.New("intentd: embedded etcd did not become ready")
+	}
+	log.Info("embedded etcd ready", "dir", ec.Dir, "client_url", e.Clients[0].Addr().String())
+	return e, nil
+}

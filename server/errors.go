@@ -1,0 +1,106 @@
+package server
+
+// Errors become gRPC statuses here and nowhere else. The reading of codes,
+// after grpc-go's codes package:
+//
+//   - INVALID_ARGUMENT: the request is wrong whatever the state of the
+//     intent; fix it, do not retry it.
+//   - FAILED_PRECONDITION: the request is well formed but the intent's state
+//     forbids it (another fingerprint, a final state); retrying the same call
+//     will fail the same way until someone changes the intent.
+//   - ABORTED: the caller lost a race (its token was superseded); retry at a
+//     higher level: Acquire again, and reconcile.
+//   - UNAVAILABLE: etcd did not answer; retrying the very same call is safe,
+//     because every operation recognizes its own earlier effect.
+//
+// Every error carries a google.rpc.ErrorInfo with domain "intentd.dev" and a
+// reason a program can switch on. An error this table does not know becomes
+// INTERNAL with a generic message: its text is logged, never sent.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// ErrorDomain is the ErrorInfo domain of every intentd error.
+const ErrorDomain = "intentd.dev"
+
+// The ErrorInfo reasons intentd returns.
+const (
+	ReasonInvalidField        = "INVALID_FIELD"
+	ReasonIntentNotFound      = "INTENT_NOT_FOUND"
+	ReasonSessionNotFound     = "SESSION_NOT_FOUND"
+	ReasonFingerprintMismatch = "FINGERPRINT_MISMATCH"
+	ReasonInvalidTransition   = "INVALID_TRANSITION"
+	ReasonResultMismatch      = "RESULT_MISMATCH"
+	ReasonStaleToken          = "STALE_TOKEN"
+	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
+	ReasonInternal            = "INTERNAL"
+)
+
+// toStatus maps a domain error to a gRPC status error.
+func toStatus(log *slog.Logger, err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		invalid *intent.InvalidError
+		stale   *intent.StaleTokenError
+		fpm     *intent.FingerprintMismatchError
+		trans   *intent.TransitionError
+	)
+	switch {
+	case errors.As(err, &invalid):
+		return withDetails(codes.InvalidArgument, err.Error(), ReasonInvalidField,
+			map[string]string{"field": invalid.Field},
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+				{Field: invalid.Field, Description: invalid.Reason},
+			}})
+	case errors.As(err, &stale):
+		return withDetails(codes.Aborted, err.Error(), ReasonStaleToken,
+			map[string]string{"current_token": stale.Current.String(), "token": stale.Token.String()})
+	case errors.As(err, &fpm):
+		return withDetails(codes.FailedPrecondition, err.Error(), ReasonFingerprintMismatch,
+			map[string]string{"registered_fingerprint": fpm.Stored, "request_fingerprint": fpm.Given})
+	case errors.As(err, &trans):
+		return withDetails(codes.FailedPrecondition, err.Error(), ReasonInvalidTransition,
+			map[string]string{"state": trans.State.String()})
+	case errors.Is(err, intent.ErrResultMismatch):
+		return withDetails(codes.FailedPrecondition, err.Error(), ReasonResultMismatch, nil)
+	case errors.Is(err, intent.ErrNotFound):
+		return withDetails(codes.NotFound, "intent: not found", ReasonIntentNotFound, nil)
+	case errors.Is(err, intent.ErrSessionNotFound):
+		return withDetails(codes.NotFound, "session not found: it expired, was closed, or belongs elsewhere; open a new one", ReasonSessionNotFound, nil)
+	case errors.Is(err, intent.ErrUnavailable):
+		log.Warn("store unavailable", "err", err)
+		return withDetails(codes.Unavailable, "etcd did not answer in time; retrying the same call is safe", ReasonStoreUnavailable, nil)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded; retrying the same call is safe")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	}
+	log.Error("unmapped error", "err", err)
+	return withDetails(codes.Internal, "internal error", ReasonInternal, nil)
+}
+
+func withDetails(c codes.Code, msg, reason string, meta map[string]string, more ...*errdetails.BadRequest) error {
+	st := status.New(c, msg)
+	info := &errdetails.ErrorInfo{Domain: ErrorDomain, Reason: reason, Metadata: meta}
+	var err error
+	if len(more) > 0 {
+		st, err = st.WithDetails(info, more[0])
+	} else {
+		st, err = st.WithDetails(info)
+	}
+	if err != nil {
+		return status.Error(c, msg)
+	}
+	return st.Err()
+}

@@ -1,0 +1,283 @@
+// Package server implements intent.v1.IntentService on top of a Store.
+// Each handler validates its request, makes one domain call, and builds the
+// response; errors become gRPC statuses in errors.go and nowhere else.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/intentd/intentd/fencing"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+)
+
+// Store is what the server needs from storage. etcdstore.Store implements
+// it; the server never sees etcd.
+type Store interface {
+	Register(ctx context.Context, reg intent.Registration) (*intent.Intent, bool, error)
+	OpenSession(ctx context.Context, tenant, worker string, ttl time.Duration) (*intent.Session, error)
+	CloseSession(ctx context.Context, tenant, id string) error
+	Heartbeat(ctx context.Context, tenant, id string, held []intent.HeldLease) (time.Duration, error)
+	Acquire(ctx context.Context, req intent.AcquireRequest) (*intent.Acquisition, error)
+	Report(ctx context.Context, r intent.Report) (*intent.ReportOutcome, error)
+	Get(ctx context.Context, tenant, key string) (*intent.Intent, error)
+}
+
+// Server is the gRPC IntentService.
+type Server struct {
+	intentv1.UnimplementedIntentServiceServer
+	store Store
+	log   *slog.Logger
+}
+
+// New returns a Server backed by store.
+func New(store Store, log *slog.Logger) *Server {
+	return &Server{store: store, log: log}
+}
+
+func (s *Server) fail(err error) error { return toStatus(s.log, err) }
+
+// Register implements IntentService.Register.
+func (s *Server) Register(ctx context.Context, req *intentv1.RegisterRequest) (*intentv1.RegisterResponse, error) {
+	reg, err := registration("", req)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	in, created, err := s.store.Register(ctx, *reg)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.RegisterResponse{Intent: intentToProto(in), Created: created}, nil
+}
+
+// DeriveKey implements IntentService.DeriveKey.
+func (s *Server) DeriveKey(_ context.Context, req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, error) {
+	if len(req.GetIdentity().GetFields()) == 0 {
+		return nil, s.fail(intent.Invalid("identity", "required: the fields that identify the action"))
+	}
+	key, canonical, err := intent.DeriveKey(req.GetAction(), req.GetIdentity().AsMap())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.DeriveKeyResponse{Key: key, Canonical: string(canonical)}, nil
+}
+
+// OpenSession implements IntentService.OpenSession.
+func (s *Server) OpenSession(ctx context.Context, req *intentv1.OpenSessionRequest) (*intentv1.OpenSessionResponse, error) {
+	tn, err := tenant(req.GetTenant())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if err := required("worker", req.GetWorker(), MaxWorkerLen); err != nil {
+		return nil, s.fail(err)
+	}
+	ttl, err := sessionTTL("ttl", req.GetTtl().AsDuration(), req.GetTtl() != nil)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	sess, err := s.store.OpenSession(ctx, tn, req.GetWorker(), ttl)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.OpenSessionResponse{SessionId: sess.ID, Ttl: durationToProto(sess.TTL)}, nil
+}
+
+// CloseSession implements IntentService.CloseSession.
+func (s *Server) CloseSession(ctx context.Context, req *intentv1.CloseSessionRequest) (*intentv1.CloseSessionResponse, error) {
+	tn, err := tenant(req.GetTenant())
+	if err == nil {
+		err = required("session_id", req.GetSessionId(), MaxSessionIDLen)
+	}
+	if err == nil {
+		err = s.store.CloseSession(ctx, tn, req.GetSessionId())
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.CloseSessionResponse{}, nil
+}
+
+// Acquire implements IntentService.Acquire.
+func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*intentv1.AcquireResponse, error) {
+	ar, err := acquireRequest(req)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	a, err := s.store.Acquire(ctx, *ar)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	taken := "none"
+	if a.Outcome == intent.OutcomeExecute || a.Outcome == intent.OutcomeReconcile {
+		taken = "lease_issued"
+	}
+	return &intentv1.AcquireResponse{
+		Outcome:     outcomeToProto(a.Outcome),
+		Intent:      intentToProto(a.Intent),
+		Lease:       leaseToProto(a.Lease),
+		ActionTaken: taken,
+		Statement:   statement(a),
+	}, nil
+}
+
+func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error) {
+	tn, err := target(req.GetTenant(), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if err := required("session_id", req.GetSessionId(), MaxSessionIDLen); err != nil {
+		return nil, err
+	}
+	if err := required("request_id", req.GetRequestId(), MaxRequestIDLen); err != nil {
+		return nil, err
+	}
+	if err := maxLen("expected_fingerprint", req.GetExpectedFingerprint(), 64); err != nil {
+		return nil, err
+	}
+	ar := &intent.AcquireRequest{
+		Tenant:              tn,
+		Key:                 req.GetKey(),
+		SessionID:           req.GetSessionId(),
+		RequestID:           req.GetRequestId(),
+		ExpectedFingerprint: req.GetExpectedFingerprint(),
+	}
+	if r := req.GetRegister(); r != nil {
+		if ar.Register, err = registration("register.", r); err != nil {
+			return nil, err
+		}
+		if ar.Register.Tenant != tn || ar.Register.Key != ar.Key {
+			return nil, intent.Invalid("register", "tenant and key must equal the request's")
+		}
+	}
+	return ar, nil
+}
+
+// Heartbeat implements IntentService.Heartbeat.
+func (s *Server) Heartbeat(ctx context.Context, req *intentv1.HeartbeatRequest) (*intentv1.HeartbeatResponse, error) {
+	tn, err := tenant(req.GetTenant())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if err := required("session_id", req.GetSessionId(), MaxSessionIDLen); err != nil {
+		return nil, s.fail(err)
+	}
+	if len(req.GetLeases()) > MaxHeldLeases {
+		return nil, s.fail(intent.Invalid("leases", "%d leases, more than the limit of %d", len(req.GetLeases()), MaxHeldLeases))
+	}
+	held := make([]intent.HeldLease, 0, len(req.GetLeases()))
+	for _, l := range req.GetLeases() {
+		if err := intent.ValidateKey(l.GetKey()); err != nil {
+			return nil, s.fail(err)
+		}
+		if err := validToken(l.GetToken()); err != nil {
+			return nil, s.fail(err)
+		}
+		held = append(held, intent.HeldLease{Key: l.GetKey(), Token: fencing.Token(l.GetToken())})
+	}
+	ttl, err := s.store.Heartbeat(ctx, tn, req.GetSessionId(), held)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.HeartbeatResponse{Ttl: durationToProto(ttl)}, nil
+}
+
+// report validates the fields every fenced report shares.
+func report(tn, key string, token uint64, kind intent.ReportKind) (*intent.Report, error) {
+	t, err := target(tn, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := validToken(token); err != nil {
+		return nil, err
+	}
+	return &intent.Report{Tenant: t, Key: key, Token: fencing.Token(token), Kind: kind}, nil
+}
+
+// Complete implements IntentService.Complete.
+func (s *Server) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*intentv1.CompleteResponse, error) {
+	r, err := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportComplete)
+	if err == nil {
+		r.Result, err = result(req.GetResult())
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	out, err := s.store.Report(ctx, *r)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	taken := "recorded"
+	if out.Replayed {
+		taken = "none"
+	}
+	return &intentv1.CompleteResponse{Intent: intentToProto(out.Intent), ActionTaken: taken}, nil
+}
+
+// MarkUnknown implements IntentService.MarkUnknown.
+func (s *Server) MarkUnknown(ctx context.Context, req *intentv1.MarkUnknownRequest) (*intentv1.MarkUnknownResponse, error) {
+	in, err := s.reportWithReason(ctx, req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportMarkUnknown, req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &intentv1.MarkUnknownResponse{Intent: in}, nil
+}
+
+// Release implements IntentService.Release.
+func (s *Server) Release(ctx context.Context, req *intentv1.ReleaseRequest) (*intentv1.ReleaseResponse, error) {
+	in, err := s.reportWithReason(ctx, req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportRelease, req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &intentv1.ReleaseResponse{Intent: in}, nil
+}
+
+func (s *Server) reportWithReason(ctx context.Context, tn, key string, token uint64, kind intent.ReportKind, reason string) (*intentv1.Intent, error) {
+	r, err := report(tn, key, token, kind)
+	if err == nil {
+		err = maxLen("reason", reason, MaxReasonLen)
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	r.Reason = reason
+	out, err := s.store.Report(ctx, *r)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return intentToProto(out.Intent), nil
+}
+
+// Fail implements IntentService.Fail.
+func (s *Server) Fail(ctx context.Context, req *intentv1.FailRequest) (*intentv1.FailResponse, error) {
+	r, err := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportFail)
+	if err == nil {
+		err = required("failure.code", req.GetFailure().GetCode(), MaxFailureCodeLen)
+	}
+	if err == nil {
+		err = maxLen("failure.message", req.GetFailure().GetMessage(), MaxReasonLen)
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	r.Failure = &intent.Failure{Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()}
+	out, err := s.store.Report(ctx, *r)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.FailResponse{Intent: intentToProto(out.Intent)}, nil
+}
+
+// Get implements IntentService.Get.
+func (s *Server) Get(ctx context.Context, req *intentv1.GetRequest) (*intentv1.GetResponse, error) {
+	tn, err := target(req.GetTenant(), req.GetKey())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	in, err := s.store.Get(ctx, tn, req.GetKey())
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	return &intentv1.GetResponse{Intent: intentToProto(in)}, nil
+}

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+)
+
+// Limits on request fields. They keep every etcd write well under etcd's
+// 1.5 MiB request limit: a record holds params, a result and a bounded
+// history.
+const (
+	MaxParamsVersionLen = 64
+	MaxLabels           = 32
+	MaxLabelKeyLen      = 63
+	MaxLabelValueLen    = 256
+	MaxSessionIDLen     = 32
+	MaxRequestIDLen     = 128
+	MaxWorkerLen        = 128
+	MaxReasonLen        = 1024
+	MaxPayloadBytes     = 256 << 10
+	MaxExternalRefs     = 32
+	MaxExternalRefLen   = 256
+	MaxFailureCodeLen   = 128
+	MaxHeldLeases       = 128
+	MinSessionTTL       = 2 * time.Second
+	MaxSessionTTL       = 5 * time.Minute
+	DefaultSessionTTL   = 10 * time.Second
+)
+
+// tenant returns the request's tenant, "default" when empty.
+func tenant(t string) (string, error) {
+	if t == "" {
+		return intent.DefaultTenant, nil
+	}
+	return t, intent.ValidateTenant(t)
+}
+
+// target validates the (tenant, key) a request addresses.
+func target(t, key string) (string, error) {
+	tn, err := tenant(t)
+	if err != nil {
+		return "", err
+	}
+	return tn, intent.ValidateKey(key)
+}
+
+func maxLen(field, v string, n int) error {
+	if len(v) > n {
+		return intent.Invalid(field, "%d bytes, more than the limit of %d", len(v), n)
+	}
+	if !utf8.ValidString(v) {
+		return intent.Invalid(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+func required(field, v string, n int) error {
+	if v == "" {
+		return intent.Invalid(field, "required")
+	}
+	return maxLen(field, v, n)
+}
+
+func validToken(t uint64) error {
+	if t == 0 {
+		return intent.Invalid("token", "required: the token of the lease Acquire returned")
+	}
+	return nil
+}
+
+// registration validates a RegisterRequest (under field prefix, for the one
+// nested in AcquireRequest) and returns its domain form with canonical
+// params.
+func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registration, error) {
+	tn, err := target(r.GetTenant(), r.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	params, err := canonicalParams(prefix+"params", r.GetParams())
+	if err != nil {
+		return nil, err
+	}
+	if err := maxLen(prefix+"params_version", r.GetParamsVersion(), MaxParamsVersionLen); err != nil {
+		return nil, err
+	}
+	if err := labels(prefix+"labels", r.GetLabels()); err != nil {
+		return nil, err
+	}
+	if p := r.GetParentKey(); p != "" {
+		if err := intent.ValidateKey(p); err != nil {
+			return nil, intent.Invalid(prefix+"parent_key", "%v", err)
+		}
+	}
+	return &intent.Registration{
+		Tenant:        tn,
+		Key:           r.GetKey(),
+		Params:        params,
+		ParamsVersion: r.GetParamsVersion(),
+		Labels:        r.GetLabels(),
+		ParentKey:     r.GetParentKey(),
+	}, nil
+}
+
+func canonicalParams(field string, s *structpb.Struct) ([]byte, error) {
+	if len(s.GetFields()) == 0 {
+		return nil, intent.Invalid(field, "required: the approved terms, a non-empty object")
+	}
+	b, err := intent.Canonical(s.AsMap())
+	if err != nil {
+		return nil, intent.Invalid(field, "%v", err)
+	}
+	if len(b) > intent.MaxParamsBytes {
+		return nil, intent.Invalid(field, "%d bytes in canonical form, more than the limit of %d", len(b), intent.MaxParamsBytes)
+	}
+	return b, nil
+}
+
+func labels(field string, m map[string]string) error {
+	if len(m) > MaxLabels {
+		return intent.Invalid(field, "%d labels, more than the limit of %d", len(m), MaxLabels)
+	}
+	for k, v := range m {
+		if k == "" {
+			return intent.Invalid(field, "empty label key")
+		}
+		if err := maxLen(field+"["+k+"]", k, MaxLabelKeyLen); err != nil {
+			return err
+		}
+		if err := maxLen(field+"["+k+"]", v, MaxLabelValueLen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func result(r *intentv1.Result) (*intent.Result, error) {
+	if r == nil {
+		return nil, intent.Invalid("result", "required: what the side effect produced")
+	}
+	if len(r.GetPayload()) > MaxPayloadBytes {
+		return nil, intent.Invalid("result.payload", "%d bytes, more than the limit of %d", len(r.GetPayload()), MaxPayloadBytes)
+	}
+	if len(r.GetExternalRefs()) > MaxExternalRefs {
+		return nil, intent.Invalid("result.external_refs", "%d entries, more than the limit of %d", len(r.GetExternalRefs()), MaxExternalRefs)
+	}
+	for k, v := range r.GetExternalRefs() {
+		if err := required("result.external_refs", k, MaxExternalRefLen); err != nil {
+			return nil, err
+		}
+		if err := maxLen("result.external_refs["+k+"]", v, MaxExternalRefLen); err != nil {
+			return nil, err
+		}
+	}
+	return &intent.Result{Payload: r.GetPayload(), ExternalRefs: r.GetExternalRefs()}, nil
+}
+
+func sessionTTL(field string, ttl time.Duration, set bool) (time.Duration, error) {
+	if !set {
+		return DefaultSessionTTL, nil
+	}
+	if ttl < MinSessionTTL || ttl > MaxSessionTTL {
+		return 0, intent.Invalid(field, "%v is outside [%v, %v]", ttl, MinSessionTTL, MaxSessionTTL)
+	}
+	return ttl, nil
+}
