@@ -1,0 +1,201 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/fencing"
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/etcdtest"
+)
+
+// cluster is one real etcd member and the client the test's stores share.
+type cluster struct {
+	srv *etcdtest.Server
+	cli *clientv3.Client
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	return &cluster{srv: srv, cli: srv.Client(t)}
+}
+
+// store returns a new Store on the cluster: each is like one intentd
+// replica, with its own caches.
+func (c *cluster) store(t *testing.T) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(c.cli, etcdstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ctx(t *testing.T) context.Context {
+	t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// lamp is the approved purchase of the seed article.
+func lamp(t *testing.T, key string, quantity float64) intent.Registration {
+	t.Helper()
+	params, err := intent.Canonical(map[string]any{
+		"item": "desk lamp", "quantity": quantity, "merchant": "M", "max_amount": "89.00", "currency": "EUR",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return intent.Registration{Tenant: "default", Key: key, Params: params}
+}
+
+func register(t *testing.T, s *etcdstore.Store, reg intent.Registration) *intent.Intent {
+	t.Helper()
+	in, _, err := s.Register(ctx(t), reg)
+	if err != nil {
+		t.Fatalf("Register(%s): %v", reg.Key, err)
+	}
+	return in
+}
+
+func openSession(t *testing.T, s *etcdstore.Store, worker string, ttl time.Duration) string {
+	t.Helper()
+	sess, err := s.OpenSession(ctx(t), "default", worker, ttl)
+	if err != nil {
+		t.Fatalf("OpenSession(%s): %v", worker, err)
+	}
+	return sess.ID
+}
+
+var requestSeq atomic.Int64
+
+func acquire(t *testing.T, s *etcdstore.Store, key, session string) *intent.Acquisition {
+	t.Helper()
+	a, err := s.Acquire(ctx(t), intent.AcquireRequest{
+		Tenant: "default", Key: key, SessionID: session,
+		RequestID: fmt.Sprintf("req-%d", requestSeq.Add(1)),
+	})
+	if err != nil {
+		t.Fatalf("Acquire(%s, %s): %v", key, session, err)
+	}
+	return a
+}
+
+func mustOutcome(t *testing.T, a *intent.Acquisition, want intent.Outcome) {
+	t.Helper()
+	if a.Outcome != want {
+		t.Fatalf("Acquire outcome = %v, want %v", a.Outcome, want)
+	}
+}
+
+func report(t *testing.T, s *etcdstore.Store, r intent.Report) (*intent.ReportOutcome, error) {
+	t.Helper()
+	if r.Tenant == "" {
+		r.Tenant = "default"
+	}
+	return s.Report(ctx(t), r)
+}
+
+func complete(key string, token fencing.Token, orderID string) intent.Report {
+	return intent.Report{
+		Key: key, Kind: intent.ReportComplete, Token: token,
+		Result: &intent.Result{Payload: []byte(`{"order":"` + orderID + `"}`), ExternalRefs: map[string]string{"supplier_order_id": orderID}},
+	}
+}
+
+func get(t *testing.T, s *etcdstore.Store, key string) *intent.Intent {
+	t.Helper()
+	in, err := s.Get(ctx(t), "default", key)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", key, err)
+	}
+	return in
+}
+
+// lapse ends a session as if its worker stopped heartbeating, without
+// waiting for the TTL (one test waits for a real expiry).
+func lapse(t *testing.T, s *etcdstore.Store, session string) {
+	t.Helper()
+	if err := s.CloseSession(ctx(t), "default", session); err != nil {
+		t.Fatalf("CloseSession: %v", err)
+	}
+}
+
+func mustStale(t *testing.T, err error, current fencing.Token) {
+	t.Helper()
+	var stale *intent.StaleTokenError
+	if !errors.As(err, &stale) {
+		t.Fatalf("err = %v, want a *intent.StaleTokenError", err)
+	}
+	if stale.Current != current {
+		t.Fatalf("StaleTokenError.Current = %d, want %d", stale.Current, current)
+	}
+}
+
+// lossyKV passes every call to etcd, and for the transactions drop selects,
+// throws the reply away after etcd applied the write: the worst case of an
+// ambiguous commit (a timeout or a leader change after commit).
+type lossyKV struct {
+	clientv3.KV
+	mu      sync.Mutex
+	drop    func(n int) bool // n counts write transactions from 1
+	writes  int
+	dropped int
+}
+
+func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lossyTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type lossyTxn struct {
+	clientv3.Txn
+	kv     *lossyKV
+	writes bool
+}
+
+func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsPut() || op.IsDelete() {
+			t.writes = true
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err != nil || !t.writes {
+		return resp, err
+	}
+	t.kv.mu.Lock()
+	defer t.kv.mu.Unlock()
+	t.kv.writes++
+	if t.kv.drop(t.kv.writes) {
+		t.kv.dropped++
+		return nil, status.Error(codes.Unavailable, "lossyKV: reply dropped after commit")
+	}
+	return resp, nil
+}
