@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: API lint and compatibility, generated-code drift,
+# formatting, vet, and the whole test suite with the race detector against
+# real (embedded) etcd servers. Installs its pinned tools first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-tools.sh
+export PATH="$PWD/bin:$PATH"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "buf lint / format"
+buf lint
+buf format --diff --exit-code
+
+step "buf breaking (against the released API in api/intent.v1.binpb)"
+buf breaking --against api/intent.v1.binpb
+
+step "generated code is up to date (buf generate leaves no diff)"
+buf generate
+if [[ -n "$(git status --porcelain -- gen)" ]]; then
+  git status --porcelain -- gen
+  git diff --stat -- gen
+  echo "gen/ differs from 'buf generate': regenerate and commit" >&2
+  exit 1
+fi
+
+step "gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt would change: $unformatted" >&2
+  exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "go test -race"
+go test -race -count=1 -timeout 15m ./...
