@@ -145,7 +145,10 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	if err != nil {
 		return nil, err
 	}
-	if out.Lease != nil && out.Lease.Live {
+	if out.Outcome == intent.OutcomeInProgress {
+		// Tell the waiting caller how long the holder has; the caller's
+		// own lease lives as long as its heartbeats, which it knows best,
+		// so EXECUTE and RECONCILE spend no round trip on this.
 		out.Lease.ExpiresAt = s.sessionExpiry(ctx, out.Lease.SessionID)
 		out.Intent.Lease = out.Lease
 	}
@@ -243,8 +246,9 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	kind := reportEvent(r.Kind)
 	var out *intent.ReportOutcome
 	var stale *intent.StaleTokenError
+	var holder *leaseRecord // set when a replay finds the intent held again
 	err := s.transition(ctx, r.Tenant, r.Key, start, load, func(v *view) (*change, error) {
-		out, stale = nil, nil
+		out, stale, holder = nil, nil, nil
 		if v.rec == nil {
 			return nil, intent.ErrNotFound
 		}
@@ -256,7 +260,10 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			if r.Kind == intent.ReportComplete && !sameResult(rec.Result, r.Result) {
 				return nil, fmt.Errorf("%w: %q was completed under token %s with another result", intent.ErrResultMismatch, r.Key, r.Token)
 			}
-			out = &intent.ReportOutcome{Intent: rec.toIntent(v.rev(), false, false), Replayed: true}
+			out = &intent.ReportOutcome{Intent: rec.toIntent(v.rev(), true, false), Replayed: true}
+			if rec.State == intent.StateInProgress {
+				holder = rec.Lease
+			}
 			return nil, nil
 		}
 		now := s.cfg.Now()
@@ -301,6 +308,18 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	}
 	if stale != nil {
 		return nil, stale
+	}
+	if out.Replayed && holder != nil {
+		// The intent moved on since the report was applied (a reconciler
+		// holds it now): tell whether that holder is alive, as Get does.
+		kv, err := s.getSession(ctx, r.Tenant, holder.SessionID)
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		if kv == nil || kv.CreateRevision != holder.SessionRev {
+			out.Intent.State = intent.StateUnknown
+			out.Intent.Lease.Live = false
+		}
 	}
 	return out, nil
 }

@@ -357,11 +357,27 @@ func TestParseRejects(t *testing.T) {
 			if got != 0 {
 				t.Errorf("Parse(%q) = %d with error, want 0", tt.in, got)
 			}
+			if tt.in == "0" {
+				return // UnmarshalText reads "0" as the zero Token; see TestUnmarshalTextZero
+			}
 			var tok Token = 5
 			if err := tok.UnmarshalText([]byte(tt.in)); !errors.Is(err, ErrMalformed) || tok != 5 {
 				t.Errorf("UnmarshalText(%q) = %v, token %d, want ErrMalformed and token unchanged", tt.in, err, tok)
 			}
 		})
+	}
+}
+
+// A stored "no token" survives a text round trip, while a token arriving
+// on the wire (Parse) may never be zero.
+func TestUnmarshalTextZero(t *testing.T) {
+	var tok Token = 5
+	b, _ := Token(0).MarshalText()
+	if err := tok.UnmarshalText(b); err != nil || tok != 0 {
+		t.Fatalf("UnmarshalText(%q) = %v, token %d, want nil and 0", b, err, tok)
+	}
+	if _, err := Parse(string(b)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Parse(%q) = %v, want ErrMalformed", b, err)
 	}
 }
 

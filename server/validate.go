@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"time"
 	"unicode/utf8"
 
@@ -79,7 +80,7 @@ func validToken(t uint64) error {
 func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registration, error) {
 	tn, err := target(r.GetTenant(), r.GetKey())
 	if err != nil {
-		return nil, err
+		return nil, nested(prefix, err)
 	}
 	params, err := canonicalParams(prefix+"params", r.GetParams())
 	if err != nil {
@@ -93,7 +94,7 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 	}
 	if p := r.GetParentKey(); p != "" {
 		if err := intent.ValidateKey(p); err != nil {
-			return nil, intent.Invalid(prefix+"parent_key", "%v", err)
+			return nil, nested(prefix+"parent_", err)
 		}
 	}
 	return &intent.Registration{
@@ -104,6 +105,16 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 		Labels:        r.GetLabels(),
 		ParentKey:     r.GetParentKey(),
 	}, nil
+}
+
+// nested renames the field of an *intent.InvalidError for a message nested
+// in the request: "key" becomes "register.key".
+func nested(prefix string, err error) error {
+	var inv *intent.InvalidError
+	if prefix == "" || !errors.As(err, &inv) {
+		return err
+	}
+	return &intent.InvalidError{Field: prefix + inv.Field, Reason: inv.Reason}
 }
 
 func canonicalParams(field string, s *structpb.Struct) ([]byte, error) {

@@ -536,8 +536,9 @@ type Lease struct {
 	Worker string `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
 	// acquired_at is when the lease was issued.
 	AcquiredAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=acquired_at,json=acquiredAt,proto3" json:"acquired_at,omitempty"`
-	// expires_at estimates when the lease lapses unless heartbeats arrive.
-	// etcd decides expiry; this is for display and planning only.
+	// expires_at estimates when the lease lapses unless heartbeats arrive; set
+	// on the holder's lease in IN_PROGRESS answers and in Get. etcd decides
+	// expiry; this is for display and planning only.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// live is true while the holder's session is alive.
 	Live          bool `protobuf:"varint,7,opt,name=live,proto3" json:"live,omitempty"`
