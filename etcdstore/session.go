@@ -134,8 +134,8 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 		return 0, unavailable(err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
-	for _, h := range held {
-		if err := s.checkHeld(ctx, tenant, sess, h); err != nil {
+	for i, h := range held {
+		if err := s.checkHeld(ctx, tenant, sess, i, h); err != nil {
 			return ttl, err
 		}
 	}
@@ -143,7 +143,7 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 }
 
 // checkHeld checks one lease named in a heartbeat against the record.
-func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, h intent.HeldLease) error {
+func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i int, h intent.HeldLease) error {
 	var stale *intent.StaleTokenError
 	load := func(ctx context.Context) (*view, error) { return s.read(ctx, tenant, h.Key) }
 	err := s.transition(ctx, tenant, h.Key, nil, load, func(v *view) (*change, error) {
@@ -154,7 +154,7 @@ func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, h in
 		cur := currentToken(v.rec)
 		switch {
 		case h.Token > cur:
-			return nil, intent.Invalid("token", "token %s was never issued for %q", h.Token, h.Key)
+			return nil, intent.Invalid(fmt.Sprintf("leases[%d].token", i), "token %s was never issued for %q", h.Token, h.Key)
 		case h.Token == cur:
 			return nil, nil
 		}

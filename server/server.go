@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -167,12 +168,13 @@ func (s *Server) Heartbeat(ctx context.Context, req *intentv1.HeartbeatRequest) 
 		return nil, s.fail(intent.Invalid("leases", "%d leases, more than the limit of %d", len(req.GetLeases()), MaxHeldLeases))
 	}
 	held := make([]intent.HeldLease, 0, len(req.GetLeases()))
-	for _, l := range req.GetLeases() {
+	for i, l := range req.GetLeases() {
+		field := fmt.Sprintf("leases[%d].", i)
 		if err := intent.ValidateKey(l.GetKey()); err != nil {
-			return nil, s.fail(err)
+			return nil, s.fail(nested(field, err))
 		}
 		if err := validToken(l.GetToken()); err != nil {
-			return nil, s.fail(err)
+			return nil, s.fail(nested(field, err))
 		}
 		held = append(held, intent.HeldLease{Key: l.GetKey(), Token: fencing.Token(l.GetToken())})
 	}

@@ -1,0 +1,35 @@
+// Package layering holds no code: its test enforces which packages of
+// intentd may depend on which, so that the layers of STYLE.md ("The house")
+// stay true as the code grows. Dependencies point one way:
+//
+//	cmd/intentd ──► server, etcdstore, fencing, gen   (with internal/daemon, the only code that knows both server and etcdstore)
+//	server      ──► gen, intent, fencing              (declares the Store interface it consumes; no etcd)
+//	etcdstore   ──► intent, fencing, etcd client/v3   (no gRPC codes or status; plain Go domain types at its boundary)
+//	client      ──► gen, intent, fencing, grpc        (no server, no etcdstore)
+//	intent      ──► fencing, standard library         (the domain model every layer speaks)
+//	fencing     ──► standard library only             (a downstream resource imports it without etcd or gRPC)
+//	e2e         ──► client, gen, fencing              (black box: no server, etcdstore or daemon)
+//
+// The test reads the real import graph with `go list -deps -json` and fails
+// on each forbidden edge, printing the chain of imports that reaches it
+// (for example "server → intent → etcdstore"). The rules, one forbidden
+// edge each:
+//
+//   - fencing depends on the standard library only.
+//   - intent depends on the standard library and fencing only.
+//   - server depends on no go.etcd.io package and not on etcdstore.
+//   - etcdstore does not import google.golang.org/grpc/codes or
+//     google.golang.org/grpc/status itself (the etcd client does, inside; a
+//     store error becomes a gRPC status in server/errors.go only), and
+//     depends neither on server nor on the generated API in gen.
+//   - gen depends on nothing of intentd outside gen: it is generated code.
+//   - client depends neither on server nor on etcdstore.
+//   - No package but etcdstore itself, cmd/... and internal/daemon (the
+//     body of cmd/intentd) depends on etcdstore.
+//   - e2e, when it is part of this module, depends on none of server,
+//     etcdstore and internal/daemon.
+//
+// Only non-test imports count: a test may reach across layers (the server
+// tests run a real etcdstore, for instance). A rule about a package that
+// does not exist yet (client, e2e) applies as soon as it does.
+package layering
