@@ -25,7 +25,7 @@ type cluster struct {
 	cli *clientv3.Client
 }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t testing.TB) *cluster {
 	t.Helper()
 	srv := etcdtest.Start(t)
 	return &cluster{srv: srv, cli: srv.Client(t)}
@@ -33,7 +33,7 @@ func newCluster(t *testing.T) *cluster {
 
 // store returns a new Store on the cluster: each is like one intentd
 // replica, with its own caches.
-func (c *cluster) store(t *testing.T) *etcdstore.Store {
+func (c *cluster) store(t testing.TB) *etcdstore.Store {
 	t.Helper()
 	s, err := etcdstore.New(c.cli, etcdstore.DefaultConfig())
 	if err != nil {
