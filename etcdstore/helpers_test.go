@@ -144,58 +144,90 @@ func mustStale(t *testing.T, err error, current fencing.Token) {
 	}
 }
 
-// lossyKV passes every call to etcd, and for the transactions drop selects,
-// throws the reply away after etcd applied the write: the worst case of an
-// ambiguous commit (a timeout or a leader change after commit).
-type lossyKV struct {
+// hookedKV passes every call to etcd and lets a test watch and alter what
+// the store's calls see: each Get, and each transaction after etcd answered
+// it (write says whether its Then branch puts or deletes). Hooks run under
+// one mutex.
+type hookedKV struct {
 	clientv3.KV
-	mu      sync.Mutex
-	drop    func(n int) bool // n counts write transactions from 1
-	writes  int
-	dropped int
+	mu          sync.Mutex
+	onGet       func()
+	afterCommit func(write bool, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error)
 }
 
-func (k *lossyKV) Txn(ctx context.Context) clientv3.Txn {
-	return &lossyTxn{Txn: k.KV.Txn(ctx), kv: k}
+func (k *hookedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if k.onGet != nil {
+		k.mu.Lock()
+		k.onGet()
+		k.mu.Unlock()
+	}
+	return k.KV.Get(ctx, key, opts...)
 }
 
-type lossyTxn struct {
+func (k *hookedKV) Txn(ctx context.Context) clientv3.Txn {
+	return &hookedTxn{Txn: k.KV.Txn(ctx), kv: k}
+}
+
+type hookedTxn struct {
 	clientv3.Txn
-	kv     *lossyKV
-	writes bool
+	kv    *hookedKV
+	write bool
 }
 
-func (t *lossyTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+func (t *hookedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 	t.Txn = t.Txn.If(cs...)
 	return t
 }
 
-func (t *lossyTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+func (t *hookedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 	for _, op := range ops {
-		if op.IsPut() || op.IsDelete() {
-			t.writes = true
-		}
+		t.write = t.write || op.IsPut() || op.IsDelete()
 	}
 	t.Txn = t.Txn.Then(ops...)
 	return t
 }
 
-func (t *lossyTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+func (t *hookedTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 	t.Txn = t.Txn.Else(ops...)
 	return t
 }
 
-func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
+func (t *hookedTxn) Commit() (*clientv3.TxnResponse, error) {
 	resp, err := t.Txn.Commit()
-	if err != nil || !t.writes {
+	if t.kv.afterCommit == nil {
 		return resp, err
 	}
 	t.kv.mu.Lock()
 	defer t.kv.mu.Unlock()
-	t.kv.writes++
-	if t.kv.drop(t.kv.writes) {
-		t.kv.dropped++
+	return t.kv.afterCommit(t.write, resp, err)
+}
+
+// lossyKV throws away the reply of every write transaction etcd applied:
+// the worst case of an ambiguous commit (a timeout or a leader change after
+// the commit). It counts the replies it dropped.
+func lossyKV(kv clientv3.KV, dropped *int) *hookedKV {
+	return &hookedKV{KV: kv, afterCommit: func(write bool, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error) {
+		if err != nil || !write {
+			return resp, err
+		}
+		*dropped++
 		return nil, status.Error(codes.Unavailable, "lossyKV: reply dropped after commit")
+	}}
+}
+
+// countingKV counts round trips: write transactions, and reads (Gets and
+// read-only transactions).
+func countingKV(kv clientv3.KV, writes, reads *int) *hookedKV {
+	return &hookedKV{
+		KV:    kv,
+		onGet: func() { *reads++ },
+		afterCommit: func(write bool, resp *clientv3.TxnResponse, err error) (*clientv3.TxnResponse, error) {
+			if write {
+				*writes++
+			} else {
+				*reads++
+			}
+			return resp, err
+		},
 	}
-	return resp, nil
 }
