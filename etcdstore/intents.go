@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,9 +17,18 @@ import (
 // Register stores an approved intent in state PENDING. It is idempotent:
 // the same key with the same fingerprint returns the stored intent with
 // created false; another fingerprint is a *intent.FingerprintMismatchError.
+//
+// A key whose record was removed after its retention is EXPIRED
+// (*intent.ExpiredError): it needs a new approval under a new key. A
+// ParentKey must name an existing intent of the same tenant.
 func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *intent.Intent, created bool, err error) {
 	fp := intent.Fingerprint(reg.Params)
-	load := func(ctx context.Context) (*view, error) { return s.read(ctx, reg.Tenant, reg.Key) }
+	if err := s.checkRetention(reg.Retention); err != nil {
+		return nil, false, err
+	}
+	load := func(ctx context.Context) (*view, error) {
+		return s.readExtra(ctx, reg.Tenant, reg.Key, s.parentKeys(&reg))
+	}
 	err = s.transition(ctx, reg.Tenant, reg.Key, nil, load, func(v *view) (*change, error) {
 		in, created = nil, false
 		if v.rec != nil {
@@ -28,15 +38,53 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 			in = v.rec.toIntent(v.rev(), false, false)
 			return nil, nil
 		}
-		rec := newRecord(&reg, fp, s.cfg.Now())
-		return &change{next: rec, done: func(rev int64) {
-			in, created = rec.toIntent(rev, false, false), true
+		rec, cmps, err := s.newRecord(v, &reg, fp, s.cfg.Now())
+		if err != nil {
+			return nil, err
+		}
+		return &change{next: rec, cmps: cmps, done: func(committed *record, rev int64) {
+			in, created = committed.toIntent(rev, false, false), true
 		}}, nil
 	})
 	return in, created, err
 }
 
-func newRecord(reg *intent.Registration, fp string, now time.Time) *record {
+func (s *Store) checkRetention(d time.Duration) error {
+	if d < 0 || d > s.cfg.MaxRetention {
+		return intent.Invalid("retention", "%v is outside [0, %v]", d, s.cfg.MaxRetention)
+	}
+	return nil
+}
+
+// parentKeys lists the extra key a registration's decision reads: its
+// parent's record.
+func (s *Store) parentKeys(reg *intent.Registration) []string {
+	if reg == nil || reg.ParentKey == "" {
+		return nil
+	}
+	return []string{s.keys.intent(reg.Tenant, reg.ParentKey)}
+}
+
+// newRecord builds the record of a registration whose key is free, and the
+// compares that keep it so until the write: no tombstone appeared, the
+// parent (if any) exists. A view that has not read the tombstone and the
+// parent (an optimistic one) relies on those compares alone.
+func (s *Store) newRecord(v *view, reg *intent.Registration, fp string, now time.Time) (*record, []clientv3.Cmp, error) {
+	if v.tomb != nil {
+		return nil, nil, v.tomb.expired()
+	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(reg.Tenant, reg.Key)), "=", 0)}
+	if reg.ParentKey != "" {
+		pk := s.keys.intent(reg.Tenant, reg.ParentKey)
+		if kv, read := v.extra[pk]; v.fresh && read && kv == nil {
+			return nil, nil, intent.Invalid("parent_key", "no intent %q in this tenant", reg.ParentKey)
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pk), ">", 0))
+	}
+	retention := reg.Retention
+	if retention == 0 {
+		retention = s.cfg.DefaultRetention
+	}
 	return &record{
 		Tenant:        reg.Tenant,
 		Key:           reg.Key,
@@ -49,7 +97,8 @@ func newRecord(reg *intent.Registration, fp string, now time.Time) *record {
 		History:       []intent.Event{{Time: now, Kind: intent.EventRegistered, Accepted: true}},
 		CreatedAt:     now,
 		UpdatedAt:     now,
-	}
+		Retention:     retention,
+	}, cmps, nil
 }
 
 // Acquire decides what the caller of session req.SessionID may do with an
@@ -61,6 +110,9 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	fp := req.ExpectedFingerprint
 	if req.Register != nil {
 		fp = intent.Fingerprint(req.Register.Params)
+		if err := s.checkRetention(req.Register.Retention); err != nil {
+			return nil, err
+		}
 	}
 	if c, ok := s.finalFromCache(req.Tenant, req.Key); ok {
 		if fp != "" && fp != c.rec.Fingerprint {
@@ -82,7 +134,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 		start = &view{sessions: map[string]*mvccpb.KeyValue{sess.id: {CreateRevision: sess.rev}}}
 	}
 	load := func(ctx context.Context) (*view, error) {
-		return s.readWithHolder(ctx, req.Tenant, req.Key, sess.id)
+		return s.readWithHolder(ctx, req.Tenant, req.Key, s.parentKeys(req.Register), sess.id)
 	}
 	var out *intent.Acquisition
 	err = s.transition(ctx, req.Tenant, req.Key, start, load, func(v *view) (*change, error) {
@@ -97,10 +149,18 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 		var next *record
 		var cmps []clientv3.Cmp
 		switch {
+		case v.rec == nil && v.tomb != nil:
+			out = &intent.Acquisition{Outcome: intent.OutcomeExpired, Intent: &intent.Intent{
+				Tenant: req.Tenant, Key: req.Key, State: v.tomb.State, Fingerprint: v.tomb.Fingerprint, CompletedAt: v.tomb.CompletedAt,
+			}}
+			return nil, nil
 		case v.rec == nil && req.Register == nil:
 			return nil, intent.ErrNotFound
 		case v.rec == nil:
-			next = newRecord(req.Register, fp, now)
+			var err error
+			if next, cmps, err = s.newRecord(v, req.Register, fp, now); err != nil {
+				return nil, err
+			}
 			grant(next, intent.ModeExecute, sess, req.RequestID, now)
 		case fp != "" && fp != v.rec.Fingerprint:
 			return nil, &intent.FingerprintMismatchError{Key: req.Key, Stored: v.rec.Fingerprint, Given: fp}
@@ -134,12 +194,9 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			out = replay(v.rec, v.rev())
 			return nil, nil
 		}
-		return &change{next: next, cmps: append(cmps, sessAlive), done: func(rev int64) {
-			l := next.Lease.toLease(true)
-			l.Token = fencing.Token(rev)
-			in := next.toIntent(rev, true, false)
-			in.Lease = l
-			out = &intent.Acquisition{Outcome: modeOutcome(l.Mode), Intent: in, Lease: l, Fresh: true}
+		return &change{next: next, cmps: append(cmps, sessAlive), done: func(committed *record, rev int64) {
+			in := committed.toIntent(rev, true, false)
+			out = &intent.Acquisition{Outcome: modeOutcome(in.Lease.Mode), Intent: in, Lease: in.Lease, Fresh: true}
 		}}, nil
 	})
 	if err != nil {
@@ -168,7 +225,7 @@ func grant(next *record, mode intent.Mode, sess session, requestID string, now t
 		AcquiredAt: now,
 	}
 	next.UpdatedAt = now
-	next.appendEvent(intent.Event{Time: now, Kind: intent.EventAcquired, Mode: mode, SessionID: sess.id, Worker: sess.rec.Worker, Accepted: true})
+	next.appendEvent(intent.Event{Time: now, Kind: intent.EventAcquired, Mode: mode, SessionID: sess.id, Worker: sess.rec.Worker, Accepted: true, Issued: true})
 }
 
 func modeOutcome(m intent.Mode) intent.Outcome {
@@ -234,23 +291,43 @@ func reportEvent(k intent.ReportKind) intent.EventKind {
 // IN_PROGRESS or UNKNOWN (a report after the holder's session lapsed, with
 // no newer token issued, is the best evidence there is). Under a superseded
 // token it changes nothing, is recorded as evidence, and returns a
-// *intent.StaleTokenError. A retried report that was already applied
-// returns Replayed; Complete retried with another result is
-// intent.ErrResultMismatch.
+// *intent.StaleTokenError; under the current token of an intent that waits
+// for review it is recorded as evidence too, and refused. A retried report
+// that was already applied returns Replayed; Complete retried with another
+// result is intent.ErrResultMismatch.
+//
+// Children of a Complete are registered in the same transaction (the
+// outbox): they exist if and only if the completion was recorded.
 func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutcome, error) {
+	if r.Kind != intent.ReportComplete && len(r.Children) > 0 {
+		return nil, intent.Invalid("children", "only Complete registers children")
+	}
+	children := make([]intent.Registration, len(r.Children))
+	var extra []string
+	for i, c := range r.Children {
+		c.Tenant, c.ParentKey = r.Tenant, r.Key
+		if c.Key == r.Key || slices.ContainsFunc(children[:i], func(o intent.Registration) bool { return o.Key == c.Key }) {
+			return nil, intent.Invalid(fmt.Sprintf("children[%d].key", i), "%q repeats the parent's or another child's key", c.Key)
+		}
+		if err := s.checkRetention(c.Retention); err != nil {
+			return nil, err
+		}
+		children[i] = c
+		extra = append(extra, s.keys.intent(r.Tenant, c.Key), s.keys.tombstone(r.Tenant, c.Key))
+	}
 	var start *view
-	if c, ok := s.records.Get(cacheKey(r.Tenant, r.Key)); ok {
+	if c, ok := s.records.Get(cacheKey(r.Tenant, r.Key)); ok && len(children) == 0 {
 		start = &view{kv: &mvccpb.KeyValue{ModRevision: c.rev}, rec: c.rec}
 	}
-	load := func(ctx context.Context) (*view, error) { return s.read(ctx, r.Tenant, r.Key) }
+	load := func(ctx context.Context) (*view, error) { return s.readExtra(ctx, r.Tenant, r.Key, extra) }
 	kind := reportEvent(r.Kind)
 	var out *intent.ReportOutcome
-	var stale *intent.StaleTokenError
+	var refusal error       // returned after its evidence is recorded
 	var holder *leaseRecord // set when a replay finds the intent held again
 	err := s.transition(ctx, r.Tenant, r.Key, start, load, func(v *view) (*change, error) {
-		out, stale, holder = nil, nil, nil
+		out, refusal, holder = nil, nil, nil
 		if v.rec == nil {
-			return nil, intent.ErrNotFound
+			return nil, missing(v)
 		}
 		rec := v.rec
 		cur := currentToken(rec)
@@ -270,44 +347,50 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		ev := intent.Event{Time: now, Kind: kind, Token: r.Token, Result: r.Result, Failure: r.Failure, Reason: r.Reason}
 		switch {
 		case r.Token < cur:
-			stale = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur}
-			if rec.hasEvent(kind, r.Token, false) {
-				return nil, nil // this evidence is already kept
-			}
-			next := rec.clone()
-			next.appendEvent(ev)
-			return &change{next: next}, nil
+			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), true, false)}
+			return s.evidence(rec, ev), nil
 		case r.Token > cur:
 			return nil, intent.Invalid("token", "token %s was never issued for %q", r.Token, r.Key)
+		case rec.State == intent.StateNeedsReview:
+			refusal = &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), false, false), Evidence: true}
+			return s.evidence(rec, ev), nil
 		case rec.State == intent.StateCompleted && r.Kind == intent.ReportComplete:
 			return nil, fmt.Errorf("%w: %q is already completed", intent.ErrResultMismatch, r.Key)
 		case rec.State != intent.StateInProgress && rec.State != intent.StateUnknown:
-			return nil, &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String()}
+			return nil, &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), false, false)}
 		}
 		next := rec.clone()
 		ev.Accepted = true
 		ev.SessionID, ev.Worker = rec.Lease.SessionID, rec.Lease.Worker
 		next.appendEvent(ev)
 		next.UpdatedAt = now
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
 		switch r.Kind {
 		case intent.ReportComplete:
-			next.State, next.Result, next.CompletedAt = intent.StateCompleted, r.Result, now
+			next.State, next.Result = intent.StateCompleted, r.Result
+			next.finalize(now)
+			var err error
+			if cmps, ops, err = s.outbox(v, next, children, now); err != nil {
+				return nil, err
+			}
 		case intent.ReportFail:
-			next.State, next.Failure, next.CompletedAt = intent.StateFailed, r.Failure, now
+			next.State, next.Failure = intent.StateFailed, r.Failure
+			next.finalize(now)
 		case intent.ReportMarkUnknown:
 			next.State = intent.StateUnknown
 		case intent.ReportRelease:
 			next.State = intent.StatePending
 		}
-		return &change{next: next, done: func(rev int64) {
-			out = &intent.ReportOutcome{Intent: next.toIntent(rev, false, false)}
+		return &change{next: next, cmps: cmps, ops: ops, done: func(committed *record, rev int64) {
+			out = &intent.ReportOutcome{Intent: committed.toIntent(rev, false, false)}
 		}}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if stale != nil {
-		return nil, stale
+	if refusal != nil {
+		return nil, refusal
 	}
 	if out.Replayed && holder != nil {
 		// The intent moved on since the report was applied (a reconciler
@@ -324,9 +407,74 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	return out, nil
 }
 
-// Get reads an intent linearizably, history included.
+// missing explains an absent record: expired (a tombstone remains) or
+// never registered.
+func missing(v *view) error {
+	if v.tomb != nil {
+		return v.tomb.expired()
+	}
+	return intent.ErrNotFound
+}
+
+// evidence keeps a refused report in the history (once: a retried refusal
+// adds nothing), changing nothing else.
+func (s *Store) evidence(rec *record, ev intent.Event) *change {
+	if rec.hasEvent(ev.Kind, ev.Token, false) {
+		return nil
+	}
+	next := rec.clone()
+	next.appendEvent(ev)
+	return &change{next: next}
+}
+
+// outbox registers a completing intent's children in the completion's
+// transaction. A child that already exists with the same params and parent
+// is left alone; with other params, or expired, the completion is refused.
+func (s *Store) outbox(v *view, parent *record, children []intent.Registration, now time.Time) ([]clientv3.Cmp, []clientv3.Op, error) {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for i, c := range children {
+		fp := intent.Fingerprint(c.Params)
+		key := s.keys.intent(c.Tenant, c.Key)
+		if kv := v.extra[key]; kv != nil {
+			existing, err := decodeRecord(kv.Value, kv.ModRevision)
+			if err != nil {
+				return nil, nil, err
+			}
+			if existing.Fingerprint != fp || existing.ParentKey != parent.Key {
+				return nil, nil, &intent.FingerprintMismatchError{Key: c.Key, Stored: existing.Fingerprint, Given: fp}
+			}
+			continue
+		}
+		if v.extra[s.keys.tombstone(c.Tenant, c.Key)] != nil {
+			return nil, nil, intent.Invalid(fmt.Sprintf("children[%d].key", i), "%q expired after its retention; register the child under a new key", c.Key)
+		}
+		// The parent's view read its children: its compares already guard
+		// the tombstone and the parent; add the child's own absence.
+		rec, _, err := s.newRecord(&view{fresh: true, extra: map[string]*mvccpb.KeyValue{}}, &c, fp, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		rec.History[0].Reason = "registered by the completion of " + parent.Key
+		val, err := encodeRecord(rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(c.Tenant, c.Key)), "=", 0))
+		ops = append(ops, clientv3.OpPut(key, string(val)))
+		ops = append(ops, s.keys.indexOps(nil, rec)...)
+		parent.appendEvent(intent.Event{Time: now, Kind: intent.EventChildRegistered, Accepted: true, Reason: c.Key})
+	}
+	return cmps, ops, nil
+}
+
+// maxChildren bounds the children Get lists.
+const maxChildren = 100
+
+// Get reads an intent linearizably, history and children included.
 func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, error) {
-	v, err := s.readWithHolder(ctx, tenant, key)
+	v, err := s.readWithHolder(ctx, tenant, key, nil)
 	if errors.Is(err, errCorrupt) {
 		return nil, err
 	}
@@ -334,12 +482,48 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, er
 		return nil, unavailable(err)
 	}
 	if v.rec == nil {
-		return nil, intent.ErrNotFound
+		return nil, missing(v)
 	}
 	live := v.holderAlive()
 	in := v.rec.toIntent(v.rev(), live, true)
 	if live {
 		in.Lease.ExpiresAt = s.sessionExpiry(ctx, in.Lease.SessionID)
 	}
+	if in.Children, err = s.children(ctx, tenant, key); err != nil {
+		return nil, err
+	}
 	return in, nil
+}
+
+// children lists the first maxChildren children of an intent with their
+// states, oldest first.
+func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Child, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	prefix := s.keys.parentIndex(tenant, key)
+	idx, err := s.kv.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(maxChildren))
+	if err != nil || len(idx.Kvs) == 0 {
+		return nil, unavailable(err)
+	}
+	ops := make([]clientv3.Op, len(idx.Kvs))
+	for i, kv := range idx.Kvs {
+		ops[i] = clientv3.OpGet(s.keys.intent(tenant, string(kv.Value)))
+	}
+	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]intent.Child, 0, len(ops))
+	for i, r := range resp.Responses {
+		st := intent.State(0)
+		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+			if rec, err := decodeRecord(kvs[0].Value, kvs[0].ModRevision); err == nil {
+				st = rec.State
+			}
+		}
+		if st != 0 {
+			out = append(out, intent.Child{Key: string(idx.Kvs[i].Value), State: st})
+		}
+	}
+	return out, nil
 }

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
@@ -16,9 +19,88 @@ import (
 // keys builds the etcd keys of the layout in the package doc.
 type keys struct{ prefix string }
 
-func (k keys) tenant(tenant string) string      { return k.prefix + "t/" + tenant + "/" }
-func (k keys) intent(tenant, key string) string { return k.tenant(tenant) + "i/" + key }
-func (k keys) session(tenant, id string) string { return k.tenant(tenant) + "s/" + id }
+func (k keys) tenant(tenant string) string         { return k.prefix + "t/" + tenant + "/" }
+func (k keys) intents(tenant string) string        { return k.tenant(tenant) + "i/" }
+func (k keys) intent(tenant, key string) string    { return k.intents(tenant) + key }
+func (k keys) session(tenant, id string) string    { return k.tenant(tenant) + "s/" + id }
+func (k keys) tombstone(tenant, key string) string { return k.tenant(tenant) + "z/" + key }
+
+// Index prefixes. An index entry's key ends in the record's order (see
+// order); its value is the intent key.
+func (k keys) stateIndex(tenant string, st intent.State) string {
+	return k.tenant(tenant) + "x/s/" + st.String() + "/"
+}
+
+func (k keys) labelIndex(tenant string, l intent.Label) string {
+	return k.tenant(tenant) + "x/l/" + url.QueryEscape(l.Name) + "=" + url.QueryEscape(l.Value) + "/"
+}
+
+func (k keys) parentIndex(tenant, parent string) string {
+	return k.tenant(tenant) + "x/p/" + url.QueryEscape(parent) + "/"
+}
+
+// The cluster-wide indexes the janitor scans: intents held per session,
+// final intents by end of retention, tombstones by end of retention, and
+// intents not final yet by registration time.
+func (k keys) unfinished() string { return k.prefix + "x/o/" }
+func (k keys) holders() string    { return k.prefix + "x/h/" }
+func (k keys) holder(tenant, session string) string {
+	return k.holders() + tenant + "/" + session + "/"
+}
+func (k keys) retentions() string     { return k.prefix + "x/r/" }
+func (k keys) tombRetentions() string { return k.prefix + "x/zr/" }
+func (k keys) election() string       { return k.prefix + "janitor/" }
+
+// timeKey is a fixed-width, byte-ordered spelling of t.
+func timeKey(t time.Time) string { return fmt.Sprintf("%020d", t.UnixNano()) }
+
+// order is where a record sorts in the tenant-scoped indexes: by
+// registration time, then key. It never changes over the record's life.
+func order(r *record) string { return timeKey(r.CreatedAt) + "/" + r.Key }
+
+// indexKeys lists every index key a record version needs. Transitions put
+// the keys the new version gains and delete the ones it loses, in the same
+// transaction as the record, so the indexes cannot drift from the records.
+func (k keys) indexKeys(r *record) []string {
+	if r == nil {
+		return nil
+	}
+	o := order(r)
+	out := []string{k.stateIndex(r.Tenant, r.State) + o}
+	for name, value := range r.Labels {
+		out = append(out, k.labelIndex(r.Tenant, intent.Label{Name: name, Value: value})+o)
+	}
+	if r.ParentKey != "" {
+		out = append(out, k.parentIndex(r.Tenant, r.ParentKey)+o)
+	}
+	if r.State == intent.StateInProgress && r.Lease != nil && r.Lease.SessionID != "" {
+		out = append(out, k.holder(r.Tenant, r.Lease.SessionID)+r.Key)
+	}
+	if r.State.Final() && !r.RetainUntil.IsZero() {
+		out = append(out, k.retentions()+timeKey(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key)
+	}
+	if !r.State.Final() {
+		out = append(out, k.unfinished()+timeKey(r.CreatedAt)+"/"+r.Tenant+"/"+r.Key)
+	}
+	return out
+}
+
+// indexOps turns the index difference between two versions into etcd ops.
+func (k keys) indexOps(from, to *record) []clientv3.Op {
+	old, next := k.indexKeys(from), k.indexKeys(to)
+	var ops []clientv3.Op
+	for _, key := range old {
+		if !slices.Contains(next, key) {
+			ops = append(ops, clientv3.OpDelete(key))
+		}
+	}
+	for _, key := range next {
+		if !slices.Contains(old, key) {
+			ops = append(ops, clientv3.OpPut(key, to.Key))
+		}
+	}
+	return ops
+}
 
 // record is an intent as stored in etcd.
 type record struct {
@@ -37,6 +119,24 @@ type record struct {
 	CreatedAt     time.Time         `json:"created_at"`
 	UpdatedAt     time.Time         `json:"updated_at"`
 	CompletedAt   time.Time         `json:"completed_at,omitzero"`
+	// Retention is how long the record is kept once final; RetainUntil is
+	// set when it becomes final.
+	Retention   time.Duration `json:"retention"`
+	RetainUntil time.Time     `json:"retain_until,omitzero"`
+}
+
+// tombstone is what stays of a record removed after its retention.
+type tombstone struct {
+	Key         string       `json:"key"`
+	State       intent.State `json:"state"`
+	Fingerprint string       `json:"fingerprint"`
+	CompletedAt time.Time    `json:"completed_at,omitzero"`
+	RemovedAt   time.Time    `json:"removed_at"`
+	Until       time.Time    `json:"until"`
+}
+
+func (t *tombstone) expired() error {
+	return &intent.ExpiredError{Key: t.Key, State: t.State, Fingerprint: t.Fingerprint, CompletedAt: t.CompletedAt}
 }
 
 // leaseRecord is the current (or last) lease of an intent.
@@ -82,7 +182,7 @@ func decodeRecord(b []byte, modRev int64) (*record, error) {
 	if r.Lease != nil && r.Lease.Token == 0 {
 		r.Lease.Token = fencing.Token(modRev)
 		for i := range r.History {
-			if r.History[i].Kind == intent.EventAcquired && r.History[i].Token == 0 {
+			if r.History[i].Issued && r.History[i].Token == 0 {
 				r.History[i].Token = r.Lease.Token
 			}
 		}
@@ -116,6 +216,29 @@ func (r *record) appendEvent(e intent.Event) {
 		}
 		r.History = slices.Delete(r.History, drop, drop+1)
 	}
+}
+
+// lastEvent returns the newest history entry, or the zero Event.
+func (r *record) lastEvent() intent.Event {
+	if len(r.History) == 0 {
+		return intent.Event{}
+	}
+	return r.History[len(r.History)-1]
+}
+
+// finalize stamps a record entering a final state with when it may be
+// removed.
+func (r *record) finalize(now time.Time) {
+	r.CompletedAt = now
+	r.RetainUntil = now.Add(r.Retention)
+}
+
+// supersede issues a new token that no worker holds: a reviewer's decision
+// makes every earlier lease stale. Like grant, the token is this write's
+// revision.
+func (r *record) supersede(actor string, now time.Time) {
+	r.Lease = &leaseRecord{Mode: intent.ModeReview, Worker: actor, AcquiredAt: now}
+	r.UpdatedAt = now
 }
 
 // hasEvent reports whether the history holds an entry of kind under token
@@ -152,6 +275,8 @@ func (r *record) toIntent(modRev int64, live bool, withHistory bool) *intent.Int
 		UpdatedAt:     r.UpdatedAt,
 		CompletedAt:   r.CompletedAt,
 		Revision:      modRev,
+		Retention:     r.Retention,
+		RetainUntil:   r.RetainUntil,
 	}
 	if r.Lease != nil {
 		in.Lease = r.Lease.toLease(r.State == intent.StateInProgress && live)

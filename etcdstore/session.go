@@ -149,7 +149,7 @@ func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i in
 	err := s.transition(ctx, tenant, h.Key, nil, load, func(v *view) (*change, error) {
 		stale = nil
 		if v.rec == nil {
-			return nil, intent.ErrNotFound
+			return nil, missing(v)
 		}
 		cur := currentToken(v.rec)
 		switch {
@@ -158,16 +158,11 @@ func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i in
 		case h.Token == cur:
 			return nil, nil
 		}
-		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur}
-		if v.rec.hasEvent(intent.EventHeartbeat, h.Token, false) {
-			return nil, nil // evidence already recorded
-		}
-		next := v.rec.clone()
-		next.appendEvent(intent.Event{
+		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), true, false)}
+		return s.evidence(v.rec, intent.Event{
 			Time: s.cfg.Now(), Kind: intent.EventHeartbeat, Token: h.Token,
-			SessionID: sess.id, Worker: sess.rec.Worker, Accepted: false,
-		})
-		return &change{next: next}, nil
+			SessionID: sess.id, Worker: sess.rec.Worker,
+		}), nil
 	})
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,8 +31,15 @@ type Config struct {
 	// CacheSize is how many records the store remembers: final ones are
 	// replayed from memory; others only seed an optimistic write.
 	CacheSize int
-	// Now tells the time written into history entries. Never used to
-	// decide lease expiry.
+	// DefaultRetention is how long a final record is kept when its
+	// registration names no retention; MaxRetention is the most a
+	// registration may ask for. TombstoneRetention is how long the
+	// tombstone of a removed record is kept.
+	DefaultRetention   time.Duration
+	MaxRetention       time.Duration
+	TombstoneRetention time.Duration
+	// Now tells the time written into history entries and used for
+	// retention. Never used to decide lease expiry.
 	Now func() time.Time
 	// Logger receives the store's rare warnings.
 	Logger *slog.Logger
@@ -40,12 +48,15 @@ type Config struct {
 // DefaultConfig returns a Config with production defaults.
 func DefaultConfig() Config {
 	return Config{
-		Prefix:           "/intentd/v1/",
-		RequestTimeout:   3 * time.Second,
-		OperationTimeout: 10 * time.Second,
-		CacheSize:        100_000,
-		Now:              time.Now,
-		Logger:           slog.Default(),
+		Prefix:             "/intentd/v1/",
+		RequestTimeout:     3 * time.Second,
+		OperationTimeout:   10 * time.Second,
+		CacheSize:          100_000,
+		DefaultRetention:   30 * 24 * time.Hour,
+		MaxRetention:       365 * 24 * time.Hour,
+		TombstoneRetention: 2 * 365 * 24 * time.Hour,
+		Now:                time.Now,
+		Logger:             slog.Default(),
 	}
 }
 
@@ -60,6 +71,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("etcdstore: OperationTimeout %v must be at least RequestTimeout %v", c.OperationTimeout, c.RequestTimeout)
 	case c.CacheSize < 1:
 		return fmt.Errorf("etcdstore: CacheSize %d must be at least 1", c.CacheSize)
+	case c.DefaultRetention <= 0 || c.DefaultRetention > c.MaxRetention:
+		return fmt.Errorf("etcdstore: DefaultRetention %v must be positive and at most MaxRetention %v", c.DefaultRetention, c.MaxRetention)
+	case c.TombstoneRetention < c.DefaultRetention:
+		return fmt.Errorf("etcdstore: TombstoneRetention %v must be at least DefaultRetention %v", c.TombstoneRetention, c.DefaultRetention)
 	case c.Now == nil:
 		return errors.New("etcdstore: Now must be set")
 	case c.Logger == nil:
@@ -71,10 +86,11 @@ func (c Config) Validate() error {
 // Store keeps intents in etcd. It is safe for concurrent use, and several
 // Stores (in several intentd replicas) may share one etcd cluster.
 type Store struct {
-	cfg    Config
-	keys   keys
-	kv     clientv3.KV
-	leases clientv3.Lease
+	cfg     Config
+	keys    keys
+	kv      clientv3.KV
+	leases  clientv3.Lease
+	watcher clientv3.Watcher
 
 	// records remembers the newest version this store saw of each intent.
 	records *lru.Cache[string, cached]
@@ -100,10 +116,10 @@ type session struct {
 
 // New returns a Store on the client's cluster.
 func New(c *clientv3.Client, cfg Config) (*Store, error) {
-	return newStore(c.KV, c.Lease, cfg)
+	return newStore(c.KV, c.Lease, c.Watcher, cfg)
 }
 
-func newStore(kv clientv3.KV, leases clientv3.Lease, cfg Config) (*Store, error) {
+func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -115,7 +131,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, cfg Config) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	return &Store{cfg: cfg, keys: keys{cfg.Prefix}, kv: kv, leases: leases, records: records, sessions: sessions}, nil
+	return &Store{cfg: cfg, keys: keys{cfg.Prefix}, kv: kv, leases: leases, watcher: watcher, records: records, sessions: sessions}, nil
 }
 
 // Ping reads from etcd linearizably: it succeeds only while a quorum
@@ -142,6 +158,11 @@ type view struct {
 	// sessions holds the sessions read with the record, by id; a missing
 	// entry's value is nil.
 	sessions map[string]*mvccpb.KeyValue
+	// tomb is the record's tombstone, when it was removed after retention.
+	tomb *tombstone
+	// extra holds other keys read with the record (a parent, children), by
+	// etcd key; a missing entry's value is nil.
+	extra map[string]*mvccpb.KeyValue
 }
 
 func (v *view) rev() int64 {
@@ -164,12 +185,20 @@ func (v *view) holderAlive() bool {
 	return l != nil && v.alive(l.SessionID, l.SessionRev)
 }
 
-// read returns a fresh view of an intent and the given sessions, in one
-// linearizable read.
+// read returns a fresh view of an intent, its tombstone and the given
+// sessions, in one linearizable read.
 func (s *Store) read(ctx context.Context, tenant, key string, sessionIDs ...string) (*view, error) {
-	ops := []clientv3.Op{clientv3.OpGet(s.keys.intent(tenant, key))}
+	return s.readExtra(ctx, tenant, key, nil, sessionIDs...)
+}
+
+// readExtra is read with other etcd keys read in the same transaction.
+func (s *Store) readExtra(ctx context.Context, tenant, key string, extra []string, sessionIDs ...string) (*view, error) {
+	ops := []clientv3.Op{clientv3.OpGet(s.keys.intent(tenant, key)), clientv3.OpGet(s.keys.tombstone(tenant, key))}
 	for _, id := range sessionIDs {
 		ops = append(ops, clientv3.OpGet(s.keys.session(tenant, id)))
+	}
+	for _, k := range extra {
+		ops = append(ops, clientv3.OpGet(k))
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
@@ -177,19 +206,29 @@ func (s *Store) read(ctx context.Context, tenant, key string, sessionIDs ...stri
 	if err != nil {
 		return nil, err
 	}
-	v := &view{fresh: true, sessions: map[string]*mvccpb.KeyValue{}}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		v.kv = kvs[0]
+	first := func(i int) *mvccpb.KeyValue {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+			return kvs[0]
+		}
+		return nil
+	}
+	v := &view{fresh: true, sessions: map[string]*mvccpb.KeyValue{}, extra: map[string]*mvccpb.KeyValue{}}
+	if v.kv = first(0); v.kv != nil {
 		if v.rec, err = decodeRecord(v.kv.Value, v.kv.ModRevision); err != nil {
 			return nil, err
 		}
 	}
-	for i, id := range sessionIDs {
-		var kv *mvccpb.KeyValue
-		if kvs := resp.Responses[i+1].GetResponseRange().Kvs; len(kvs) > 0 {
-			kv = kvs[0]
+	if kv := first(1); kv != nil {
+		v.tomb = &tombstone{}
+		if err := json.Unmarshal(kv.Value, v.tomb); err != nil {
+			return nil, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
 		}
-		v.sessions[id] = kv
+	}
+	for i, id := range sessionIDs {
+		v.sessions[id] = first(2 + i)
+	}
+	for i, k := range extra {
+		v.extra[k] = first(2 + len(sessionIDs) + i)
 	}
 	if v.rec != nil {
 		s.remember(tenant, key, v.rec, v.kv.ModRevision)
@@ -199,8 +238,8 @@ func (s *Store) read(ctx context.Context, tenant, key string, sessionIDs ...stri
 
 // readWithHolder reads an intent and the sessions, then, if the record is
 // held by a session not read yet, that session too.
-func (s *Store) readWithHolder(ctx context.Context, tenant, key string, sessionIDs ...string) (*view, error) {
-	v, err := s.read(ctx, tenant, key, sessionIDs...)
+func (s *Store) readWithHolder(ctx context.Context, tenant, key string, extra []string, sessionIDs ...string) (*view, error) {
+	v, err := s.readExtra(ctx, tenant, key, extra, sessionIDs...)
 	if err != nil || v.rec == nil || v.rec.Lease == nil || v.rec.State != intent.StateInProgress {
 		return v, err
 	}
@@ -242,7 +281,8 @@ func (s *Store) remember(tenant, key string, rec *record, rev int64) {
 // state or result, so a replay needs no etcd round trip.
 func (s *Store) finalFromCache(tenant, key string) (*cached, bool) {
 	c, ok := s.records.Get(cacheKey(tenant, key))
-	if !ok || !c.rec.State.Final() {
+	if !ok || !c.rec.State.Final() || !s.cfg.Now().Before(c.rec.RetainUntil) {
+		// Past its retention the record may be gone: ask etcd.
 		return nil, false
 	}
 	return &c, true
@@ -253,7 +293,9 @@ type change struct {
 	next *record         // the record to write
 	cmps []clientv3.Cmp  // compares beyond the record's own revision
 	ops  []clientv3.Op   // writes beyond the record
-	done func(rev int64) // called with the commit revision on success
+	// done is called on success with the record as committed (tokens
+	// materialized) and the commit revision.
+	done func(committed *record, rev int64)
 }
 
 // decideFunc decides a transition from a view: a change to commit, nil when
@@ -292,6 +334,9 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			return err
 		}
 		resp, err := s.commit(ctx, tenant, key, v, ch)
+		if errors.Is(err, errTooBig) {
+			return intent.Invalid("children", "%v", err)
+		}
 		if err != nil {
 			// The write may or may not have committed: read back and
 			// decide again. The compare keeps a committed write from
@@ -308,22 +353,26 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			continue
 		}
 		rev := resp.Header.Revision
-		if ch.next != nil {
-			// Decode our own write so the cache holds exactly what a
-			// reader would see (tokens materialized).
-			b, _ := encodeRecord(ch.next)
-			if rec, err := decodeRecord(b, rev); err == nil {
-				s.remember(tenant, key, rec, rev)
-			}
+		// Decode our own write so that the cache and the caller see
+		// exactly what a reader would (tokens materialized).
+		b, _ := encodeRecord(ch.next)
+		committed, err := decodeRecord(b, rev)
+		if err != nil {
+			return err
 		}
+		s.remember(tenant, key, committed, rev)
 		if ch.done != nil {
-			ch.done(rev)
+			ch.done(committed, rev)
 		}
 		return nil
 	}
 }
 
-// commit writes a change guarded by the record's revision.
+// maxTxnOps is etcd's default limit of operations in one transaction.
+const maxTxnOps = 128
+
+// commit writes a change guarded by the record's revision, with the index
+// keys the change gains and loses.
 func (s *Store) commit(ctx context.Context, tenant, key string, v *view, ch *change) (*clientv3.TxnResponse, error) {
 	k := s.keys.intent(tenant, key)
 	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", v.rev())}, ch.cmps...)
@@ -331,11 +380,18 @@ func (s *Store) commit(ctx context.Context, tenant, key string, v *view, ch *cha
 	if err != nil {
 		return nil, err
 	}
-	ops := append([]clientv3.Op{clientv3.OpPut(k, string(val))}, ch.ops...)
+	ops := append([]clientv3.Op{clientv3.OpPut(k, string(val))}, s.keys.indexOps(v.rec, ch.next)...)
+	ops = append(ops, ch.ops...)
+	if len(ops) > maxTxnOps || len(cmps) > maxTxnOps {
+		return nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", errTooBig, len(ops), maxTxnOps)
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	return s.kv.Txn(cctx).If(cmps...).Then(ops...).Commit()
 }
+
+// errTooBig marks a change etcd would refuse whole.
+var errTooBig = errors.New("etcdstore: transaction too big")
 
 // backoff waits before the next attempt, or returns why it must not: the
 // caller's context ended, or the operation ran out of time (then the store

@@ -3,6 +3,7 @@ package intent
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/intentd/intentd/fencing"
 )
@@ -28,7 +29,44 @@ var (
 	ErrUnavailable = errors.New("intent: store unavailable")
 	// ErrInvalid: the request is malformed; see InvalidError for the field.
 	ErrInvalid = errors.New("intent: invalid argument")
+	// ErrLeaseHeld: a worker holds a live lease; a reviewer must pass force
+	// to supersede it.
+	ErrLeaseHeld = errors.New("intent: held under a live lease")
+	// ErrExpired: the record outlived its retention; a tombstone remains.
+	// The work needs a new approval (a new key).
+	ErrExpired = errors.New("intent: expired")
+	// ErrCompacted: a listing or watch asked for a revision etcd compacted
+	// away; see CompactedError. Re-list from the first page.
+	ErrCompacted = errors.New("intent: revision compacted")
 )
+
+// ExpiredError describes the tombstone of a removed intent.
+type ExpiredError struct {
+	Key         string
+	State       State // the final state the intent had
+	Fingerprint string
+	CompletedAt time.Time
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("intent: %q expired after its retention (it was %s); it needs a new approval", e.Key, e.State)
+}
+
+// Is makes errors.Is(err, ErrExpired) true.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// CompactedError says which revision etcd still has.
+type CompactedError struct {
+	Requested int64
+	Compacted int64 // the compaction revision: the oldest revision left is Compacted+1
+}
+
+func (e *CompactedError) Error() string {
+	return fmt.Sprintf("intent: revision %d was compacted (compaction revision %d); list again and watch from the list's revision", e.Requested, e.Compacted)
+}
+
+// Is makes errors.Is(err, ErrCompacted) true.
+func (e *CompactedError) Is(target error) bool { return target == ErrCompacted }
 
 // StaleTokenError is returned for a call made under a superseded token. It
 // carries the current token so the caller knows how far behind it is.
@@ -36,6 +74,9 @@ type StaleTokenError struct {
 	Key     string
 	Token   fencing.Token // the token the caller presented
 	Current fencing.Token // the newest token issued for the intent
+	// Intent is the intent as it stands (without history), for telling
+	// the caller what became of it.
+	Intent *Intent
 }
 
 func (e *StaleTokenError) Error() string {
@@ -65,6 +106,10 @@ type TransitionError struct {
 	Key   string
 	State State
 	Call  string
+	// Intent is the intent as it stands (without history), when known.
+	Intent *Intent
+	// Evidence is true when the refused report was kept in the history.
+	Evidence bool
 }
 
 func (e *TransitionError) Error() string {

@@ -98,6 +98,9 @@ type Mode int
 const (
 	ModeExecute   Mode = 1
 	ModeReconcile Mode = 2
+	// ModeReview marks a reviewer's decision that superseded every worker
+	// lease: the token is current, but no worker holds it.
+	ModeReview Mode = 3
 )
 
 func (m Mode) String() string {
@@ -106,6 +109,8 @@ func (m Mode) String() string {
 		return "EXECUTE"
 	case ModeReconcile:
 		return "RECONCILE"
+	case ModeReview:
+		return "REVIEW"
 	}
 	return "MODE_INVALID"
 }
@@ -128,6 +133,19 @@ type Intent struct {
 	UpdatedAt     time.Time
 	CompletedAt   time.Time
 	Revision      int64 // etcd mod revision of the record as read
+	// Retention is how long the record is kept once final; RetainUntil is
+	// when it may go (zero while not final).
+	Retention   time.Duration
+	RetainUntil time.Time
+	// Children are the intents registered with this one as parent; filled
+	// by Get only.
+	Children []Child
+}
+
+// Child summarizes a child intent.
+type Child struct {
+	Key   string
+	State State
 }
 
 // Lease is ownership of an intent by one worker session.
@@ -172,6 +190,12 @@ const (
 	EventFailed        EventKind = 6
 	EventHeartbeat     EventKind = 7
 	EventLeaseLapsed   EventKind = 8
+	EventEscalated     EventKind = 9
+	EventResolved      EventKind = 10
+	EventCancelled     EventKind = 11
+	// EventChildRegistered is written to a parent when Complete registered
+	// a child; Reason holds the child's key.
+	EventChildRegistered EventKind = 12
 )
 
 // Event is one entry in an intent's history.
@@ -188,6 +212,13 @@ type Event struct {
 	Result   *Result  `json:"result,omitempty"`
 	Failure  *Failure `json:"failure,omitempty"`
 	Reason   string   `json:"reason,omitempty"`
+	// Principal is who acted, where known.
+	Principal string `json:"principal,omitempty"`
+	// ResolvedState is the decided state of an EventResolved.
+	ResolvedState State `json:"resolved_state,omitempty"`
+	// Issued is true when the event issued a new token (an acquisition, a
+	// reviewer's decision): every earlier token is superseded by it.
+	Issued bool `json:"issued,omitempty"`
 }
 
 // Session is a worker's unit of liveness: an etcd lease kept alive by the
@@ -207,6 +238,9 @@ type Registration struct {
 	ParamsVersion string
 	Labels        map[string]string
 	ParentKey     string
+	// Retention is how long the record is kept once final; zero means the
+	// store's default.
+	Retention time.Duration
 }
 
 // AcquireRequest asks for the right to act on an intent.
@@ -268,6 +302,87 @@ type Report struct {
 	Result  *Result  // ReportComplete
 	Failure *Failure // ReportFail
 	Reason  string   // ReportMarkUnknown, ReportRelease
+	// Children are registered in the same transaction as a Complete (the
+	// outbox). Their ParentKey is set to Key by the store.
+	Children []Registration
+}
+
+// Escalation hands an intent to a human.
+type Escalation struct {
+	Tenant string
+	Key    string
+	// Token is the worker's lease token; zero when a reviewer escalates.
+	Token  fencing.Token
+	Reason string
+	Actor  string
+	// Force lets a reviewer escalate under a live lease, superseding it.
+	Force bool
+}
+
+// Resolution is a reviewer's decision on a NEEDS_REVIEW or UNKNOWN intent.
+type Resolution struct {
+	Tenant string
+	Key    string
+	// Decision is StateCompleted (Result required), StatePending,
+	// StateFailed (Failure required) or StateCancelled.
+	Decision State
+	Result   *Result
+	Failure  *Failure
+	Actor    string
+	Reason   string
+	// Force decides an intent under a live lease, superseding it.
+	Force bool
+}
+
+// Cancellation withdraws a PENDING intent.
+type Cancellation struct {
+	Tenant string
+	Key    string
+	Actor  string
+	Reason string
+}
+
+// Label is one name=value pair.
+type Label struct{ Name, Value string }
+
+// Filter selects intents of one tenant; its parts combine with AND, States
+// with OR.
+type Filter struct {
+	Tenant    string
+	States    []State
+	Label     *Label
+	ParentKey string
+}
+
+// ListQuery asks for one page of a listing.
+type ListQuery struct {
+	Filter
+	PageSize  int
+	PageToken string
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Intents       []*Intent
+	NextPageToken string
+	// Revision is the etcd revision every page of the listing reads.
+	Revision int64
+}
+
+// WatchQuery selects changes to follow: one intent (Key) or a Filter.
+type WatchQuery struct {
+	Filter
+	Key           string
+	StartRevision int64
+}
+
+// WatchEvent is one change.
+type WatchEvent struct {
+	// Deleted is true when the record was removed after its retention;
+	// Intent then holds only the tombstone's fields.
+	Deleted  bool
+	Intent   *Intent
+	Revision int64
 }
 
 // ReportOutcome is the answer to an accepted report.

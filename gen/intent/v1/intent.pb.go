@@ -217,6 +217,9 @@ const (
 	// LEASE_MODE_RECONCILE: the holder must first find out whether an earlier
 	// attempt took effect.
 	LeaseMode_LEASE_MODE_RECONCILE LeaseMode = 2
+	// LEASE_MODE_REVIEW: a reviewer's decision (Resolve, forced Escalate)
+	// superseded every worker lease; no worker holds the intent.
+	LeaseMode_LEASE_MODE_REVIEW LeaseMode = 3
 )
 
 // Enum value maps for LeaseMode.
@@ -225,11 +228,13 @@ var (
 		0: "LEASE_MODE_UNSPECIFIED",
 		1: "LEASE_MODE_EXECUTE",
 		2: "LEASE_MODE_RECONCILE",
+		3: "LEASE_MODE_REVIEW",
 	}
 	LeaseMode_value = map[string]int32{
 		"LEASE_MODE_UNSPECIFIED": 0,
 		"LEASE_MODE_EXECUTE":     1,
 		"LEASE_MODE_RECONCILE":   2,
+		"LEASE_MODE_REVIEW":      3,
 	}
 )
 
@@ -260,6 +265,67 @@ func (LeaseMode) EnumDescriptor() ([]byte, []int) {
 	return file_intent_v1_intent_proto_rawDescGZIP(), []int{2}
 }
 
+// Decision is a reviewer's verdict on an intent.
+type Decision int32
+
+const (
+	// DECISION_UNSPECIFIED is refused.
+	Decision_DECISION_UNSPECIFIED Decision = 0
+	// DECISION_COMPLETED: the effect happened; result is required.
+	Decision_DECISION_COMPLETED Decision = 1
+	// DECISION_PENDING: the effect is confirmed absent; execute again.
+	Decision_DECISION_PENDING Decision = 2
+	// DECISION_FAILED: give up for good; failure is required.
+	Decision_DECISION_FAILED Decision = 3
+	// DECISION_CANCELLED: withdraw the approval.
+	Decision_DECISION_CANCELLED Decision = 4
+)
+
+// Enum value maps for Decision.
+var (
+	Decision_name = map[int32]string{
+		0: "DECISION_UNSPECIFIED",
+		1: "DECISION_COMPLETED",
+		2: "DECISION_PENDING",
+		3: "DECISION_FAILED",
+		4: "DECISION_CANCELLED",
+	}
+	Decision_value = map[string]int32{
+		"DECISION_UNSPECIFIED": 0,
+		"DECISION_COMPLETED":   1,
+		"DECISION_PENDING":     2,
+		"DECISION_FAILED":      3,
+		"DECISION_CANCELLED":   4,
+	}
+)
+
+func (x Decision) Enum() *Decision {
+	p := new(Decision)
+	*p = x
+	return p
+}
+
+func (x Decision) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Decision) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[3].Descriptor()
+}
+
+func (Decision) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[3]
+}
+
+func (x Decision) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Decision.Descriptor instead.
+func (Decision) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
+}
+
 // Kind is what happened.
 type HistoryEntry_Kind int32
 
@@ -281,33 +347,51 @@ const (
 	// KIND_HEARTBEAT: a Heartbeat naming this intent's lease.
 	HistoryEntry_KIND_HEARTBEAT HistoryEntry_Kind = 7
 	// KIND_LEASE_LAPSED: the holder's session ended before a report; noted
-	// when the next lease was issued.
+	// when the next lease was issued or when the janitor swept it.
 	HistoryEntry_KIND_LEASE_LAPSED HistoryEntry_Kind = 8
+	// KIND_ESCALATED: handed to a human (see reason, principal).
+	HistoryEntry_KIND_ESCALATED HistoryEntry_Kind = 9
+	// KIND_RESOLVED: a reviewer decided (see resolved_state, principal,
+	// reason, and result or failure); token is the superseding token.
+	HistoryEntry_KIND_RESOLVED HistoryEntry_Kind = 10
+	// KIND_CANCELLED: the approval was withdrawn.
+	HistoryEntry_KIND_CANCELLED HistoryEntry_Kind = 11
+	// KIND_CHILD_REGISTERED: a child intent was registered by Complete (the
+	// outbox); reason holds the child's key.
+	HistoryEntry_KIND_CHILD_REGISTERED HistoryEntry_Kind = 12
 )
 
 // Enum value maps for HistoryEntry_Kind.
 var (
 	HistoryEntry_Kind_name = map[int32]string{
-		0: "KIND_UNSPECIFIED",
-		1: "KIND_REGISTERED",
-		2: "KIND_ACQUIRED",
-		3: "KIND_COMPLETED",
-		4: "KIND_MARKED_UNKNOWN",
-		5: "KIND_RELEASED",
-		6: "KIND_FAILED",
-		7: "KIND_HEARTBEAT",
-		8: "KIND_LEASE_LAPSED",
+		0:  "KIND_UNSPECIFIED",
+		1:  "KIND_REGISTERED",
+		2:  "KIND_ACQUIRED",
+		3:  "KIND_COMPLETED",
+		4:  "KIND_MARKED_UNKNOWN",
+		5:  "KIND_RELEASED",
+		6:  "KIND_FAILED",
+		7:  "KIND_HEARTBEAT",
+		8:  "KIND_LEASE_LAPSED",
+		9:  "KIND_ESCALATED",
+		10: "KIND_RESOLVED",
+		11: "KIND_CANCELLED",
+		12: "KIND_CHILD_REGISTERED",
 	}
 	HistoryEntry_Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":    0,
-		"KIND_REGISTERED":     1,
-		"KIND_ACQUIRED":       2,
-		"KIND_COMPLETED":      3,
-		"KIND_MARKED_UNKNOWN": 4,
-		"KIND_RELEASED":       5,
-		"KIND_FAILED":         6,
-		"KIND_HEARTBEAT":      7,
-		"KIND_LEASE_LAPSED":   8,
+		"KIND_UNSPECIFIED":      0,
+		"KIND_REGISTERED":       1,
+		"KIND_ACQUIRED":         2,
+		"KIND_COMPLETED":        3,
+		"KIND_MARKED_UNKNOWN":   4,
+		"KIND_RELEASED":         5,
+		"KIND_FAILED":           6,
+		"KIND_HEARTBEAT":        7,
+		"KIND_LEASE_LAPSED":     8,
+		"KIND_ESCALATED":        9,
+		"KIND_RESOLVED":         10,
+		"KIND_CANCELLED":        11,
+		"KIND_CHILD_REGISTERED": 12,
 	}
 )
 
@@ -322,11 +406,11 @@ func (x HistoryEntry_Kind) String() string {
 }
 
 func (HistoryEntry_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[3].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[4].Descriptor()
 }
 
 func (HistoryEntry_Kind) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[3]
+	return &file_intent_v1_intent_proto_enumTypes[4]
 }
 
 func (x HistoryEntry_Kind) Number() protoreflect.EnumNumber {
@@ -335,7 +419,61 @@ func (x HistoryEntry_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HistoryEntry_Kind.Descriptor instead.
 func (HistoryEntry_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{4, 0}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{5, 0}
+}
+
+// Type is what happened to the record.
+type WatchResponse_Type int32
+
+const (
+	// TYPE_UNSPECIFIED is never sent.
+	WatchResponse_TYPE_UNSPECIFIED WatchResponse_Type = 0
+	// TYPE_PUT: the intent was created or changed.
+	WatchResponse_TYPE_PUT WatchResponse_Type = 1
+	// TYPE_DELETED: the record was removed after its retention; a tombstone
+	// stays.
+	WatchResponse_TYPE_DELETED WatchResponse_Type = 2
+)
+
+// Enum value maps for WatchResponse_Type.
+var (
+	WatchResponse_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "TYPE_PUT",
+		2: "TYPE_DELETED",
+	}
+	WatchResponse_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED": 0,
+		"TYPE_PUT":         1,
+		"TYPE_DELETED":     2,
+	}
+)
+
+func (x WatchResponse_Type) Enum() *WatchResponse_Type {
+	p := new(WatchResponse_Type)
+	*p = x
+	return p
+}
+
+func (x WatchResponse_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchResponse_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[5].Descriptor()
+}
+
+func (WatchResponse_Type) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[5]
+}
+
+func (x WatchResponse_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchResponse_Type.Descriptor instead.
+func (WatchResponse_Type) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{39, 0}
 }
 
 // Intent is the durable record of one approved business action.
@@ -374,7 +512,14 @@ type Intent struct {
 	// completed_at is when the intent reached a final state.
 	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
 	// revision is the etcd revision of the record as read; it orders changes.
-	Revision      int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
+	// retention is how long the record is kept once final.
+	Retention *durationpb.Duration `protobuf:"bytes,17,opt,name=retention,proto3" json:"retention,omitempty"`
+	// retain_until is when a final record may be removed (a tombstone stays);
+	// unset while the intent is not final: those are never removed.
+	RetainUntil *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=retain_until,json=retainUntil,proto3" json:"retain_until,omitempty"`
+	// children are the intents registered with this one as parent (Get only).
+	Children      []*Child `protobuf:"bytes,19,rep,name=children,proto3" json:"children,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -521,6 +666,82 @@ func (x *Intent) GetRevision() int64 {
 	return 0
 }
 
+func (x *Intent) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+func (x *Intent) GetRetainUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetainUntil
+	}
+	return nil
+}
+
+func (x *Intent) GetChildren() []*Child {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+// Child summarizes a child intent.
+type Child struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the child's key.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// state is the child's state.
+	State         State `protobuf:"varint,2,opt,name=state,proto3,enum=intent.v1.State" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Child) Reset() {
+	*x = Child{}
+	mi := &file_intent_v1_intent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Child) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Child) ProtoMessage() {}
+
+func (x *Child) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Child.ProtoReflect.Descriptor instead.
+func (*Child) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Child) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Child) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
 // Lease is time-bounded ownership of an intent by one worker session.
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -548,7 +769,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_intent_v1_intent_proto_msgTypes[1]
+	mi := &file_intent_v1_intent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +781,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[1]
+	mi := &file_intent_v1_intent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +794,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{1}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Lease) GetToken() uint64 {
@@ -639,7 +860,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_intent_v1_intent_proto_msgTypes[2]
+	mi := &file_intent_v1_intent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +872,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[2]
+	mi := &file_intent_v1_intent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +885,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{2}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Result) GetPayload() []byte {
@@ -694,7 +915,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_intent_v1_intent_proto_msgTypes[3]
+	mi := &file_intent_v1_intent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +927,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[3]
+	mi := &file_intent_v1_intent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +940,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Failure) GetCode() string {
@@ -759,14 +980,18 @@ type HistoryEntry struct {
 	// failure is the reported failure, for KIND_FAILED.
 	Failure *Failure `protobuf:"bytes,9,opt,name=failure,proto3" json:"failure,omitempty"`
 	// reason is the caller's explanation, for reports that carry one.
-	Reason        string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// principal is who acted, where known (a reviewer, an approver).
+	Principal string `protobuf:"bytes,11,opt,name=principal,proto3" json:"principal,omitempty"`
+	// resolved_state is the decided state, for KIND_RESOLVED.
+	ResolvedState State `protobuf:"varint,12,opt,name=resolved_state,json=resolvedState,proto3,enum=intent.v1.State" json:"resolved_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HistoryEntry) Reset() {
 	*x = HistoryEntry{}
-	mi := &file_intent_v1_intent_proto_msgTypes[4]
+	mi := &file_intent_v1_intent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +1003,7 @@ func (x *HistoryEntry) String() string {
 func (*HistoryEntry) ProtoMessage() {}
 
 func (x *HistoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[4]
+	mi := &file_intent_v1_intent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +1016,7 @@ func (x *HistoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEntry.ProtoReflect.Descriptor instead.
 func (*HistoryEntry) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{4}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HistoryEntry) GetTime() *timestamppb.Timestamp {
@@ -864,6 +1089,20 @@ func (x *HistoryEntry) GetReason() string {
 	return ""
 }
 
+func (x *HistoryEntry) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetResolvedState() State {
+	if x != nil {
+		return x.ResolvedState
+	}
+	return State_STATE_UNSPECIFIED
+}
+
 // RegisterRequest approves an intent.
 type RegisterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -878,15 +1117,19 @@ type RegisterRequest struct {
 	ParamsVersion string `protobuf:"bytes,4,opt,name=params_version,json=paramsVersion,proto3" json:"params_version,omitempty"`
 	// labels are free-form attributes, e.g. {"customer": "c-17"}.
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// parent_key links a sub-operation to its parent intent.
-	ParentKey     string `protobuf:"bytes,6,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// parent_key links a sub-operation to its parent intent, which must exist
+	// in the same tenant.
+	ParentKey string `protobuf:"bytes,6,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// retention is how long the record is kept after it becomes final; unset
+	// means the server's default; more than the server's maximum is refused.
+	Retention     *durationpb.Duration `protobuf:"bytes,7,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[5]
+	mi := &file_intent_v1_intent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1141,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[5]
+	mi := &file_intent_v1_intent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1154,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{5}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterRequest) GetTenant() string {
@@ -956,6 +1199,13 @@ func (x *RegisterRequest) GetParentKey() string {
 	return ""
 }
 
+func (x *RegisterRequest) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
 // RegisterResponse returns the stored intent.
 type RegisterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -969,7 +1219,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[6]
+	mi := &file_intent_v1_intent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1231,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[6]
+	mi := &file_intent_v1_intent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1244,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{6}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterResponse) GetIntent() *Intent {
@@ -1026,7 +1276,7 @@ type DeriveKeyRequest struct {
 
 func (x *DeriveKeyRequest) Reset() {
 	*x = DeriveKeyRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[7]
+	mi := &file_intent_v1_intent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1288,7 @@ func (x *DeriveKeyRequest) String() string {
 func (*DeriveKeyRequest) ProtoMessage() {}
 
 func (x *DeriveKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[7]
+	mi := &file_intent_v1_intent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1301,7 @@ func (x *DeriveKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeriveKeyRequest.ProtoReflect.Descriptor instead.
 func (*DeriveKeyRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{7}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeriveKeyRequest) GetAction() string {
@@ -1082,7 +1332,7 @@ type DeriveKeyResponse struct {
 
 func (x *DeriveKeyResponse) Reset() {
 	*x = DeriveKeyResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[8]
+	mi := &file_intent_v1_intent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1344,7 @@ func (x *DeriveKeyResponse) String() string {
 func (*DeriveKeyResponse) ProtoMessage() {}
 
 func (x *DeriveKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[8]
+	mi := &file_intent_v1_intent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1357,7 @@ func (x *DeriveKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeriveKeyResponse.ProtoReflect.Descriptor instead.
 func (*DeriveKeyResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{8}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeriveKeyResponse) GetKey() string {
@@ -1140,7 +1390,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[9]
+	mi := &file_intent_v1_intent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1402,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[9]
+	mi := &file_intent_v1_intent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1415,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{9}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *OpenSessionRequest) GetTenant() string {
@@ -1202,7 +1452,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[10]
+	mi := &file_intent_v1_intent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1464,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[10]
+	mi := &file_intent_v1_intent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1477,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{10}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -1257,7 +1507,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[11]
+	mi := &file_intent_v1_intent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1519,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[11]
+	mi := &file_intent_v1_intent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1532,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{11}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CloseSessionRequest) GetTenant() string {
@@ -1308,7 +1558,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[12]
+	mi := &file_intent_v1_intent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1570,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[12]
+	mi := &file_intent_v1_intent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1583,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{12}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{13}
 }
 
 // AcquireRequest asks for the right to act on an intent.
@@ -1361,7 +1611,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[13]
+	mi := &file_intent_v1_intent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1623,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[13]
+	mi := &file_intent_v1_intent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1636,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{13}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AcquireRequest) GetTenant() string {
@@ -1444,15 +1694,16 @@ type AcquireResponse struct {
 	// action_taken is "none" when nothing was changed (replays, IN_PROGRESS),
 	// "lease_issued" when a lease was issued or re-returned.
 	ActionTaken string `protobuf:"bytes,4,opt,name=action_taken,json=actionTaken,proto3" json:"action_taken,omitempty"`
-	// statement is a short, true sentence an agent can plan from.
-	Statement     string `protobuf:"bytes,5,opt,name=statement,proto3" json:"statement,omitempty"`
+	// statement is a short, true account of the outcome that an agent host
+	// can paste into a model's context.
+	Statement     *Statement `protobuf:"bytes,5,opt,name=statement,proto3" json:"statement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[14]
+	mi := &file_intent_v1_intent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1715,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[14]
+	mi := &file_intent_v1_intent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1728,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{14}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireResponse) GetOutcome() Outcome {
@@ -1508,9 +1759,124 @@ func (x *AcquireResponse) GetActionTaken() string {
 	return ""
 }
 
-func (x *AcquireResponse) GetStatement() string {
+func (x *AcquireResponse) GetStatement() *Statement {
 	if x != nil {
 		return x.Statement
+	}
+	return nil
+}
+
+// Statement is a short, true, machine-readable account of what happened to
+// an intent, for agents to plan from. Acquire returns one; every refusal of
+// a fenced call (STALE_TOKEN, INVALID_TRANSITION) carries one as an error
+// detail.
+type Statement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is one word: execute, reconcile, already_completed,
+	// already_failed, cancelled, in_progress, needs_review, expired,
+	// stale_token, refused.
+	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// intent_key is the intent's key.
+	IntentKey string `protobuf:"bytes,2,opt,name=intent_key,json=intentKey,proto3" json:"intent_key,omitempty"`
+	// state is the intent's state.
+	State State `protobuf:"varint,3,opt,name=state,proto3,enum=intent.v1.State" json:"state,omitempty"`
+	// result is the stored result, once COMPLETED.
+	Result *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// completed_at is when the intent reached a final state.
+	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	// action_taken is what this call did: "none", "lease_issued",
+	// "recorded", "evidence_recorded".
+	ActionTaken string `protobuf:"bytes,6,opt,name=action_taken,json=actionTaken,proto3" json:"action_taken,omitempty"`
+	// current_token is the intent's newest token, where it matters.
+	CurrentToken uint64 `protobuf:"varint,7,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
+	// text is the same as one sentence.
+	Text          string `protobuf:"bytes,8,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Statement) Reset() {
+	*x = Statement{}
+	mi := &file_intent_v1_intent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Statement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Statement) ProtoMessage() {}
+
+func (x *Statement) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Statement.ProtoReflect.Descriptor instead.
+func (*Statement) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Statement) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Statement) GetIntentKey() string {
+	if x != nil {
+		return x.IntentKey
+	}
+	return ""
+}
+
+func (x *Statement) GetState() State {
+	if x != nil {
+		return x.State
+	}
+	return State_STATE_UNSPECIFIED
+}
+
+func (x *Statement) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *Statement) GetCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompletedAt
+	}
+	return nil
+}
+
+func (x *Statement) GetActionTaken() string {
+	if x != nil {
+		return x.ActionTaken
+	}
+	return ""
+}
+
+func (x *Statement) GetCurrentToken() uint64 {
+	if x != nil {
+		return x.CurrentToken
+	}
+	return 0
+}
+
+func (x *Statement) GetText() string {
+	if x != nil {
+		return x.Text
 	}
 	return ""
 }
@@ -1528,7 +1894,7 @@ type HeldLease struct {
 
 func (x *HeldLease) Reset() {
 	*x = HeldLease{}
-	mi := &file_intent_v1_intent_proto_msgTypes[15]
+	mi := &file_intent_v1_intent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1906,7 @@ func (x *HeldLease) String() string {
 func (*HeldLease) ProtoMessage() {}
 
 func (x *HeldLease) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[15]
+	mi := &file_intent_v1_intent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1919,7 @@ func (x *HeldLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldLease.ProtoReflect.Descriptor instead.
 func (*HeldLease) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{15}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeldLease) GetKey() string {
@@ -1586,7 +1952,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[16]
+	mi := &file_intent_v1_intent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1964,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[16]
+	mi := &file_intent_v1_intent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1977,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{16}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatRequest) GetTenant() string {
@@ -1646,7 +2012,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[17]
+	mi := &file_intent_v1_intent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2024,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[17]
+	mi := &file_intent_v1_intent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +2037,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{17}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeartbeatResponse) GetTtl() *durationpb.Duration {
@@ -1691,14 +2057,20 @@ type CompleteRequest struct {
 	// token is the fencing token of the caller's lease.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// result is what the side effect produced.
-	Result        *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	Result *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// children are intents to register in the same etcd transaction as the
+	// completion (the outbox: "send the confirmation email" exists if and only
+	// if the order completed). Their parent is this intent; their tenant must
+	// be empty or this intent's. A child that already exists with the same
+	// params is left as it is. At most 16.
+	Children      []*RegisterRequest `protobuf:"bytes,5,rep,name=children,proto3" json:"children,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[18]
+	mi := &file_intent_v1_intent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +2082,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[18]
+	mi := &file_intent_v1_intent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +2095,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{18}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CompleteRequest) GetTenant() string {
@@ -1754,6 +2126,13 @@ func (x *CompleteRequest) GetResult() *Result {
 	return nil
 }
 
+func (x *CompleteRequest) GetChildren() []*RegisterRequest {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
 // CompleteResponse returns the completed intent.
 type CompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1767,7 +2146,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[19]
+	mi := &file_intent_v1_intent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2158,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[19]
+	mi := &file_intent_v1_intent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2171,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{19}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CompleteResponse) GetIntent() *Intent {
@@ -1826,7 +2205,7 @@ type MarkUnknownRequest struct {
 
 func (x *MarkUnknownRequest) Reset() {
 	*x = MarkUnknownRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[20]
+	mi := &file_intent_v1_intent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2217,7 @@ func (x *MarkUnknownRequest) String() string {
 func (*MarkUnknownRequest) ProtoMessage() {}
 
 func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[20]
+	mi := &file_intent_v1_intent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2230,7 @@ func (x *MarkUnknownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownRequest.ProtoReflect.Descriptor instead.
 func (*MarkUnknownRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{20}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MarkUnknownRequest) GetTenant() string {
@@ -1893,7 +2272,7 @@ type MarkUnknownResponse struct {
 
 func (x *MarkUnknownResponse) Reset() {
 	*x = MarkUnknownResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[21]
+	mi := &file_intent_v1_intent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2284,7 @@ func (x *MarkUnknownResponse) String() string {
 func (*MarkUnknownResponse) ProtoMessage() {}
 
 func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[21]
+	mi := &file_intent_v1_intent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2297,7 @@ func (x *MarkUnknownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkUnknownResponse.ProtoReflect.Descriptor instead.
 func (*MarkUnknownResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{21}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MarkUnknownResponse) GetIntent() *Intent {
@@ -1945,7 +2324,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[22]
+	mi := &file_intent_v1_intent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2336,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[22]
+	mi := &file_intent_v1_intent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2349,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{22}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseRequest) GetTenant() string {
@@ -2012,7 +2391,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[23]
+	mi := &file_intent_v1_intent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2403,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[23]
+	mi := &file_intent_v1_intent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2416,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{23}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseResponse) GetIntent() *Intent {
@@ -2064,7 +2443,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[24]
+	mi := &file_intent_v1_intent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2455,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[24]
+	mi := &file_intent_v1_intent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2468,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{24}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FailRequest) GetTenant() string {
@@ -2131,7 +2510,7 @@ type FailResponse struct {
 
 func (x *FailResponse) Reset() {
 	*x = FailResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[25]
+	mi := &file_intent_v1_intent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2522,7 @@ func (x *FailResponse) String() string {
 func (*FailResponse) ProtoMessage() {}
 
 func (x *FailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[25]
+	mi := &file_intent_v1_intent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2535,7 @@ func (x *FailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailResponse.ProtoReflect.Descriptor instead.
 func (*FailResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{25}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FailResponse) GetIntent() *Intent {
@@ -2179,7 +2558,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_intent_v1_intent_proto_msgTypes[26]
+	mi := &file_intent_v1_intent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2570,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[26]
+	mi := &file_intent_v1_intent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2583,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{26}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetRequest) GetTenant() string {
@@ -2232,7 +2611,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_intent_v1_intent_proto_msgTypes[27]
+	mi := &file_intent_v1_intent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2623,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_intent_v1_intent_proto_msgTypes[27]
+	mi := &file_intent_v1_intent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2636,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{27}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetResponse) GetIntent() *Intent {
@@ -2267,11 +2646,750 @@ func (x *GetResponse) GetIntent() *Intent {
 	return nil
 }
 
+// EscalateRequest hands an intent to a human.
+type EscalateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant owning the intent; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key is the intent's key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// token is the caller's lease token when a worker escalates; 0 when a
+	// reviewer does.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// reason says what cannot be decided, e.g. "merchant shows two orders".
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// actor names who escalates (a worker or reviewer), recorded in history.
+	Actor string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
+	// force lets a reviewer escalate an intent under a live lease; the lease's
+	// token is superseded.
+	Force         bool `protobuf:"varint,6,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EscalateRequest) Reset() {
+	*x = EscalateRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EscalateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EscalateRequest) ProtoMessage() {}
+
+func (x *EscalateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EscalateRequest.ProtoReflect.Descriptor instead.
+func (*EscalateRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EscalateRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *EscalateRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *EscalateRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// EscalateResponse returns the intent.
+type EscalateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// intent is the intent after the call (without history).
+	Intent        *Intent `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EscalateResponse) Reset() {
+	*x = EscalateResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EscalateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EscalateResponse) ProtoMessage() {}
+
+func (x *EscalateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EscalateResponse.ProtoReflect.Descriptor instead.
+func (*EscalateResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EscalateResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+// ResolveRequest decides an intent.
+type ResolveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant owning the intent; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key is the intent's key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// decision is the verdict.
+	Decision Decision `protobuf:"varint,3,opt,name=decision,proto3,enum=intent.v1.Decision" json:"decision,omitempty"`
+	// result is what the effect produced, for DECISION_COMPLETED.
+	Result *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// failure describes it, for DECISION_FAILED.
+	Failure *Failure `protobuf:"bytes,5,opt,name=failure,proto3" json:"failure,omitempty"`
+	// actor names the reviewer; required, recorded in history.
+	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
+	// reason says why; required, recorded in history.
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// force decides an intent under a live lease, superseding its token.
+	Force         bool `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveRequest) Reset() {
+	*x = ResolveRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveRequest) ProtoMessage() {}
+
+func (x *ResolveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveRequest.ProtoReflect.Descriptor instead.
+func (*ResolveRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ResolveRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetDecision() Decision {
+	if x != nil {
+		return x.Decision
+	}
+	return Decision_DECISION_UNSPECIFIED
+}
+
+func (x *ResolveRequest) GetResult() *Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *ResolveRequest) GetFailure() *Failure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *ResolveRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// ResolveResponse returns the decided intent.
+type ResolveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// intent is the intent after the decision (without history).
+	Intent *Intent `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	// action_taken is "recorded", or "none" for a retry of the same decision.
+	ActionTaken   string `protobuf:"bytes,2,opt,name=action_taken,json=actionTaken,proto3" json:"action_taken,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveResponse) Reset() {
+	*x = ResolveResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveResponse) ProtoMessage() {}
+
+func (x *ResolveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveResponse.ProtoReflect.Descriptor instead.
+func (*ResolveResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ResolveResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+func (x *ResolveResponse) GetActionTaken() string {
+	if x != nil {
+		return x.ActionTaken
+	}
+	return ""
+}
+
+// CancelRequest withdraws a PENDING intent.
+type CancelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant owning the intent; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key is the intent's key.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// actor names who withdraws the approval, recorded in history.
+	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
+	// reason says why.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRequest) Reset() {
+	*x = CancelRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRequest) ProtoMessage() {}
+
+func (x *CancelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
+func (*CancelRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CancelRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CancelRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CancelRequest) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *CancelRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CancelResponse returns the cancelled intent.
+type CancelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// intent is the intent after the call (without history).
+	Intent        *Intent `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelResponse) Reset() {
+	*x = CancelResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelResponse) ProtoMessage() {}
+
+func (x *CancelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
+func (*CancelResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CancelResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+// ListRequest selects intents of one tenant. Filters combine with AND;
+// states combine with OR.
+type ListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant to list; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// states, when set, keep intents in any of these states. An intent whose
+	// lease lapsed is listed as IN_PROGRESS until the janitor marks it UNKNOWN
+	// (within its sweep interval).
+	States []State `protobuf:"varint,2,rep,packed,name=states,proto3,enum=intent.v1.State" json:"states,omitempty"`
+	// label, when set, keeps intents with this label: "name=value".
+	Label string `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
+	// parent_key, when set, keeps the children of this intent.
+	ParentKey string `protobuf:"bytes,4,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// page_size is the most intents to return; default 50, at most 100.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a listing from the previous page's
+	// next_page_token; the other fields must be the same.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListRequest) GetStates() []State {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListRequest) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *ListRequest) GetParentKey() string {
+	if x != nil {
+		return x.ParentKey
+	}
+	return ""
+}
+
+func (x *ListRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListResponse is one page.
+type ListResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// intents, oldest first (by registration), without history.
+	Intents []*Intent `protobuf:"bytes,1,rep,name=intents,proto3" json:"intents,omitempty"`
+	// next_page_token continues the listing; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// revision is the etcd revision every page of this listing reads; Watch
+	// from revision + 1 to follow changes after it.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResponse) Reset() {
+	*x = ListResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResponse) ProtoMessage() {}
+
+func (x *ListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
+func (*ListResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListResponse) GetIntents() []*Intent {
+	if x != nil {
+		return x.Intents
+	}
+	return nil
+}
+
+func (x *ListResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// WatchRequest selects changes to follow.
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant to watch; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key, when set, follows one intent; the filters below then do not apply.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// states, when set, keep changes that leave the intent in one of them.
+	States []State `protobuf:"varint,3,rep,packed,name=states,proto3,enum=intent.v1.State" json:"states,omitempty"`
+	// label, when set, keeps intents with this label: "name=value".
+	Label string `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
+	// parent_key, when set, keeps the children of this intent.
+	ParentKey string `protobuf:"bytes,5,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
+	// start_revision is the first etcd revision to report; 0 means changes
+	// after now. Resume with the last seen revision + 1.
+	StartRevision int64 `protobuf:"varint,6,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WatchRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetStates() []State {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetLabel() string {
+	if x != nil {
+		return x.Label
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetParentKey() string {
+	if x != nil {
+		return x.ParentKey
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetStartRevision() int64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
+}
+
+// WatchResponse is one change.
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type is what happened.
+	Type WatchResponse_Type `protobuf:"varint,1,opt,name=type,proto3,enum=intent.v1.WatchResponse_Type" json:"type,omitempty"`
+	// intent is the intent after the change (without history); for
+	// TYPE_DELETED only tenant, key, state and fingerprint.
+	Intent *Intent `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
+	// revision is the etcd revision of the change.
+	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WatchResponse) GetType() WatchResponse_Type {
+	if x != nil {
+		return x.Type
+	}
+	return WatchResponse_TYPE_UNSPECIFIED
+}
+
+func (x *WatchResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_intent_v1_intent_proto protoreflect.FileDescriptor
 
 const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
-	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xea\x05\n" +
+	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\a\n" +
 	"\x06Intent\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12&\n" +
@@ -2292,10 +3410,16 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12=\n" +
 	"\fcompleted_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12\x1a\n" +
-	"\brevision\x18\x10 \x01(\x03R\brevision\x1a9\n" +
+	"\brevision\x18\x10 \x01(\x03R\brevision\x127\n" +
+	"\tretention\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12=\n" +
+	"\fretain_until\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vretainUntil\x12,\n" +
+	"\bchildren\x18\x13 \x03(\v2\x10.intent.v1.ChildR\bchildren\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
+	"\x05Child\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x10.intent.v1.StateR\x05state\"\x8a\x02\n" +
 	"\x05Lease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12(\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x14.intent.v1.LeaseModeR\x04mode\x12\x1d\n" +
@@ -2315,7 +3439,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
 	"\aFailure\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xb7\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xe4\x05\n" +
 	"\fHistoryEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.intent.v1.HistoryEntry.KindR\x04kind\x12\x14\n" +
@@ -2328,7 +3452,9 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x06result\x18\b \x01(\v2\x11.intent.v1.ResultR\x06result\x12,\n" +
 	"\afailure\x18\t \x01(\v2\x12.intent.v1.FailureR\afailure\x12\x16\n" +
 	"\x06reason\x18\n" +
-	" \x01(\tR\x06reason\"\xc0\x01\n" +
+	" \x01(\tR\x06reason\x12\x1c\n" +
+	"\tprincipal\x18\v \x01(\tR\tprincipal\x127\n" +
+	"\x0eresolved_state\x18\f \x01(\x0e2\x10.intent.v1.StateR\rresolvedState\"\x96\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKIND_REGISTERED\x10\x01\x12\x11\n" +
@@ -2338,7 +3464,12 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\rKIND_RELEASED\x10\x05\x12\x0f\n" +
 	"\vKIND_FAILED\x10\x06\x12\x12\n" +
 	"\x0eKIND_HEARTBEAT\x10\a\x12\x15\n" +
-	"\x11KIND_LEASE_LAPSED\x10\b\"\xad\x02\n" +
+	"\x11KIND_LEASE_LAPSED\x10\b\x12\x12\n" +
+	"\x0eKIND_ESCALATED\x10\t\x12\x11\n" +
+	"\rKIND_RESOLVED\x10\n" +
+	"\x12\x12\n" +
+	"\x0eKIND_CANCELLED\x10\v\x12\x19\n" +
+	"\x15KIND_CHILD_REGISTERED\x10\f\"\xe6\x02\n" +
 	"\x0fRegisterRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12/\n" +
@@ -2346,7 +3477,8 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x0eparams_version\x18\x04 \x01(\tR\rparamsVersion\x12>\n" +
 	"\x06labels\x18\x05 \x03(\v2&.intent.v1.RegisterRequest.LabelsEntryR\x06labels\x12\x1d\n" +
 	"\n" +
-	"parent_key\x18\x06 \x01(\tR\tparentKey\x1a9\n" +
+	"parent_key\x18\x06 \x01(\tR\tparentKey\x127\n" +
+	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationR\tretention\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
@@ -2380,13 +3512,23 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x121\n" +
 	"\x14expected_fingerprint\x18\x05 \x01(\tR\x13expectedFingerprint\x126\n" +
-	"\bregister\x18\x06 \x01(\v2\x1a.intent.v1.RegisterRequestR\bregister\"\xd3\x01\n" +
+	"\bregister\x18\x06 \x01(\v2\x1a.intent.v1.RegisterRequestR\bregister\"\xe9\x01\n" +
 	"\x0fAcquireResponse\x12,\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x12.intent.v1.OutcomeR\aoutcome\x12)\n" +
 	"\x06intent\x18\x02 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12&\n" +
 	"\x05lease\x18\x03 \x01(\v2\x10.intent.v1.LeaseR\x05lease\x12!\n" +
-	"\faction_taken\x18\x04 \x01(\tR\vactionTaken\x12\x1c\n" +
-	"\tstatement\x18\x05 \x01(\tR\tstatement\"3\n" +
+	"\faction_taken\x18\x04 \x01(\tR\vactionTaken\x122\n" +
+	"\tstatement\x18\x05 \x01(\v2\x14.intent.v1.StatementR\tstatement\"\xb0\x02\n" +
+	"\tStatement\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x1d\n" +
+	"\n" +
+	"intent_key\x18\x02 \x01(\tR\tintentKey\x12&\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x10.intent.v1.StateR\x05state\x12)\n" +
+	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultR\x06result\x12=\n" +
+	"\fcompleted_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12!\n" +
+	"\faction_taken\x18\x06 \x01(\tR\vactionTaken\x12#\n" +
+	"\rcurrent_token\x18\a \x01(\x04R\fcurrentToken\x12\x12\n" +
+	"\x04text\x18\b \x01(\tR\x04text\"3\n" +
 	"\tHeldLease\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"w\n" +
@@ -2396,12 +3538,13 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12,\n" +
 	"\x06leases\x18\x03 \x03(\v2\x14.intent.v1.HeldLeaseR\x06leases\"@\n" +
 	"\x11HeartbeatResponse\x12+\n" +
-	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"|\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xb4\x01\n" +
 	"\x0fCompleteRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
-	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultR\x06result\"`\n" +
+	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultR\x06result\x126\n" +
+	"\bchildren\x18\x05 \x03(\v2\x1a.intent.v1.RegisterRequestR\bchildren\"`\n" +
 	"\x10CompleteResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
 	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"l\n" +
@@ -2431,7 +3574,64 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"8\n" +
 	"\vGetResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent*\xaf\x01\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\x95\x01\n" +
+	"\x0fEscalateRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x14\n" +
+	"\x05force\x18\x06 \x01(\bR\x05force\"=\n" +
+	"\x10EscalateResponse\x12)\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\x88\x02\n" +
+	"\x0eResolveRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12/\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\x13.intent.v1.DecisionR\bdecision\x12)\n" +
+	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultR\x06result\x12,\n" +
+	"\afailure\x18\x05 \x01(\v2\x12.intent.v1.FailureR\afailure\x12\x14\n" +
+	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
+	"\x05force\x18\b \x01(\bR\x05force\"_\n" +
+	"\x0fResolveResponse\x12)\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
+	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"g\n" +
+	"\rCancelRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\";\n" +
+	"\x0eCancelResponse\x12)\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xc0\x01\n" +
+	"\vListRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12(\n" +
+	"\x06states\x18\x02 \x03(\x0e2\x10.intent.v1.StateR\x06states\x12\x14\n" +
+	"\x05label\x18\x03 \x01(\tR\x05label\x12\x1d\n" +
+	"\n" +
+	"parent_key\x18\x04 \x01(\tR\tparentKey\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x7f\n" +
+	"\fListResponse\x12+\n" +
+	"\aintents\x18\x01 \x03(\v2\x11.intent.v1.IntentR\aintents\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"\xbe\x01\n" +
+	"\fWatchRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12(\n" +
+	"\x06states\x18\x03 \x03(\x0e2\x10.intent.v1.StateR\x06states\x12\x14\n" +
+	"\x05label\x18\x04 \x01(\tR\x05label\x12\x1d\n" +
+	"\n" +
+	"parent_key\x18\x05 \x01(\tR\tparentKey\x12%\n" +
+	"\x0estart_revision\x18\x06 \x01(\x03R\rstartRevision\"\xc7\x01\n" +
+	"\rWatchResponse\x121\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1d.intent.v1.WatchResponse.TypeR\x04type\x12)\n" +
+	"\x06intent\x18\x02 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"<\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bTYPE_PUT\x10\x01\x12\x10\n" +
+	"\fTYPE_DELETED\x10\x02*\xaf\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_PENDING\x10\x01\x12\x15\n" +
@@ -2450,11 +3650,18 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x11OUTCOME_CANCELLED\x10\x05\x12\x17\n" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x06\x12\x18\n" +
 	"\x14OUTCOME_NEEDS_REVIEW\x10\a\x12\x13\n" +
-	"\x0fOUTCOME_EXPIRED\x10\b*Y\n" +
+	"\x0fOUTCOME_EXPIRED\x10\b*p\n" +
 	"\tLeaseMode\x12\x1a\n" +
 	"\x16LEASE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LEASE_MODE_EXECUTE\x10\x01\x12\x18\n" +
-	"\x14LEASE_MODE_RECONCILE\x10\x022\x93\x06\n" +
+	"\x14LEASE_MODE_RECONCILE\x10\x02\x12\x15\n" +
+	"\x11LEASE_MODE_REVIEW\x10\x03*\x7f\n" +
+	"\bDecision\x12\x18\n" +
+	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12DECISION_COMPLETED\x10\x01\x12\x14\n" +
+	"\x10DECISION_PENDING\x10\x02\x12\x13\n" +
+	"\x0fDECISION_FAILED\x10\x03\x12\x16\n" +
+	"\x12DECISION_CANCELLED\x10\x042\xda\b\n" +
 	"\rIntentService\x12C\n" +
 	"\bRegister\x12\x1a.intent.v1.RegisterRequest\x1a\x1b.intent.v1.RegisterResponse\x12K\n" +
 	"\tDeriveKey\x12\x1b.intent.v1.DeriveKeyRequest\x1a\x1c.intent.v1.DeriveKeyResponse\"\x03\x90\x02\x01\x12L\n" +
@@ -2465,8 +3672,13 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\bComplete\x12\x1a.intent.v1.CompleteRequest\x1a\x1b.intent.v1.CompleteResponse\x12L\n" +
 	"\vMarkUnknown\x12\x1d.intent.v1.MarkUnknownRequest\x1a\x1e.intent.v1.MarkUnknownResponse\x12@\n" +
 	"\aRelease\x12\x19.intent.v1.ReleaseRequest\x1a\x1a.intent.v1.ReleaseResponse\x127\n" +
-	"\x04Fail\x12\x16.intent.v1.FailRequest\x1a\x17.intent.v1.FailResponse\x129\n" +
-	"\x03Get\x12\x15.intent.v1.GetRequest\x1a\x16.intent.v1.GetResponse\"\x03\x90\x02\x01B\x94\x01\n" +
+	"\x04Fail\x12\x16.intent.v1.FailRequest\x1a\x17.intent.v1.FailResponse\x12C\n" +
+	"\bEscalate\x12\x1a.intent.v1.EscalateRequest\x1a\x1b.intent.v1.EscalateResponse\x12@\n" +
+	"\aResolve\x12\x19.intent.v1.ResolveRequest\x1a\x1a.intent.v1.ResolveResponse\x12=\n" +
+	"\x06Cancel\x12\x18.intent.v1.CancelRequest\x1a\x19.intent.v1.CancelResponse\x129\n" +
+	"\x03Get\x12\x15.intent.v1.GetRequest\x1a\x16.intent.v1.GetResponse\"\x03\x90\x02\x01\x12<\n" +
+	"\x04List\x12\x16.intent.v1.ListRequest\x1a\x17.intent.v1.ListResponse\"\x03\x90\x02\x01\x12A\n" +
+	"\x05Watch\x12\x17.intent.v1.WatchRequest\x1a\x18.intent.v1.WatchResponse\"\x03\x90\x02\x010\x01B\x94\x01\n" +
 	"\rcom.intent.v1B\vIntentProtoP\x01Z1github.com/intentd/intentd/gen/intent/v1;intentv1\xa2\x02\x03IXX\xaa\x02\tIntent.V1\xca\x02\tIntent\\V1\xe2\x02\x15Intent\\V1\\GPBMetadata\xea\x02\n" +
 	"Intent::V1b\x06proto3"
 
@@ -2482,114 +3694,160 @@ func file_intent_v1_intent_proto_rawDescGZIP() []byte {
 	return file_intent_v1_intent_proto_rawDescData
 }
 
-var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_intent_v1_intent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_intent_v1_intent_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_intent_v1_intent_proto_goTypes = []any{
 	(State)(0),                    // 0: intent.v1.State
 	(Outcome)(0),                  // 1: intent.v1.Outcome
 	(LeaseMode)(0),                // 2: intent.v1.LeaseMode
-	(HistoryEntry_Kind)(0),        // 3: intent.v1.HistoryEntry.Kind
-	(*Intent)(nil),                // 4: intent.v1.Intent
-	(*Lease)(nil),                 // 5: intent.v1.Lease
-	(*Result)(nil),                // 6: intent.v1.Result
-	(*Failure)(nil),               // 7: intent.v1.Failure
-	(*HistoryEntry)(nil),          // 8: intent.v1.HistoryEntry
-	(*RegisterRequest)(nil),       // 9: intent.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 10: intent.v1.RegisterResponse
-	(*DeriveKeyRequest)(nil),      // 11: intent.v1.DeriveKeyRequest
-	(*DeriveKeyResponse)(nil),     // 12: intent.v1.DeriveKeyResponse
-	(*OpenSessionRequest)(nil),    // 13: intent.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 14: intent.v1.OpenSessionResponse
-	(*CloseSessionRequest)(nil),   // 15: intent.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 16: intent.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 17: intent.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 18: intent.v1.AcquireResponse
-	(*HeldLease)(nil),             // 19: intent.v1.HeldLease
-	(*HeartbeatRequest)(nil),      // 20: intent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 21: intent.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),       // 22: intent.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 23: intent.v1.CompleteResponse
-	(*MarkUnknownRequest)(nil),    // 24: intent.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),   // 25: intent.v1.MarkUnknownResponse
-	(*ReleaseRequest)(nil),        // 26: intent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 27: intent.v1.ReleaseResponse
-	(*FailRequest)(nil),           // 28: intent.v1.FailRequest
-	(*FailResponse)(nil),          // 29: intent.v1.FailResponse
-	(*GetRequest)(nil),            // 30: intent.v1.GetRequest
-	(*GetResponse)(nil),           // 31: intent.v1.GetResponse
-	nil,                           // 32: intent.v1.Intent.LabelsEntry
-	nil,                           // 33: intent.v1.Result.ExternalRefsEntry
-	nil,                           // 34: intent.v1.RegisterRequest.LabelsEntry
-	(*structpb.Struct)(nil),       // 35: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(Decision)(0),                 // 3: intent.v1.Decision
+	(HistoryEntry_Kind)(0),        // 4: intent.v1.HistoryEntry.Kind
+	(WatchResponse_Type)(0),       // 5: intent.v1.WatchResponse.Type
+	(*Intent)(nil),                // 6: intent.v1.Intent
+	(*Child)(nil),                 // 7: intent.v1.Child
+	(*Lease)(nil),                 // 8: intent.v1.Lease
+	(*Result)(nil),                // 9: intent.v1.Result
+	(*Failure)(nil),               // 10: intent.v1.Failure
+	(*HistoryEntry)(nil),          // 11: intent.v1.HistoryEntry
+	(*RegisterRequest)(nil),       // 12: intent.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 13: intent.v1.RegisterResponse
+	(*DeriveKeyRequest)(nil),      // 14: intent.v1.DeriveKeyRequest
+	(*DeriveKeyResponse)(nil),     // 15: intent.v1.DeriveKeyResponse
+	(*OpenSessionRequest)(nil),    // 16: intent.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 17: intent.v1.OpenSessionResponse
+	(*CloseSessionRequest)(nil),   // 18: intent.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 19: intent.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 20: intent.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 21: intent.v1.AcquireResponse
+	(*Statement)(nil),             // 22: intent.v1.Statement
+	(*HeldLease)(nil),             // 23: intent.v1.HeldLease
+	(*HeartbeatRequest)(nil),      // 24: intent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 25: intent.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),       // 26: intent.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 27: intent.v1.CompleteResponse
+	(*MarkUnknownRequest)(nil),    // 28: intent.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),   // 29: intent.v1.MarkUnknownResponse
+	(*ReleaseRequest)(nil),        // 30: intent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 31: intent.v1.ReleaseResponse
+	(*FailRequest)(nil),           // 32: intent.v1.FailRequest
+	(*FailResponse)(nil),          // 33: intent.v1.FailResponse
+	(*GetRequest)(nil),            // 34: intent.v1.GetRequest
+	(*GetResponse)(nil),           // 35: intent.v1.GetResponse
+	(*EscalateRequest)(nil),       // 36: intent.v1.EscalateRequest
+	(*EscalateResponse)(nil),      // 37: intent.v1.EscalateResponse
+	(*ResolveRequest)(nil),        // 38: intent.v1.ResolveRequest
+	(*ResolveResponse)(nil),       // 39: intent.v1.ResolveResponse
+	(*CancelRequest)(nil),         // 40: intent.v1.CancelRequest
+	(*CancelResponse)(nil),        // 41: intent.v1.CancelResponse
+	(*ListRequest)(nil),           // 42: intent.v1.ListRequest
+	(*ListResponse)(nil),          // 43: intent.v1.ListResponse
+	(*WatchRequest)(nil),          // 44: intent.v1.WatchRequest
+	(*WatchResponse)(nil),         // 45: intent.v1.WatchResponse
+	nil,                           // 46: intent.v1.Intent.LabelsEntry
+	nil,                           // 47: intent.v1.Result.ExternalRefsEntry
+	nil,                           // 48: intent.v1.RegisterRequest.LabelsEntry
+	(*structpb.Struct)(nil),       // 49: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
 }
 var file_intent_v1_intent_proto_depIdxs = []int32{
 	0,  // 0: intent.v1.Intent.state:type_name -> intent.v1.State
-	35, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
-	32, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
-	5,  // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
-	6,  // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
-	7,  // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
-	8,  // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
-	36, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
-	36, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
-	36, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
-	2,  // 10: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
-	36, // 11: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	36, // 12: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	33, // 13: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
-	36, // 14: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
-	3,  // 15: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
-	2,  // 16: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
-	6,  // 17: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
-	7,  // 18: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
-	35, // 19: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
-	34, // 20: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
-	4,  // 21: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
-	35, // 22: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
-	37, // 23: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	37, // 24: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	9,  // 25: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
-	1,  // 26: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
-	4,  // 27: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
-	5,  // 28: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
-	19, // 29: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
-	37, // 30: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	6,  // 31: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
-	4,  // 32: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
-	4,  // 33: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
-	4,  // 34: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
-	7,  // 35: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
-	4,  // 36: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
-	4,  // 37: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
-	9,  // 38: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
-	11, // 39: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
-	13, // 40: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
-	15, // 41: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
-	17, // 42: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
-	20, // 43: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
-	22, // 44: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
-	24, // 45: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
-	26, // 46: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
-	28, // 47: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
-	30, // 48: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
-	10, // 49: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
-	12, // 50: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
-	14, // 51: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
-	16, // 52: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
-	18, // 53: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
-	21, // 54: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
-	23, // 55: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
-	25, // 56: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
-	27, // 57: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
-	29, // 58: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
-	31, // 59: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
-	49, // [49:60] is the sub-list for method output_type
-	38, // [38:49] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	49, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
+	46, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
+	8,  // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
+	9,  // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
+	10, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
+	11, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
+	50, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
+	50, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
+	50, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
+	51, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
+	50, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
+	7,  // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
+	0,  // 13: intent.v1.Child.state:type_name -> intent.v1.State
+	2,  // 14: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
+	50, // 15: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	50, // 16: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	47, // 17: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
+	50, // 18: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
+	4,  // 19: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
+	2,  // 20: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
+	9,  // 21: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
+	10, // 22: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
+	0,  // 23: intent.v1.HistoryEntry.resolved_state:type_name -> intent.v1.State
+	49, // 24: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
+	48, // 25: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
+	51, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
+	6,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
+	49, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
+	51, // 29: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 30: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	12, // 31: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
+	1,  // 32: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
+	6,  // 33: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
+	8,  // 34: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
+	22, // 35: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
+	0,  // 36: intent.v1.Statement.state:type_name -> intent.v1.State
+	9,  // 37: intent.v1.Statement.result:type_name -> intent.v1.Result
+	50, // 38: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
+	23, // 39: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
+	51, // 40: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	9,  // 41: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
+	12, // 42: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
+	6,  // 43: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
+	6,  // 44: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
+	6,  // 45: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
+	10, // 46: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
+	6,  // 47: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
+	6,  // 48: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
+	6,  // 49: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
+	3,  // 50: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
+	9,  // 51: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
+	10, // 52: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
+	6,  // 53: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
+	6,  // 54: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
+	0,  // 55: intent.v1.ListRequest.states:type_name -> intent.v1.State
+	6,  // 56: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
+	0,  // 57: intent.v1.WatchRequest.states:type_name -> intent.v1.State
+	5,  // 58: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
+	6,  // 59: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
+	12, // 60: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
+	14, // 61: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
+	16, // 62: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
+	18, // 63: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
+	20, // 64: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
+	24, // 65: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
+	26, // 66: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
+	28, // 67: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
+	30, // 68: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
+	32, // 69: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
+	36, // 70: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
+	38, // 71: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
+	40, // 72: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
+	34, // 73: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
+	42, // 74: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
+	44, // 75: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
+	13, // 76: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
+	15, // 77: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
+	17, // 78: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
+	19, // 79: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
+	21, // 80: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
+	25, // 81: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
+	27, // 82: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
+	29, // 83: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
+	31, // 84: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
+	33, // 85: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
+	37, // 86: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
+	39, // 87: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
+	41, // 88: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
+	35, // 89: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
+	43, // 90: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
+	45, // 91: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
+	76, // [76:92] is the sub-list for method output_type
+	60, // [60:76] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_intent_v1_intent_proto_init() }
@@ -2602,8 +3860,8 @@ func file_intent_v1_intent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_intent_v1_intent_proto_rawDesc), len(file_intent_v1_intent_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   31,
+			NumEnums:      6,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

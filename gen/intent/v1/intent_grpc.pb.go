@@ -53,7 +53,12 @@ const (
 	IntentService_MarkUnknown_FullMethodName  = "/intent.v1.IntentService/MarkUnknown"
 	IntentService_Release_FullMethodName      = "/intent.v1.IntentService/Release"
 	IntentService_Fail_FullMethodName         = "/intent.v1.IntentService/Fail"
+	IntentService_Escalate_FullMethodName     = "/intent.v1.IntentService/Escalate"
+	IntentService_Resolve_FullMethodName      = "/intent.v1.IntentService/Resolve"
+	IntentService_Cancel_FullMethodName       = "/intent.v1.IntentService/Cancel"
 	IntentService_Get_FullMethodName          = "/intent.v1.IntentService/Get"
+	IntentService_List_FullMethodName         = "/intent.v1.IntentService/List"
+	IntentService_Watch_FullMethodName        = "/intent.v1.IntentService/Watch"
 )
 
 // IntentServiceClient is the client API for IntentService service.
@@ -108,8 +113,36 @@ type IntentServiceClient interface {
 	// Fail records a definite, final failure (a declined card). FAILED is final
 	// and replayed to every later caller. Fenced by token.
 	Fail(ctx context.Context, in *FailRequest, opts ...grpc.CallOption) (*FailResponse, error)
-	// Get returns an intent with its state, params, result, lease and history.
+	// Escalate hands an intent to a human: it becomes NEEDS_REVIEW with a
+	// reason. A worker escalates under its token (fenced like a report); a
+	// reviewer escalates without one, which is refused while a live lease
+	// exists unless force is set, and a forced escalation supersedes that
+	// lease's token.
+	Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error)
+	// Resolve decides a NEEDS_REVIEW or UNKNOWN intent: COMPLETED with a result
+	// (the reviewer found the order), PENDING (confirmed absent: the next
+	// Acquire executes, with the same operation keys), FAILED or CANCELLED.
+	// Always records who and why, and always issues a new token, so that any
+	// report under an earlier lease is stale from then on. An intent under a
+	// live lease is refused unless force is set.
+	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
+	// Cancel withdraws a PENDING intent: CANCELLED is final.
+	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// Get returns an intent with its state, params, result, lease, history and
+	// children.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
+	// List returns a tenant's intents, filtered by state, label or parent,
+	// oldest first, a page at a time. Every page of one listing reads the
+	// same etcd revision, so pages are stable and complete under concurrent
+	// changes. Its cost grows with the page, not with the store. The review
+	// queue is List with states UNKNOWN and NEEDS_REVIEW.
+	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// Watch streams changes to one intent, or to a tenant's intents matching a
+	// filter, from a revision the client gives (resume from the last revision
+	// it saw). If that revision was compacted away the stream ends with
+	// FAILED_PRECONDITION / REVISION_COMPACTED: re-list, then watch from the
+	// list's revision. Nothing is ever skipped silently.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
 type intentServiceClient struct {
@@ -220,6 +253,36 @@ func (c *intentServiceClient) Fail(ctx context.Context, in *FailRequest, opts ..
 	return out, nil
 }
 
+func (c *intentServiceClient) Escalate(ctx context.Context, in *EscalateRequest, opts ...grpc.CallOption) (*EscalateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EscalateResponse)
+	err := c.cc.Invoke(ctx, IntentService_Escalate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *intentServiceClient) Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveResponse)
+	err := c.cc.Invoke(ctx, IntentService_Resolve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *intentServiceClient) Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelResponse)
+	err := c.cc.Invoke(ctx, IntentService_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *intentServiceClient) Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetResponse)
@@ -229,6 +292,35 @@ func (c *intentServiceClient) Get(ctx context.Context, in *GetRequest, opts ...g
 	}
 	return out, nil
 }
+
+func (c *intentServiceClient) List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResponse)
+	err := c.cc.Invoke(ctx, IntentService_List_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *intentServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &IntentService_ServiceDesc.Streams[0], IntentService_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IntentService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
 // IntentServiceServer is the server API for IntentService service.
 // All implementations must embed UnimplementedIntentServiceServer
@@ -282,8 +374,36 @@ type IntentServiceServer interface {
 	// Fail records a definite, final failure (a declined card). FAILED is final
 	// and replayed to every later caller. Fenced by token.
 	Fail(context.Context, *FailRequest) (*FailResponse, error)
-	// Get returns an intent with its state, params, result, lease and history.
+	// Escalate hands an intent to a human: it becomes NEEDS_REVIEW with a
+	// reason. A worker escalates under its token (fenced like a report); a
+	// reviewer escalates without one, which is refused while a live lease
+	// exists unless force is set, and a forced escalation supersedes that
+	// lease's token.
+	Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error)
+	// Resolve decides a NEEDS_REVIEW or UNKNOWN intent: COMPLETED with a result
+	// (the reviewer found the order), PENDING (confirmed absent: the next
+	// Acquire executes, with the same operation keys), FAILED or CANCELLED.
+	// Always records who and why, and always issues a new token, so that any
+	// report under an earlier lease is stale from then on. An intent under a
+	// live lease is refused unless force is set.
+	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
+	// Cancel withdraws a PENDING intent: CANCELLED is final.
+	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// Get returns an intent with its state, params, result, lease, history and
+	// children.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
+	// List returns a tenant's intents, filtered by state, label or parent,
+	// oldest first, a page at a time. Every page of one listing reads the
+	// same etcd revision, so pages are stable and complete under concurrent
+	// changes. Its cost grows with the page, not with the store. The review
+	// queue is List with states UNKNOWN and NEEDS_REVIEW.
+	List(context.Context, *ListRequest) (*ListResponse, error)
+	// Watch streams changes to one intent, or to a tenant's intents matching a
+	// filter, from a revision the client gives (resume from the last revision
+	// it saw). If that revision was compacted away the stream ends with
+	// FAILED_PRECONDITION / REVISION_COMPACTED: re-list, then watch from the
+	// list's revision. Nothing is ever skipped silently.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedIntentServiceServer()
 }
 
@@ -324,8 +444,23 @@ func (UnimplementedIntentServiceServer) Release(context.Context, *ReleaseRequest
 func (UnimplementedIntentServiceServer) Fail(context.Context, *FailRequest) (*FailResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Fail not implemented")
 }
+func (UnimplementedIntentServiceServer) Escalate(context.Context, *EscalateRequest) (*EscalateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Escalate not implemented")
+}
+func (UnimplementedIntentServiceServer) Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resolve not implemented")
+}
+func (UnimplementedIntentServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
 func (UnimplementedIntentServiceServer) Get(context.Context, *GetRequest) (*GetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedIntentServiceServer) List(context.Context, *ListRequest) (*ListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedIntentServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedIntentServiceServer) mustEmbedUnimplementedIntentServiceServer() {}
 func (UnimplementedIntentServiceServer) testEmbeddedByValue()                       {}
@@ -528,6 +663,60 @@ func _IntentService_Fail_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IntentService_Escalate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EscalateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IntentServiceServer).Escalate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IntentService_Escalate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IntentServiceServer).Escalate(ctx, req.(*EscalateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IntentService_Resolve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IntentServiceServer).Resolve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IntentService_Resolve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IntentServiceServer).Resolve(ctx, req.(*ResolveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IntentService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IntentServiceServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IntentService_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IntentServiceServer).Cancel(ctx, req.(*CancelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _IntentService_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetRequest)
 	if err := dec(in); err != nil {
@@ -545,6 +734,35 @@ func _IntentService_Get_Handler(srv interface{}, ctx context.Context, dec func(i
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _IntentService_List_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IntentServiceServer).List(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IntentService_List_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IntentServiceServer).List(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IntentService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(IntentServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IntentService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
 // IntentService_ServiceDesc is the grpc.ServiceDesc for IntentService service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -594,10 +812,32 @@ var IntentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _IntentService_Fail_Handler,
 		},
 		{
+			MethodName: "Escalate",
+			Handler:    _IntentService_Escalate_Handler,
+		},
+		{
+			MethodName: "Resolve",
+			Handler:    _IntentService_Resolve_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _IntentService_Cancel_Handler,
+		},
+		{
 			MethodName: "Get",
 			Handler:    _IntentService_Get_Handler,
 		},
+		{
+			MethodName: "List",
+			Handler:    _IntentService_List_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _IntentService_Watch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "intent/v1/intent.proto",
 }

@@ -1,0 +1,288 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// SweepReport is what one janitor pass did and saw.
+type SweepReport struct {
+	// Lapsed counts IN_PROGRESS intents whose holder's session had ended,
+	// now marked UNKNOWN.
+	Lapsed int
+	// Removed counts final records removed after their retention (each
+	// leaves a tombstone); TombstonesRemoved, tombstones past theirs.
+	Removed           int
+	TombstonesRemoved int
+	// Overdue counts intents registered longer than the default retention
+	// ago and still not final. They are never removed, only reported: they
+	// need a worker or a human.
+	Overdue int
+}
+
+// sweepBatch bounds the keys one janitor step reads at once.
+const sweepBatch = 256
+
+// Sweep makes one janitor pass: it marks lapsed leases UNKNOWN, removes
+// final records past their retention (leaving tombstones), removes
+// tombstones past theirs, and counts overdue unfinished intents. Every
+// change is a compare-and-swap, so a pass racing another (or a worker) does
+// no harm; RunJanitor makes sure one replica sweeps at a time anyway.
+func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
+	var r SweepReport
+	var err error
+	now := s.cfg.Now()
+	if r.Lapsed, err = s.sweepLapsed(ctx); err != nil {
+		return r, err
+	}
+	if r.Removed, err = s.sweepRetained(ctx, now); err != nil {
+		return r, err
+	}
+	if r.TombstonesRemoved, err = s.sweepTombstones(ctx, now); err != nil {
+		return r, err
+	}
+	overdue, err := s.get(ctx, s.keys.unfinished(), 0,
+		clientv3.WithRange(s.keys.unfinished()+timeKey(now.Add(-s.cfg.DefaultRetention))), clientv3.WithCountOnly())
+	if err != nil {
+		return r, err
+	}
+	r.Overdue = int(overdue.Count)
+	return r, nil
+}
+
+// sweepLapsed finds intents held by sessions that no longer exist and marks
+// them UNKNOWN, so that the review queue and watchers see them without
+// waiting for the next Acquire.
+func (s *Store) sweepLapsed(ctx context.Context) (int, error) {
+	n := 0
+	start, end := s.keys.holders(), clientv3.GetPrefixRangeEnd(s.keys.holders())
+	for {
+		resp, err := s.get(ctx, start, 0, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepBatch))
+		if err != nil {
+			return n, err
+		}
+		alive := map[string]bool{} // "tenant/session" → alive
+		for _, kv := range resp.Kvs {
+			// <prefix>x/h/<tenant>/<session>/<key>
+			parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), s.keys.holders()), "/", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			tenant, session, key := parts[0], parts[1], parts[2]
+			ts := tenant + "/" + session
+			ok, seen := alive[ts]
+			if !seen {
+				skv, err := s.getSession(ctx, tenant, session)
+				if err != nil {
+					return n, unavailable(err)
+				}
+				ok = skv != nil
+				alive[ts] = ok
+			}
+			if ok {
+				continue
+			}
+			marked, err := s.markLapsed(ctx, tenant, key, session)
+			if err != nil {
+				return n, err
+			}
+			if marked {
+				n++
+			}
+		}
+		if !resp.More {
+			return n, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// markLapsed turns an IN_PROGRESS intent whose holder session lapsed into
+// UNKNOWN, provided the holder is still gone when etcd applies the write.
+func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (marked bool, err error) {
+	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, tenant, key, nil) }
+	err = s.transition(ctx, tenant, key, nil, load, func(v *view) (*change, error) {
+		marked = false
+		rec := v.rec
+		if rec == nil || rec.State != intent.StateInProgress || rec.Lease.SessionID != session || v.holderAlive() {
+			return nil, nil
+		}
+		live, cmps := s.undecided(v)
+		if live {
+			return nil, nil
+		}
+		now := s.cfg.Now()
+		next := rec.clone()
+		l := rec.Lease
+		next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true})
+		next.State, next.UpdatedAt = intent.StateUnknown, now
+		return &change{next: next, cmps: cmps, done: func(*record, int64) { marked = true }}, nil
+	})
+	return marked, err
+}
+
+// sweepRetained removes final records whose retention ended, each with its
+// index keys, leaving a tombstone in the same transaction.
+func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
+	n := 0
+	start, end := s.keys.retentions(), s.keys.retentions()+timeKey(now.Add(time.Nanosecond))
+	for {
+		resp, err := s.get(ctx, start, 0, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepBatch))
+		if err != nil {
+			return n, err
+		}
+		for _, kv := range resp.Kvs {
+			// <prefix>x/r/<until>/<tenant>/<key>
+			parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), s.keys.retentions()), "/", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			removed, err := s.remove(ctx, parts[1], parts[2], now)
+			if err != nil {
+				return n, err
+			}
+			if removed {
+				n++
+			}
+		}
+		if !resp.More {
+			return n, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// remove deletes a final record past its retention and its index keys, and
+// puts its tombstone, in one compare-and-swap transaction. After an
+// ambiguous commit it reads back: a record gone with its tombstone in place
+// is done.
+func (s *Store) remove(ctx context.Context, tenant, key string, now time.Time) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		v, err := s.read(ctx, tenant, key)
+		if errors.Is(err, errCorrupt) {
+			return false, err
+		}
+		if err == nil {
+			if v.rec == nil || !v.rec.State.Final() || now.Before(v.rec.RetainUntil) {
+				return false, nil // gone already, or not due
+			}
+			var resp *clientv3.TxnResponse
+			if resp, err = s.commitRemoval(ctx, v, now); err == nil && resp.Succeeded {
+				s.records.Remove(cacheKey(tenant, key))
+				return true, nil
+			}
+			if err == nil {
+				continue // the record changed (stale evidence arrived): decide again
+			}
+		}
+		if werr := s.backoff(ctx, attempt, err); werr != nil {
+			return false, werr
+		}
+	}
+}
+
+func (s *Store) commitRemoval(ctx context.Context, v *view, now time.Time) (*clientv3.TxnResponse, error) {
+	rec := v.rec
+	until := now.Add(s.cfg.TombstoneRetention)
+	tomb, err := json.Marshal(tombstone{Key: rec.Key, State: rec.State, Fingerprint: rec.Fingerprint, CompletedAt: rec.CompletedAt, RemovedAt: now, Until: until})
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", err)
+	}
+	ops := []clientv3.Op{
+		clientv3.OpDelete(s.keys.intent(rec.Tenant, rec.Key)),
+		clientv3.OpPut(s.keys.tombstone(rec.Tenant, rec.Key), string(tomb)),
+		clientv3.OpPut(s.keys.tombRetentions()+timeKey(until)+"/"+rec.Tenant+"/"+rec.Key, rec.Key),
+	}
+	ops = append(ops, s.keys.indexOps(rec, nil)...)
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	return s.kv.Txn(cctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.keys.intent(rec.Tenant, rec.Key)), "=", v.rev())).
+		Then(ops...).
+		Commit()
+}
+
+// sweepTombstones removes tombstones past their own retention. After that
+// a late retry of the key finds nothing at all (NOT_FOUND): a tombstone is
+// kept much longer than any retry is expected to arrive.
+func (s *Store) sweepTombstones(ctx context.Context, now time.Time) (int, error) {
+	n := 0
+	start, end := s.keys.tombRetentions(), s.keys.tombRetentions()+timeKey(now.Add(time.Nanosecond))
+	for {
+		resp, err := s.get(ctx, start, 0, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepBatch))
+		if err != nil {
+			return n, err
+		}
+		for _, kv := range resp.Kvs {
+			parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), s.keys.tombRetentions()), "/", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			dctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			_, err := s.kv.Txn(dctx).Then(clientv3.OpDelete(s.keys.tombstone(parts[1], parts[2])), clientv3.OpDelete(string(kv.Key))).Commit()
+			cancel()
+			if err != nil {
+				return n, unavailable(err) // deleting twice is harmless: the next pass retries
+			}
+			n++
+		}
+		if !resp.More {
+			return n, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// RunJanitor sweeps every interval while this replica holds the janitor
+// election, so that several intentd replicas never sweep at once (and a
+// replica that loses its etcd session stops sweeping). It returns when ctx
+// ends; report, if not nil, receives every pass's report or error.
+func (s *Store) RunJanitor(ctx context.Context, cli *clientv3.Client, id string, interval time.Duration, report func(SweepReport, error)) {
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+		if err != nil {
+			_ = s.backoff(ctx, attempt, err)
+			continue
+		}
+		el := concurrency.NewElection(sess, s.keys.election())
+		if err := el.Campaign(ctx, id); err == nil {
+			attempt = 0
+			s.sweepWhileLeader(ctx, sess, interval, report)
+			rctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+			_ = el.Resign(rctx)
+			cancel()
+		}
+		_ = sess.Close()
+	}
+}
+
+// sweepWhileLeader sweeps every interval until ctx ends or the election
+// session is lost.
+func (s *Store) sweepWhileLeader(ctx context.Context, sess *concurrency.Session, interval time.Duration, report func(SweepReport, error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		r, err := s.Sweep(ctx)
+		if report != nil {
+			report(r, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package etcdstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// Page sizes of List.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 100
+	// scanBudget bounds how many index entries one page may examine when a
+	// filter is not served by the index it scans (a state filter on a label
+	// listing); a page may then come back short, with a next page token.
+	scanBudget = 10 * MaxPageSize
+)
+
+// pageToken continues a listing: every page reads revision Rev, after the
+// index position After.
+type pageToken struct {
+	Rev   int64  `json:"r"`
+	After string `json:"a"`
+}
+
+func decodePageToken(s string) (pageToken, error) {
+	var t pageToken
+	if s == "" {
+		return t, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	if err != nil || t.Rev <= 0 {
+		return t, intent.Invalid("page_token", "not a token this server issued")
+	}
+	return t, nil
+}
+
+func (t pageToken) String() string {
+	b, _ := json.Marshal(t)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+var allStates = []intent.State{
+	intent.StatePending, intent.StateInProgress, intent.StateUnknown, intent.StateCompleted,
+	intent.StateFailed, intent.StateNeedsReview, intent.StateCancelled,
+}
+
+// matches reports whether a record passes a filter.
+func matches(r *record, f *intent.Filter) bool {
+	if len(f.States) > 0 && !slices.Contains(f.States, r.State) {
+		return false
+	}
+	if f.Label != nil && r.Labels[f.Label.Name] != f.Label.Value {
+		return false
+	}
+	return f.ParentKey == "" || r.ParentKey == f.ParentKey
+}
+
+// scanned is an index entry: its position and the intent it names.
+type scanned struct {
+	order string
+	key   string
+}
+
+// List returns one page of a tenant's intents matching the filter, oldest
+// registration first. It reads one index — the label's, the parent's, or
+// the states' — from just after the previous page, so its cost follows the
+// page, not the number of stored intents. Every page of a listing reads the
+// revision of its first page: pages are stable and complete whatever
+// changes meanwhile. A token whose revision etcd compacted away is a
+// *intent.CompactedError: list again from the first page.
+func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, error) {
+	size := q.PageSize
+	switch {
+	case size == 0:
+		size = DefaultPageSize
+	case size < 0 || size > MaxPageSize:
+		return nil, intent.Invalid("page_size", "%d is outside [1, %d]", size, MaxPageSize)
+	}
+	tok, err := decodePageToken(q.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	var prefixes []string
+	switch {
+	case q.Label != nil:
+		prefixes = []string{s.keys.labelIndex(q.Tenant, *q.Label)}
+	case q.ParentKey != "":
+		prefixes = []string{s.keys.parentIndex(q.Tenant, q.ParentKey)}
+	default:
+		states := q.States
+		if len(states) == 0 {
+			states = allStates
+		}
+		for _, st := range states {
+			prefixes = append(prefixes, s.keys.stateIndex(q.Tenant, st))
+		}
+	}
+
+	rev, after := tok.Rev, tok.After
+	page := &intent.Page{}
+	examined, exhausted := 0, false
+	for len(page.Intents) < size && examined < scanBudget && !exhausted {
+		var cands []scanned
+		exhausted = true
+		for _, p := range prefixes {
+			start := p
+			if after != "" {
+				start = p + after + "\x00"
+			}
+			resp, err := s.get(ctx, start, rev, clientv3.WithRange(clientv3.GetPrefixRangeEnd(p)), clientv3.WithLimit(int64(size)))
+			if err != nil {
+				return nil, err
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			exhausted = exhausted && !resp.More
+			for _, kv := range resp.Kvs {
+				cands = append(cands, scanned{order: string(kv.Key[len(p):]), key: string(kv.Value)})
+			}
+		}
+		slices.SortFunc(cands, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })
+		// Each range gave at most size entries: the first size of the
+		// merge are the next ones in order, whatever lies beyond.
+		if len(cands) > size {
+			cands, exhausted = cands[:size], false
+		}
+		recs, err := s.readRecords(ctx, q.Tenant, cands, rev)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range cands {
+			if len(page.Intents) == size {
+				exhausted = false
+				break
+			}
+			after = c.order
+			examined++
+			if r := recs[i]; r != nil && matches(r.rec, &q.Filter) {
+				page.Intents = append(page.Intents, r.rec.toIntent(r.rev, true, false))
+			}
+		}
+	}
+	if err := s.settleLiveness(ctx, q.Tenant, page.Intents, rev); err != nil {
+		return nil, err
+	}
+	page.Revision = rev
+	if !exhausted {
+		page.NextPageToken = pageToken{Rev: rev, After: after}.String()
+	}
+	return page, nil
+}
+
+// get is a range read at rev (0: now), with compaction made plain.
+func (s *Store) get(ctx context.Context, key string, rev int64, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := s.kv.Get(ctx, key, opts...)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, &intent.CompactedError{Requested: rev}
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return resp, nil
+}
+
+// readRecords reads the records an index scan named, at rev, in one
+// transaction; an entry whose record is gone is nil.
+func (s *Store) readRecords(ctx context.Context, tenant string, cands []scanned, rev int64) ([]*cached, error) {
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	ops := make([]clientv3.Op, len(cands))
+	for i, c := range cands {
+		ops[i] = clientv3.OpGet(s.keys.intent(tenant, c.key), clientv3.WithRev(rev))
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, &intent.CompactedError{Requested: rev}
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]*cached, len(cands))
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		rec, err := decodeRecord(kvs[0].Value, kvs[0].ModRevision)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = &cached{rec: rec, rev: kvs[0].ModRevision}
+	}
+	return out, nil
+}
+
+// settleLiveness reads, at rev, the sessions holding the listed IN_PROGRESS
+// intents, and reports those whose holder lapsed as UNKNOWN, as Get does.
+func (s *Store) settleLiveness(ctx context.Context, tenant string, ins []*intent.Intent, rev int64) error {
+	var held []*intent.Intent
+	var ops []clientv3.Op
+	for _, in := range ins {
+		if in.State == intent.StateInProgress && in.Lease != nil && in.Lease.SessionID != "" {
+			held = append(held, in)
+			ops = append(ops, clientv3.OpGet(s.keys.session(tenant, in.Lease.SessionID), clientv3.WithRev(rev), clientv3.WithCountOnly()))
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return &intent.CompactedError{Requested: rev}
+	}
+	if err != nil {
+		return unavailable(err)
+	}
+	for i, r := range resp.Responses {
+		if r.GetResponseRange().Count == 0 {
+			held[i].State, held[i].Lease.Live = intent.StateUnknown, false
+		}
+	}
+	return nil
+}
+
+// Watch streams changes to one intent (q.Key) or to a tenant's intents
+// matching q's filter, from q.StartRevision (0: from now), calling send for
+// each until ctx ends, send fails, or the watch breaks. A start revision
+// etcd compacted away is a *intent.CompactedError, never a silent gap. The
+// watch requires an etcd leader, so a partitioned member cannot leave it
+// hanging. An IN_PROGRESS intent whose holder lapsed shows as UNKNOWN once
+// the janitor sweeps it.
+func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent.WatchEvent) error) error {
+	key := s.keys.intents(q.Tenant)
+	opts := []clientv3.OpOption{clientv3.WithPrevKV()}
+	filter := q.Filter
+	if q.Key != "" {
+		key += q.Key
+		filter = intent.Filter{}
+	} else {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	if q.StartRevision > 0 {
+		opts = append(opts, clientv3.WithRev(q.StartRevision))
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range s.watcher.Watch(wctx, key, opts...) {
+		if resp.CompactRevision != 0 {
+			return &intent.CompactedError{Requested: q.StartRevision, Compacted: resp.CompactRevision}
+		}
+		if err := resp.Err(); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return unavailable(err)
+		}
+		for _, ev := range resp.Events {
+			e, ok, err := watchEvent(ev, &filter)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if err := send(e); err != nil {
+				return err
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return unavailable(errors.New("etcd closed the watch"))
+}
+
+// watchEvent turns an etcd event on an intent record into a WatchEvent, if
+// it passes the filter.
+func watchEvent(ev *clientv3.Event, f *intent.Filter) (intent.WatchEvent, bool, error) {
+	if ev.Type == mvccpb.DELETE {
+		if ev.PrevKv == nil {
+			return intent.WatchEvent{}, false, nil
+		}
+		prev, err := decodeRecord(ev.PrevKv.Value, ev.PrevKv.ModRevision)
+		if err != nil || !matches(prev, f) {
+			return intent.WatchEvent{}, false, err
+		}
+		return intent.WatchEvent{Deleted: true, Revision: ev.Kv.ModRevision, Intent: &intent.Intent{
+			Tenant: prev.Tenant, Key: prev.Key, State: prev.State, Fingerprint: prev.Fingerprint, CompletedAt: prev.CompletedAt,
+		}}, true, nil
+	}
+	rec, err := decodeRecord(ev.Kv.Value, ev.Kv.ModRevision)
+	if err != nil || !matches(rec, f) {
+		return intent.WatchEvent{}, false, err
+	}
+	return intent.WatchEvent{Revision: ev.Kv.ModRevision, Intent: rec.toIntent(ev.Kv.ModRevision, true, false)}, true, nil
+}

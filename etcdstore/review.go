@@ -1,0 +1,156 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// undecided is how a reviewer's call sees an intent's lease: whether the
+// intent is held by a live worker, and if its holder lapsed, the compare
+// that keeps it lapsed until the write.
+func (s *Store) undecided(v *view) (live bool, cmps []clientv3.Cmp) {
+	if v.rec.State != intent.StateInProgress {
+		return false, nil
+	}
+	if v.holderAlive() {
+		return true, nil
+	}
+	l := v.rec.Lease
+	return false, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.session(v.rec.Tenant, l.SessionID)), "!=", l.SessionRev)}
+}
+
+// Escalate moves an intent to NEEDS_REVIEW. Under a worker's token it is
+// fenced like a report (stale: evidence and *intent.StaleTokenError). A
+// reviewer (zero token) may escalate a PENDING or UNKNOWN intent, or one
+// whose holder lapsed; an intent under a live lease needs Force, and then
+// the lease's token is superseded. Escalating an intent that already waits
+// for review changes nothing.
+func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Intent, error) {
+	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, e.Tenant, e.Key, nil) }
+	var out *intent.Intent
+	var refusal error
+	err := s.transition(ctx, e.Tenant, e.Key, nil, load, func(v *view) (*change, error) {
+		out, refusal = nil, nil
+		if v.rec == nil {
+			return nil, missing(v)
+		}
+		rec, now := v.rec, s.cfg.Now()
+		cur := currentToken(rec)
+		ev := intent.Event{Time: now, Kind: intent.EventEscalated, Token: e.Token, Reason: e.Reason, Principal: e.Actor}
+		live, cmps := s.undecided(v)
+		switch {
+		case rec.State == intent.StateNeedsReview:
+			out = rec.toIntent(v.rev(), false, false)
+			return nil, nil
+		case e.Token != 0 && e.Token < cur:
+			refusal = &intent.StaleTokenError{Key: e.Key, Token: e.Token, Current: cur, Intent: rec.toIntent(v.rev(), live, false)}
+			return s.evidence(rec, ev), nil
+		case e.Token != 0 && e.Token > cur:
+			return nil, intent.Invalid("token", "token %s was never issued for %q", e.Token, e.Key)
+		case rec.State.Final():
+			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), false, false)}
+		case e.Token != 0 && rec.State != intent.StateInProgress && rec.State != intent.StateUnknown:
+			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), false, false)}
+		case e.Token == 0 && live && !e.Force:
+			return nil, fmt.Errorf("%w: %q is held by worker %q; pass force to supersede its lease", intent.ErrLeaseHeld, e.Key, rec.Lease.Worker)
+		}
+		next := rec.clone()
+		if e.Token == 0 {
+			ev.Token = cur
+			if live {
+				next.supersede(e.Actor, now)
+				ev.Token, ev.Issued = 0, true
+			}
+		}
+		ev.Accepted = true
+		next.appendEvent(ev)
+		next.State, next.UpdatedAt = intent.StateNeedsReview, now
+		return &change{next: next, cmps: cmps, done: func(committed *record, rev int64) { out = committed.toIntent(rev, false, false) }}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if refusal != nil {
+		return nil, refusal
+	}
+	return out, nil
+}
+
+// Resolve records a reviewer's decision on a NEEDS_REVIEW or UNKNOWN intent
+// (or one whose holder lapsed; one under a live lease needs Force). Every
+// decision issues a new token, so reports under any earlier lease are stale
+// from then on. Retrying the same decision by the same actor for the same
+// reason returns the intent unchanged (replayed true).
+func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.Intent, replayed bool, err error) {
+	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, d.Tenant, d.Key, nil) }
+	err = s.transition(ctx, d.Tenant, d.Key, nil, load, func(v *view) (*change, error) {
+		in, replayed = nil, false
+		if v.rec == nil {
+			return nil, missing(v)
+		}
+		rec, now := v.rec, s.cfg.Now()
+		if last := rec.lastEvent(); last.Kind == intent.EventResolved && last.ResolvedState == d.Decision && last.Principal == d.Actor && last.Reason == d.Reason && rec.State == d.Decision {
+			in, replayed = rec.toIntent(v.rev(), true, false), true
+			return nil, nil
+		}
+		live, cmps := s.undecided(v)
+		switch {
+		case live && !d.Force:
+			return nil, fmt.Errorf("%w: %q is held by worker %q; pass force to supersede its lease", intent.ErrLeaseHeld, d.Key, rec.Lease.Worker)
+		case rec.State != intent.StateNeedsReview && rec.State != intent.StateUnknown && rec.State != intent.StateInProgress:
+			return nil, &intent.TransitionError{Key: d.Key, State: rec.State, Call: "Resolve", Intent: rec.toIntent(v.rev(), false, false)}
+		}
+		next := rec.clone()
+		next.supersede(d.Actor, now)
+		next.appendEvent(intent.Event{
+			Time: now, Kind: intent.EventResolved, Accepted: true, Issued: true,
+			Principal: d.Actor, Reason: d.Reason, ResolvedState: d.Decision, Result: d.Result, Failure: d.Failure,
+		})
+		next.State = d.Decision
+		switch d.Decision {
+		case intent.StateCompleted:
+			next.Result = d.Result
+		case intent.StateFailed:
+			next.Failure = d.Failure
+		}
+		if next.State.Final() {
+			next.finalize(now)
+		}
+		return &change{next: next, cmps: cmps, done: func(committed *record, rev int64) {
+			in = committed.toIntent(rev, false, false)
+		}}, nil
+	})
+	return in, replayed, err
+}
+
+// Cancel withdraws a PENDING intent: CANCELLED is final. Cancelling a
+// cancelled intent again changes nothing.
+func (s *Store) Cancel(ctx context.Context, c intent.Cancellation) (*intent.Intent, error) {
+	load := func(ctx context.Context) (*view, error) { return s.read(ctx, c.Tenant, c.Key) }
+	var out *intent.Intent
+	err := s.transition(ctx, c.Tenant, c.Key, nil, load, func(v *view) (*change, error) {
+		out = nil
+		if v.rec == nil {
+			return nil, missing(v)
+		}
+		rec, now := v.rec, s.cfg.Now()
+		switch rec.State {
+		case intent.StateCancelled:
+			out = rec.toIntent(v.rev(), false, false)
+			return nil, nil
+		case intent.StatePending:
+		default:
+			return nil, &intent.TransitionError{Key: c.Key, State: rec.State, Call: "Cancel", Intent: rec.toIntent(v.rev(), true, false)}
+		}
+		next := rec.clone()
+		next.appendEvent(intent.Event{Time: now, Kind: intent.EventCancelled, Token: currentToken(rec), Accepted: true, Principal: c.Actor, Reason: c.Reason})
+		next.State, next.UpdatedAt = intent.StateCancelled, now
+		next.finalize(now)
+		return &change{next: next, done: func(committed *record, rev int64) { out = committed.toIntent(rev, false, false) }}, nil
+	})
+	return out, err
+}
