@@ -290,9 +290,9 @@ func (s *Store) finalFromCache(tenant, key string) (*cached, bool) {
 
 // change is a decided transition of one intent.
 type change struct {
-	next *record         // the record to write
-	cmps []clientv3.Cmp  // compares beyond the record's own revision
-	ops  []clientv3.Op   // writes beyond the record
+	next *record        // the record to write
+	cmps []clientv3.Cmp // compares beyond the record's own revision
+	ops  []clientv3.Op  // writes beyond the record
 	// done is called on success with the record as committed (tokens
 	// materialized) and the commit revision.
 	done func(committed *record, rev int64)

@@ -48,6 +48,13 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 		UpdatedAt:     timeToProto(in.UpdatedAt),
 		CompletedAt:   timeToProto(in.CompletedAt),
 		Revision:      in.Revision,
+		RetainUntil:   timeToProto(in.RetainUntil),
+	}
+	if in.Retention > 0 {
+		out.Retention = durationToProto(in.Retention)
+	}
+	for _, c := range in.Children {
+		out.Children = append(out.Children, &intentv1.Child{Key: c.Key, State: stateToProto(c.State)})
 	}
 	for _, e := range in.History {
 		out.History = append(out.History, &intentv1.HistoryEntry{
@@ -60,7 +67,9 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 			Accepted:  e.Accepted,
 			Result:    resultToProto(e.Result),
 			Failure:   failureToProto(e.Failure),
-			Reason:    e.Reason,
+			Reason:        e.Reason,
+			Principal:     e.Principal,
+			ResolvedState: stateToProto(e.ResolvedState),
 		})
 	}
 	return out
@@ -111,42 +120,76 @@ func failureToProto(f *intent.Failure) *intentv1.Failure {
 
 func durationToProto(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
-// statement renders an Acquire outcome as a short, true sentence an agent
+// statement renders an Acquire outcome as a short, true account an agent
 // can plan from.
-func statement(a *intent.Acquisition) string {
+func statement(a *intent.Acquisition) *intentv1.Statement {
 	in := a.Intent
+	st := &intentv1.Statement{
+		IntentKey:   in.Key,
+		State:       stateToProto(in.State),
+		Result:      resultToProto(in.Result),
+		CompletedAt: timeToProto(in.CompletedAt),
+		ActionTaken: "none",
+	}
+	if a.Lease != nil {
+		st.CurrentToken = uint64(a.Lease.Token)
+	}
 	var b strings.Builder
 	switch a.Outcome {
 	case intent.OutcomeExecute:
+		st.Status, st.ActionTaken = "execute", "lease_issued"
 		fmt.Fprintf(&b, "execute: you hold intent %s under token %d; perform it once, sending operation keys such as %s:create-order downstream", in.Key, a.Lease.Token, in.Key)
 	case intent.OutcomeReconcile:
+		st.Status, st.ActionTaken = "reconcile", "lease_issued"
 		fmt.Fprintf(&b, "reconcile: an earlier attempt at intent %s may have taken effect; you hold token %d; ask the downstream system by operation key before acting", in.Key, a.Lease.Token)
 	case intent.OutcomeCompleted:
+		st.Status = "already_completed"
 		fmt.Fprintf(&b, "already_completed: intent %s completed at %s", in.Key, in.CompletedAt.UTC().Format(time.RFC3339))
 		if in.Result != nil && len(in.Result.ExternalRefs) > 0 {
 			refs, _ := json.Marshal(in.Result.ExternalRefs)
 			fmt.Fprintf(&b, " with %s", refs)
 		}
 	case intent.OutcomeFailed:
+		st.Status = "already_failed"
 		fmt.Fprintf(&b, "already_failed: intent %s failed", in.Key)
 		if in.Failure != nil {
 			fmt.Fprintf(&b, " (%s)", in.Failure.Code)
 		}
 	case intent.OutcomeCancelled:
+		st.Status = "cancelled"
 		fmt.Fprintf(&b, "cancelled: intent %s was withdrawn", in.Key)
 	case intent.OutcomeInProgress:
+		st.Status = "in_progress"
 		fmt.Fprintf(&b, "in_progress: intent %s is held by worker %q", in.Key, a.Lease.Worker)
 		if !a.Lease.ExpiresAt.IsZero() {
 			fmt.Fprintf(&b, " until about %s unless it heartbeats", a.Lease.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 		b.WriteString("; wait and acquire again")
 	case intent.OutcomeNeedsReview:
+		st.Status = "needs_review"
 		fmt.Fprintf(&b, "needs_review: intent %s waits for a human decision", in.Key)
 	case intent.OutcomeExpired:
-		fmt.Fprintf(&b, "expired: intent %s outlived its retention; it needs a new approval", in.Key)
+		st.Status = "expired"
+		fmt.Fprintf(&b, "expired: intent %s outlived its retention (it was %s); it needs a new approval", in.Key, in.State)
 	}
-	if a.Outcome == intent.OutcomeExecute || a.Outcome == intent.OutcomeReconcile {
-		return b.String()
+	if st.ActionTaken == "none" {
+		b.WriteString("; action_taken: none")
 	}
-	return b.String() + "; action_taken: none"
+	st.Text = b.String()
+	return st
+}
+
+// refusal renders a refused fenced call as a Statement, for the error's
+// details: what became of the intent, and that nothing was done.
+func refusal(status, text string, in *intent.Intent, current uint64, evidence bool) *intentv1.Statement {
+	taken := "none"
+	if evidence {
+		taken = "evidence_recorded"
+	}
+	st := &intentv1.Statement{Status: status, ActionTaken: taken, CurrentToken: current, Text: text + "; action_taken: " + taken}
+	if in != nil {
+		st.IntentKey, st.State = in.Key, stateToProto(in.State)
+		st.Result, st.CompletedAt = resultToProto(in.Result), timeToProto(in.CompletedAt)
+	}
+	return st
 }

@@ -20,11 +20,15 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/intentd/intentd/intent"
 )
@@ -42,6 +46,9 @@ const (
 	ReasonResultMismatch      = "RESULT_MISMATCH"
 	ReasonStaleToken          = "STALE_TOKEN"
 	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
+	ReasonIntentExpired       = "INTENT_EXPIRED"
+	ReasonLeaseHeld           = "LEASE_HELD"
+	ReasonRevisionCompacted   = "REVISION_COMPACTED"
 	ReasonInternal            = "INTERNAL"
 )
 
@@ -55,6 +62,8 @@ func toStatus(log *slog.Logger, err error) error {
 		stale   *intent.StaleTokenError
 		fpm     *intent.FingerprintMismatchError
 		trans   *intent.TransitionError
+		expired *intent.ExpiredError
+		compact *intent.CompactedError
 	)
 	switch {
 	case errors.As(err, &invalid):
@@ -65,13 +74,24 @@ func toStatus(log *slog.Logger, err error) error {
 			}})
 	case errors.As(err, &stale):
 		return withDetails(codes.Aborted, err.Error(), ReasonStaleToken,
-			map[string]string{"current_token": stale.Current.String(), "token": stale.Token.String()})
+			map[string]string{"current_token": stale.Current.String(), "token": stale.Token.String()},
+			refusal("stale_token", fmt.Sprintf("stale_token: a newer lease (token %s) superseded yours on intent %s; your report changed nothing and is kept as evidence; acquire again to learn what to do", stale.Current, stale.Key),
+				stale.Intent, uint64(stale.Current), true))
 	case errors.As(err, &fpm):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonFingerprintMismatch,
 			map[string]string{"registered_fingerprint": fpm.Stored, "request_fingerprint": fpm.Given})
 	case errors.As(err, &trans):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonInvalidTransition,
-			map[string]string{"state": trans.State.String()})
+			map[string]string{"state": trans.State.String()},
+			refusal("refused", fmt.Sprintf("refused: %s is not allowed on intent %s in state %s", trans.Call, trans.Key, trans.State), trans.Intent, 0, trans.Evidence))
+	case errors.As(err, &expired):
+		return withDetails(codes.FailedPrecondition, err.Error(), ReasonIntentExpired,
+			map[string]string{"final_state": expired.State.String(), "fingerprint": expired.Fingerprint})
+	case errors.As(err, &compact):
+		return withDetails(codes.FailedPrecondition, err.Error(), ReasonRevisionCompacted,
+			map[string]string{"compact_revision": strconv.FormatInt(compact.Compacted, 10)})
+	case errors.Is(err, intent.ErrLeaseHeld):
+		return withDetails(codes.FailedPrecondition, err.Error(), ReasonLeaseHeld, nil)
 	case errors.Is(err, intent.ErrResultMismatch):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonResultMismatch, nil)
 	case errors.Is(err, intent.ErrNotFound):
@@ -90,15 +110,12 @@ func toStatus(log *slog.Logger, err error) error {
 	return withDetails(codes.Internal, "internal error", ReasonInternal, nil)
 }
 
-func withDetails(c codes.Code, msg, reason string, meta map[string]string, more ...*errdetails.BadRequest) error {
-	st := status.New(c, msg)
-	info := &errdetails.ErrorInfo{Domain: ErrorDomain, Reason: reason, Metadata: meta}
-	var err error
-	if len(more) > 0 {
-		st, err = st.WithDetails(info, more[0])
-	} else {
-		st, err = st.WithDetails(info)
+func withDetails(c codes.Code, msg, reason string, meta map[string]string, more ...proto.Message) error {
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: reason, Metadata: meta}}
+	for _, m := range more {
+		details = append(details, protoadapt.MessageV1Of(m))
 	}
+	st, err := status.New(c, msg).WithDetails(details...)
 	if err != nil {
 		return status.Error(c, msg)
 	}

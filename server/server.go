@@ -24,6 +24,11 @@ type Store interface {
 	Acquire(ctx context.Context, req intent.AcquireRequest) (*intent.Acquisition, error)
 	Report(ctx context.Context, r intent.Report) (*intent.ReportOutcome, error)
 	Get(ctx context.Context, tenant, key string) (*intent.Intent, error)
+	Escalate(ctx context.Context, e intent.Escalation) (*intent.Intent, error)
+	Resolve(ctx context.Context, d intent.Resolution) (*intent.Intent, bool, error)
+	Cancel(ctx context.Context, c intent.Cancellation) (*intent.Intent, error)
+	List(ctx context.Context, q intent.ListQuery) (*intent.Page, error)
+	Watch(ctx context.Context, q intent.WatchQuery, send func(intent.WatchEvent) error) error
 }
 
 // Server is the gRPC IntentService.
@@ -202,6 +207,9 @@ func (s *Server) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*
 	r, err := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportComplete)
 	if err == nil {
 		r.Result, err = result(req.GetResult())
+	}
+	if err == nil {
+		r.Children, err = children(r.Tenant, req.GetChildren())
 	}
 	if err != nil {
 		return nil, s.fail(err)

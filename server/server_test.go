@@ -861,7 +861,7 @@ func TestAcquireStatementsAndReplay(t *testing.T) {
 	if got, want := exec.GetActionTaken(), "lease_issued"; got != want {
 		t.Errorf("Acquire: action_taken %q, want %q", got, want)
 	}
-	if got := exec.GetStatement(); !strings.HasPrefix(got, "execute") || !strings.Contains(got, key) {
+	if got := exec.GetStatement().GetText(); !strings.HasPrefix(got, "execute") || !strings.Contains(got, key) {
 		t.Errorf("Acquire: statement %q, want one starting with execute and naming %q", got, key)
 	}
 	token := exec.GetLease().GetToken()
@@ -906,7 +906,7 @@ func TestAcquireStatementsAndReplay(t *testing.T) {
 			if got.GetActionTaken() != "none" {
 				t.Errorf("%s: action_taken %q, want %q", where, got.GetActionTaken(), "none")
 			}
-			if s := got.GetStatement(); !strings.HasPrefix(s, "already_completed") || !strings.Contains(s, "action_taken: none") || !strings.Contains(s, "SO-1042") {
+			if s := got.GetStatement().GetText(); !strings.HasPrefix(s, "already_completed") || !strings.Contains(s, "action_taken: none") || !strings.Contains(s, "SO-1042") {
 				t.Errorf("%s: statement %q, want already_completed … SO-1042 … action_taken: none", where, s)
 			}
 			if got.GetLease() != nil {
@@ -1028,7 +1028,7 @@ func TestCloseSessionLeavesUnknown(t *testing.T) {
 	if got := next.GetLease(); got.GetToken() <= t1 || got.GetMode() != intentv1.LeaseMode_LEASE_MODE_RECONCILE || got.GetSessionId() != s2 {
 		t.Errorf("Acquire after close: lease %v, want RECONCILE for %s with a token above %d", got, s2, t1)
 	}
-	if s := next.GetStatement(); !strings.HasPrefix(s, "reconcile") || next.GetActionTaken() != "lease_issued" {
+	if s := next.GetStatement().GetText(); !strings.HasPrefix(s, "reconcile") || next.GetActionTaken() != "lease_issued" {
 		t.Errorf("Acquire after close: statement %q action_taken %q, want reconcile… and lease_issued", s, next.GetActionTaken())
 	}
 	in := f.get(key)

@@ -2,9 +2,11 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
@@ -97,6 +99,12 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 			return nil, nested(prefix+"parent_", err)
 		}
 	}
+	var retention time.Duration
+	if r.GetRetention() != nil {
+		if retention = r.GetRetention().AsDuration(); retention <= 0 {
+			return nil, intent.Invalid(prefix+"retention", "%v must be positive", retention)
+		}
+	}
 	return &intent.Registration{
 		Tenant:        tn,
 		Key:           r.GetKey(),
@@ -104,7 +112,36 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 		ParamsVersion: r.GetParamsVersion(),
 		Labels:        r.GetLabels(),
 		ParentKey:     r.GetParentKey(),
+		Retention:     retention,
 	}, nil
+}
+
+// MaxChildren bounds the children one Complete registers: they share one
+// etcd transaction with the completion.
+const MaxChildren = 16
+
+// children validates the child registrations of a Complete (the outbox).
+func children(tn string, reqs []*intentv1.RegisterRequest) ([]intent.Registration, error) {
+	if len(reqs) > MaxChildren {
+		return nil, intent.Invalid("children", "%d children, more than the limit of %d", len(reqs), MaxChildren)
+	}
+	out := make([]intent.Registration, 0, len(reqs))
+	for i, r := range reqs {
+		prefix := fmt.Sprintf("children[%d].", i)
+		if r.GetTenant() == "" {
+			r = proto.CloneOf(r)
+			r.Tenant = tn
+		}
+		reg, err := registration(prefix, r)
+		if err != nil {
+			return nil, err
+		}
+		if reg.Tenant != tn {
+			return nil, intent.Invalid(prefix+"tenant", "a child belongs to its parent's tenant")
+		}
+		out = append(out, *reg)
+	}
+	return out, nil
 }
 
 // nested renames the field of an *intent.InvalidError for a message nested

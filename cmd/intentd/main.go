@@ -59,6 +59,10 @@ func newCommand() *cobra.Command {
 	f.DurationVar(&cfg.OperationTimeout, "operation-timeout", cfg.OperationTimeout, "deadline of one store operation with its retries")
 	f.DurationVar(&cfg.HealthInterval, "health-interval", cfg.HealthInterval, "how often etcd is probed for the health service")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "time in-flight calls get to finish on SIGTERM")
+	f.DurationVar(&cfg.JanitorInterval, "janitor-interval", cfg.JanitorInterval, "how often the elected replica sweeps lapsed leases and expired records")
+	f.DurationVar(&cfg.DefaultRetention, "retention", cfg.DefaultRetention, "how long a final record is kept unless its registration says otherwise")
+	f.DurationVar(&cfg.MaxRetention, "max-retention", cfg.MaxRetention, "the longest retention a registration may ask for")
+	f.DurationVar(&cfg.TombstoneRetention, "tombstone-retention", cfg.TombstoneRetention, "how long the tombstone of a removed record is kept")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	return cmd

@@ -41,6 +41,14 @@ type Config struct {
 	HealthInterval time.Duration
 	// ShutdownTimeout bounds the graceful stop before connections are cut.
 	ShutdownTimeout time.Duration
+	// JanitorInterval is how often the elected replica sweeps: lapsed
+	// leases to UNKNOWN, expired final records to tombstones.
+	JanitorInterval time.Duration
+	// DefaultRetention and MaxRetention bound how long final records are
+	// kept; TombstoneRetention is how long their tombstones are.
+	DefaultRetention   time.Duration
+	MaxRetention       time.Duration
+	TombstoneRetention time.Duration
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
 	LogFormat string
@@ -62,18 +70,22 @@ func DefaultDataDir() string {
 // flags: embedded etcd, loopback only.
 func DefaultConfig() Config {
 	return Config{
-		Listen:           "127.0.0.1:7650",
-		DataDir:          DefaultDataDir(),
-		EmbedClientURL:   "http://127.0.0.1:2379",
-		EmbedPeerURL:     "http://127.0.0.1:2380",
-		Prefix:           "/intentd/v1/",
-		DialTimeout:      10 * time.Second,
-		RequestTimeout:   3 * time.Second,
-		OperationTimeout: 10 * time.Second,
-		HealthInterval:   2 * time.Second,
-		ShutdownTimeout:  10 * time.Second,
-		LogLevel:         "info",
-		LogFormat:        "text",
+		Listen:             "127.0.0.1:7650",
+		DataDir:            DefaultDataDir(),
+		EmbedClientURL:     "http://127.0.0.1:2379",
+		EmbedPeerURL:       "http://127.0.0.1:2380",
+		Prefix:             "/intentd/v1/",
+		DialTimeout:        10 * time.Second,
+		RequestTimeout:     3 * time.Second,
+		OperationTimeout:   10 * time.Second,
+		HealthInterval:     2 * time.Second,
+		ShutdownTimeout:    10 * time.Second,
+		JanitorInterval:    5 * time.Second,
+		DefaultRetention:   30 * 24 * time.Hour,
+		MaxRetention:       365 * 24 * time.Hour,
+		TombstoneRetention: 2 * 365 * 24 * time.Hour,
+		LogLevel:           "info",
+		LogFormat:          "text",
 	}
 }
 
@@ -109,11 +121,19 @@ func (c Config) Validate() error {
 	for flag, d := range map[string]time.Duration{
 		"--dial-timeout": c.DialTimeout, "--request-timeout": c.RequestTimeout,
 		"--operation-timeout": c.OperationTimeout, "--health-interval": c.HealthInterval,
-		"--shutdown-timeout": c.ShutdownTimeout,
+		"--shutdown-timeout": c.ShutdownTimeout, "--janitor-interval": c.JanitorInterval,
+		"--retention": c.DefaultRetention, "--max-retention": c.MaxRetention,
+		"--tombstone-retention": c.TombstoneRetention,
 	} {
 		if d <= 0 {
 			bad("%s %v: must be positive", flag, d)
 		}
+	}
+	if c.DefaultRetention > c.MaxRetention {
+		bad("--retention %v: must be at most --max-retention %v", c.DefaultRetention, c.MaxRetention)
+	}
+	if c.TombstoneRetention < c.DefaultRetention {
+		bad("--tombstone-retention %v: must be at least --retention %v", c.TombstoneRetention, c.DefaultRetention)
 	}
 	if c.OperationTimeout < c.RequestTimeout {
 		bad("--operation-timeout %v: must be at least --request-timeout %v", c.OperationTimeout, c.RequestTimeout)

@@ -65,6 +65,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	scfg.RequestTimeout = cfg.RequestTimeout
 	scfg.OperationTimeout = cfg.OperationTimeout
 	scfg.Logger = log
+	scfg.DefaultRetention = cfg.DefaultRetention
+	scfg.MaxRetention = cfg.MaxRetention
+	scfg.TombstoneRetention = cfg.TombstoneRetention
 	store, err := etcdstore.New(cli, scfg)
 	if err != nil {
 		return err
@@ -95,6 +98,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		defer close(healthDone)
 		watchHealth(hctx, store, hs, cfg.HealthInterval, log)
 	}()
+	janitorDone := make(chan struct{})
+	go func() { // exits when hctx ends
+		defer close(janitorDone)
+		store.RunJanitor(hctx, cli, lis.Addr().String(), cfg.JanitorInterval, func(r etcdstore.SweepReport, err error) {
+			switch {
+			case err != nil:
+				log.Warn("janitor pass failed", "err", err)
+			case r != (etcdstore.SweepReport{}):
+				log.Info("janitor pass", "lapsed", r.Lapsed, "removed", r.Removed, "tombstones_removed", r.TombstonesRemoved, "overdue_unfinished", r.Overdue)
+			}
+		})
+	}()
 
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", dataDirOrNone(cfg))
 	if ready != nil {
@@ -106,11 +121,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	case err := <-served:
 		stopHealth()
 		<-healthDone
+		<-janitorDone
 		return fmt.Errorf("intentd: serve: %w", err)
 	}
 	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
 	stopHealth()
 	<-healthDone
+	<-janitorDone
 	hs.Shutdown() // every service NOT_SERVING: load balancers drain us first
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
