@@ -4,12 +4,34 @@
 //
 // # Key layout
 //
-// All keys live under a prefix (default "/intentd/v1/"), then the tenant:
+// All keys live under a prefix (default "/intentd/v1/"). Per tenant:
 //
-//	<prefix>t/<tenant>/i/<key>          the intent record (JSON): state, params,
-//	                                    fingerprint, current lease, result, history
-//	<prefix>t/<tenant>/s/<session-id>   a worker session (JSON: worker, ttl),
+//	t/<tenant>/i/<key>                  the intent record (JSON): state, params,
+//	                                    fingerprint, current lease, result,
+//	                                    bounded history, retention
+//	t/<tenant>/s/<session-id>           a worker session (JSON: worker, ttl),
 //	                                    attached to the session's etcd lease
+//	t/<tenant>/z/<key>                  the tombstone of a record removed after
+//	                                    its retention (key, fingerprint, final
+//	                                    state, when)
+//	t/<tenant>/x/s/<STATE>/<order>      index by state        (value: the key)
+//	t/<tenant>/x/l/<name>=<value>/<order> index by label      (escaped name, value)
+//	t/<tenant>/x/p/<parent>/<order>     index by parent       (escaped parent key)
+//
+// where <order> is "<registration time, 20-digit ns>/<key>", so that every
+// listing is oldest first. Cluster-wide, for the janitor:
+//
+//	x/h/<tenant>/<session-id>/<key>     intents held under a session
+//	x/r/<retain-until ns>/<tenant>/<key> final records by end of retention
+//	x/zr/<until ns>/<tenant>/<key>      tombstones by end of their retention
+//	x/o/<registered ns>/<tenant>/<key>  intents not final yet, by age
+//	janitor/                            the janitor's election
+//
+// Index keys are a function of the record alone (indexKeys). Every
+// transition writes the keys its new version gains and deletes those it
+// loses in the transaction that writes the record, so the indexes cannot
+// drift from the records, and a listing reads an index range whose length
+// follows the page, never a scan of all intents.
 //
 // A session id is the hex id of the etcd lease behind it. A session is alive
 // exactly while its key exists with the create revision recorded when it was
@@ -54,6 +76,37 @@
 // is appended to the history as evidence.
 //
 // Final records (COMPLETED, FAILED, CANCELLED) never change their state or
-// result, so the store replays them from memory without touching etcd.
-// Records that are not final are always read linearizably.
+// result, so the store replays them from memory without touching etcd,
+// until their retention ends. Records that are not final are always read
+// linearizably.
+//
+// # Retention
+//
+// A final record is kept for its retention (the server's default unless its
+// registration asked for another, up to a maximum), counted from when it
+// became final. Then the janitor removes it and its index keys and leaves a
+// tombstone, in one transaction; Register and Acquire of that key answer
+// EXPIRED from then on: the work needs a new approval and never executes
+// again on its own. Tombstones are removed after their own, longer
+// retention. Intents that are not final are never removed, only counted as
+// overdue. Retention is measured with the store's clock (Config.Now): a
+// replica whose clock runs ahead removes records early, which costs a
+// replay, never a second execution. One replica sweeps at a time (an etcd
+// election), and every removal is a compare-and-swap anyway.
+//
+// The janitor also marks IN_PROGRESS intents whose holder's session has
+// lapsed as UNKNOWN, so that the review queue and watchers see them without
+// waiting for the next Acquire.
+//
+// # History
+//
+// An intent's history holds registration, every lease issued (worker,
+// token, mode), every report — accepted, or refused and kept as evidence —,
+// escalations, decisions, cancellations and outbox children, with who and
+// when. Live heartbeats are not written: they touch only the session's etcd
+// lease, so their cost does not grow with the intents a worker holds; a
+// heartbeat under a superseded token is kept as evidence. The history is
+// bounded at 128 entries: past that, heartbeat evidence and other refused
+// reports are dropped oldest first, then the oldest entries after the
+// registration.
 package etcdstore

@@ -53,6 +53,10 @@ func TestReadmeTour(t *testing.T) {
 		`"reason": "STALE_TOKEN"`,
 		`"reason": "FINGERPRINT_MISMATCH"`,
 		`"accepted": false`,
+		`"state": "STATE_NEEDS_REVIEW"`,
+		`"actionTaken": "recorded"`,
+		`already_completed: intent refund-77`,
+		`"refund_id": "re_123"`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("tour output lacks %s\n--- output ---\n%s", want, got)
@@ -60,16 +64,27 @@ func TestReadmeTour(t *testing.T) {
 	}
 }
 
-// tourScript extracts the shell block between the tour markers.
+// tourScript joins the shell blocks between tour markers, in order: later
+// blocks continue in the shell of the earlier ones.
 func tourScript(t *testing.T, readme string) string {
 	t.Helper()
-	_, rest, ok := strings.Cut(readme, "<!-- tour:begin -->")
-	block, _, ok2 := strings.Cut(rest, "<!-- tour:end -->")
-	if !ok || !ok2 {
+	var blocks []string
+	for {
+		_, rest, ok := strings.Cut(readme, "<!-- tour:begin -->")
+		if !ok {
+			break
+		}
+		block, after, ok := strings.Cut(rest, "<!-- tour:end -->")
+		if !ok {
+			t.Fatal("README.md: a tour block has no end marker")
+		}
+		block = strings.TrimSpace(block)
+		block = strings.TrimPrefix(block, "```sh")
+		blocks = append(blocks, strings.TrimSuffix(block, "```"))
+		readme = after
+	}
+	if len(blocks) == 0 {
 		t.Fatal("README.md has no tour markers")
 	}
-	block = strings.TrimSpace(block)
-	block = strings.TrimPrefix(block, "```sh")
-	block = strings.TrimSuffix(block, "```")
-	return block
+	return strings.Join(blocks, "\n")
 }

@@ -24,8 +24,14 @@
 //   FAILED_PRECONDITION FINGERPRINT_MISMATCH   same key, other approved terms: stop and escalate
 //   FAILED_PRECONDITION INVALID_TRANSITION     the intent's state does not allow this call
 //   FAILED_PRECONDITION RESULT_MISMATCH        Complete retried under the same token with another result
+//   FAILED_PRECONDITION INTENT_EXPIRED         the record outlived its retention: a new approval is needed
+//   FAILED_PRECONDITION LEASE_HELD             a reviewer call on a live-leased intent without force
+//   FAILED_PRECONDITION REVISION_COMPACTED     a page token or watch revision etcd no longer has: re-list
 //   ABORTED             STALE_TOKEN            a newer token was issued (metadata current_token)
 //   UNAVAILABLE         STORE_UNAVAILABLE      etcd did not answer in time; retrying the same call is safe
+//
+// Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
+// Statement detail: what became of the intent, in words an agent can use.
 //   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
 
 package intentv1
