@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/fencing"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
 
