@@ -1,0 +1,196 @@
+package client
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+)
+
+// Client calls intentd. It is safe for concurrent use.
+type Client struct {
+	rpc  intentv1.IntentServiceClient
+	opts options
+}
+
+type options struct {
+	tenant        string
+	callTimeout   time.Duration
+	backoffMin    time.Duration
+	backoffMax    time.Duration
+	reportTimeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithTenant sets the tenant of every request that names none.
+func WithTenant(tenant string) Option { return func(o *options) { o.tenant = tenant } }
+
+// WithCallTimeout bounds each attempt of a call (default 10s); a call is
+// retried while it is UNAVAILABLE or an attempt times out, until the
+// caller's context ends.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithBackoff sets the first and the longest wait between attempts
+// (default 50ms and 2s); each wait is jittered.
+func WithBackoff(first, longest time.Duration) Option {
+	return func(o *options) { o.backoffMin, o.backoffMax = first, longest }
+}
+
+// WithReportTimeout bounds how long Run keeps retrying a report after the
+// side effect ran (default 1m). A report outlives the caller's context: an
+// effect that happened is recorded even if the caller stopped waiting.
+func WithReportTimeout(d time.Duration) Option { return func(o *options) { o.reportTimeout = d } }
+
+// New returns a Client on conn (a *grpc.ClientConn, or anything that
+// implements the interface, such as an in-process channel).
+func New(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	o := options{callTimeout: 10 * time.Second, backoffMin: 50 * time.Millisecond, backoffMax: 2 * time.Second, reportTimeout: time.Minute}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Client{rpc: intentv1.NewIntentServiceClient(conn), opts: o}
+}
+
+// RPC returns the generated client, for calls this package does not wrap.
+func (c *Client) RPC() intentv1.IntentServiceClient { return c.rpc }
+
+// call sends one request, again and again while intentd does not answer
+// (UNAVAILABLE, or the attempt's own deadline), with jittered backoff, each
+// attempt under its own deadline; it returns at once when ctx ends, and
+// never retries a refusal. Every intentd call is safe to repeat: Register
+// and reports are idempotent, Acquire by its request id.
+func call[Req, Resp any](ctx context.Context, c *Client, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	wait := c.opts.backoffMin
+	for {
+		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+		resp, err := rpc(actx, req)
+		cancel()
+		if err == nil || !retriable(err) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil {
+				return resp, ctx.Err()
+			}
+			return resp, convert(err)
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return resp, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, c.opts.backoffMax)
+	}
+}
+
+func (c *Client) tenant(t string) string {
+	if t == "" {
+		return c.opts.tenant
+	}
+	return t
+}
+
+// Register approves an intent (idempotent for the same key and params).
+func (c *Client) Register(ctx context.Context, req *intentv1.RegisterRequest) (*intentv1.RegisterResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Register, req)
+}
+
+// DeriveKey returns the canonical key for an action and its identity.
+func (c *Client) DeriveKey(ctx context.Context, req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, error) {
+	return call(ctx, c, c.rpc.DeriveKey, req)
+}
+
+// Acquire asks for the right to act on an intent. Retrying with the same
+// request id returns the same lease.
+func (c *Client) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*intentv1.AcquireResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	if req.GetRegister() != nil {
+		req.Register.Tenant = req.GetTenant()
+	}
+	return call(ctx, c, c.rpc.Acquire, req)
+}
+
+// Complete records the result under the caller's token.
+func (c *Client) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*intentv1.CompleteResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Complete, req)
+}
+
+// MarkUnknown records that the outcome is unknown, under the caller's token.
+func (c *Client) MarkUnknown(ctx context.Context, req *intentv1.MarkUnknownRequest) (*intentv1.MarkUnknownResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.MarkUnknown, req)
+}
+
+// Release records a confirmed absence, under the caller's token.
+func (c *Client) Release(ctx context.Context, req *intentv1.ReleaseRequest) (*intentv1.ReleaseResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Release, req)
+}
+
+// Fail records a definite failure, under the caller's token.
+func (c *Client) Fail(ctx context.Context, req *intentv1.FailRequest) (*intentv1.FailResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Fail, req)
+}
+
+// Escalate hands an intent to a human.
+func (c *Client) Escalate(ctx context.Context, req *intentv1.EscalateRequest) (*intentv1.EscalateResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Escalate, req)
+}
+
+// Resolve records a reviewer's decision.
+func (c *Client) Resolve(ctx context.Context, req *intentv1.ResolveRequest) (*intentv1.ResolveResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Resolve, req)
+}
+
+// Cancel withdraws a PENDING intent.
+func (c *Client) Cancel(ctx context.Context, req *intentv1.CancelRequest) (*intentv1.CancelResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Cancel, req)
+}
+
+// Get reads an intent with its history.
+func (c *Client) Get(ctx context.Context, req *intentv1.GetRequest) (*intentv1.GetResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.Get, req)
+}
+
+// List reads one page of intents.
+func (c *Client) List(ctx context.Context, req *intentv1.ListRequest) (*intentv1.ListResponse, error) {
+	req.Tenant = c.tenant(req.GetTenant())
+	return call(ctx, c, c.rpc.List, req)
+}
+
+// Watch calls fn for every change the stream reports until fn returns
+// false (Watch then returns nil), ctx ends, or the stream breaks. A broken
+// stream is not resumed here: the error says whether to resume (from the
+// last revision + 1) or to re-list (ErrCompacted).
+func (c *Client) Watch(ctx context.Context, req *intentv1.WatchRequest, fn func(*intentv1.WatchResponse) bool) error {
+	req.Tenant = c.tenant(req.GetTenant())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.Watch(ctx, req)
+	if err != nil {
+		return convert(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return convert(err)
+		}
+		if !fn(ev) {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,358 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/fencing"
+	"github.com/intentd/intentd/intent"
+)
+
+// Task is one intent to carry through its life with Run.
+type Task struct {
+	// Key is the intent's key.
+	Key string
+	// Register, when set, registers the intent in the same etcd
+	// transaction as the first Acquire (for callers that both approve and
+	// execute); its params must match if the intent exists.
+	Register *intentv1.RegisterRequest
+	// ExpectedFingerprint, when set, must equal the stored fingerprint.
+	ExpectedFingerprint string
+	// Execute performs the side effect, once, under att's lease: it must
+	// send att.OperationKey(...) as the downstream idempotency key (and
+	// att.Token to a resource that checks fencing tokens). Its context is
+	// cancelled the moment the lease is lost. Its error decides the report:
+	// nil → Complete with the result; Final(...) → Fail; NotAttempted(...)
+	// → Release; anything else (a timeout, a reset) → MarkUnknown, never a
+	// fresh attempt.
+	Execute func(ctx context.Context, att *Attempt) (*intentv1.Result, error)
+	// Reconcile finds out whether an earlier attempt took effect, by
+	// asking the downstream system by operation key. Found → Complete with
+	// the evidence; Absent → Release, then Execute; Undecided → Escalate.
+	// A nil Reconcile escalates every RECONCILE.
+	Reconcile func(ctx context.Context, att *Attempt) (Evidence, error)
+	// WaitInProgress bounds how long Run waits for another worker's
+	// attempt to finish before it returns IN_PROGRESS (default 30s).
+	WaitInProgress time.Duration
+}
+
+// Attempt is the caller's lease on an intent while Execute or Reconcile
+// runs.
+type Attempt struct {
+	// Key is the intent's key.
+	Key string
+	// Token is the lease's fencing token: send it to resources that check
+	// tokens (fencing.Header).
+	Token fencing.Token
+	// Reconciling is true in Reconcile: an earlier attempt may have taken
+	// effect.
+	Reconciling bool
+	// Intent is the intent as acquired: its params are the approved terms.
+	Intent *intentv1.Intent
+
+	children []*intentv1.RegisterRequest
+}
+
+// OperationKey is "<key>:<operation>", the idempotency key to send to the
+// downstream provider for one kind of call. It is the same for every
+// attempt and every worker: that is what makes a retry a retry.
+func (a *Attempt) OperationKey(operation string) string { return intent.OperationKey(a.Key, operation) }
+
+// RegisterChild asks for a child intent to be registered in the same
+// transaction as this attempt's Complete (the outbox): it exists if and
+// only if this intent completes.
+func (a *Attempt) RegisterChild(child *intentv1.RegisterRequest) {
+	a.children = append(a.children, child)
+}
+
+// Evidence is what Reconcile found out.
+type Evidence struct {
+	verdict int
+	result  *intentv1.Result
+	reason  string
+}
+
+const (
+	undecided = iota
+	found
+	absent
+)
+
+// Found says the effect exists downstream; result records it (the order
+// id, as external refs).
+func Found(result *intentv1.Result) Evidence { return Evidence{verdict: found, result: result} }
+
+// Absent says the downstream system confirmed the effect does not exist:
+// the intent may be executed again, with the same operation keys.
+func Absent(reason string) Evidence { return Evidence{verdict: absent, reason: reason} }
+
+// Undecided says the answer cannot be told: a human decides.
+func Undecided(reason string) Evidence { return Evidence{verdict: undecided, reason: reason} }
+
+// FinalError marks a definite failure (a declined card): the intent FAILS
+// for good. Make one with Final.
+type FinalError struct {
+	Code string
+	Err  error
+}
+
+func (e *FinalError) Error() string { return fmt.Sprintf("final failure %s: %v", e.Code, e.Err) }
+func (e *FinalError) Unwrap() error { return e.Err }
+
+// Final marks err as a definite failure with a short code.
+func Final(code string, err error) error { return &FinalError{Code: code, Err: err} }
+
+// NotAttemptedError marks an error that happened before anything was sent
+// downstream: the intent returns to PENDING. Make one with NotAttempted.
+type NotAttemptedError struct{ Err error }
+
+func (e *NotAttemptedError) Error() string { return "not attempted: " + e.Err.Error() }
+func (e *NotAttemptedError) Unwrap() error { return e.Err }
+
+// NotAttempted marks err as certain to have had no effect downstream.
+func NotAttempted(err error) error { return &NotAttemptedError{Err: err} }
+
+// Outcome is how Run left the intent.
+type Outcome struct {
+	// Outcome is the last word: COMPLETED, FAILED, CANCELLED, IN_PROGRESS
+	// (another worker still holds it), NEEDS_REVIEW or EXPIRED — or
+	// UNSPECIFIED when this Run marked it UNKNOWN (see Intent.State).
+	Outcome intentv1.Outcome
+	// Intent is the intent as Run last saw it.
+	Intent *intentv1.Intent
+	// Executed is true when this Run called Execute.
+	Executed bool
+	// Statement is intentd's account of the last Acquire.
+	Statement *intentv1.Statement
+}
+
+// Result is the stored result of a COMPLETED intent.
+func (o *Outcome) Result() *intentv1.Result { return o.Intent.GetResult() }
+
+// ErrLeaseLost is returned (wrapped) when the lease was lost while Execute
+// or Reconcile ran; the report was still sent, and kept as evidence if
+// stale.
+var ErrLeaseLost = errors.New("client: lease lost")
+
+// Run carries one intent through its life on this session: acquire; if
+// done, return the stored result without executing; if another worker
+// holds it, wait (watching) up to task.WaitInProgress; if an earlier
+// attempt's outcome is unknown, reconcile; otherwise execute once and
+// report. It never executes an intent twice on its own: after any doubt it
+// reconciles or escalates.
+func (s *Session) Run(ctx context.Context, task Task) (*Outcome, error) {
+	if task.Execute == nil {
+		return nil, errors.New("client: Task.Execute is required")
+	}
+	wait := task.WaitInProgress
+	if wait == 0 {
+		wait = 30 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	requestID := newRequestID()
+	executed := false
+	for {
+		req := &intentv1.AcquireRequest{Key: task.Key, SessionId: s.id, RequestId: requestID, ExpectedFingerprint: task.ExpectedFingerprint}
+		if task.Register != nil {
+			req.Register = proto.CloneOf(task.Register)
+			req.Register.Key = task.Key
+		}
+		acq, err := s.c.Acquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		out := &Outcome{Outcome: acq.GetOutcome(), Intent: acq.GetIntent(), Executed: executed, Statement: acq.GetStatement()}
+		switch acq.GetOutcome() {
+		case intentv1.Outcome_OUTCOME_EXECUTE:
+			out, err := s.execute(ctx, &task, acq)
+			if out != nil {
+				out.Executed = true
+			}
+			return out, err
+		case intentv1.Outcome_OUTCOME_RECONCILE:
+			again, out, err := s.reconcile(ctx, &task, acq)
+			if err != nil || !again {
+				return out, err
+			}
+			requestID = newRequestID() // a fresh lease for the execution that follows
+		case intentv1.Outcome_OUTCOME_IN_PROGRESS:
+			if !time.Now().Before(deadline) {
+				return out, nil
+			}
+			if err := s.waitWhileHeld(ctx, task.Key, acq, deadline); err != nil {
+				return nil, err
+			}
+		default: // final, needs review, expired: nothing to do
+			return out, nil
+		}
+	}
+}
+
+// underLease runs fn under a lease: its context ends when the lease is lost or
+// the caller's context ends.
+func (s *Session) underLease(ctx context.Context, key string, t fencing.Token, fn func(context.Context) error) (lost bool, err error) {
+	lostCh := s.track(key, t)
+	defer s.untrack(key, t)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // exits when the lease is lost or fn returned
+		select {
+		case <-lostCh:
+			cancel()
+		case <-lctx.Done():
+		}
+	}()
+	err = fn(lctx)
+	select {
+	case <-lostCh:
+		return true, err
+	default:
+		return false, err
+	}
+}
+
+// reportCtx outlives the caller's context: an effect that happened must be
+// recorded even when the caller stopped waiting.
+func (s *Session) reportCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.reportTimeout)
+}
+
+func (s *Session) execute(ctx context.Context, task *Task, acq *intentv1.AcquireResponse) (*Outcome, error) {
+	att := &Attempt{Key: task.Key, Token: fencing.Token(acq.GetLease().GetToken()), Intent: acq.GetIntent()}
+	var res *intentv1.Result
+	lost, err := s.underLease(ctx, task.Key, att.Token, func(ctx context.Context) error {
+		var err error
+		res, err = task.Execute(ctx, att)
+		return err
+	})
+	rctx, cancel := s.reportCtx(ctx)
+	defer cancel()
+	base := intentv1.Outcome_OUTCOME_UNSPECIFIED
+	var in *intentv1.Intent
+	var final *FinalError
+	var none *NotAttemptedError
+	var rerr error
+	switch {
+	case err == nil:
+		var resp *intentv1.CompleteResponse
+		resp, rerr = s.c.Complete(rctx, &intentv1.CompleteRequest{Key: task.Key, Token: uint64(att.Token), Result: res, Children: att.children})
+		in, base = resp.GetIntent(), intentv1.Outcome_OUTCOME_COMPLETED
+	case errors.As(err, &final):
+		var resp *intentv1.FailResponse
+		resp, rerr = s.c.Fail(rctx, &intentv1.FailRequest{Key: task.Key, Token: uint64(att.Token), Failure: &intentv1.Failure{Code: final.Code, Message: final.Err.Error()}})
+		in, base = resp.GetIntent(), intentv1.Outcome_OUTCOME_FAILED
+	case errors.As(err, &none):
+		var resp *intentv1.ReleaseResponse
+		resp, rerr = s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: uint64(att.Token), Reason: none.Error()})
+		in = resp.GetIntent()
+	default:
+		var resp *intentv1.MarkUnknownResponse
+		resp, rerr = s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: uint64(att.Token), Reason: truncate(err.Error(), 1000)})
+		in = resp.GetIntent()
+	}
+	if rerr != nil {
+		if lost {
+			return nil, fmt.Errorf("%w: %w", ErrLeaseLost, rerr)
+		}
+		return nil, rerr
+	}
+	out := &Outcome{Outcome: base, Intent: in}
+	if err != nil && base == intentv1.Outcome_OUTCOME_UNSPECIFIED {
+		return out, err
+	}
+	return out, nil
+}
+
+// reconcile asks the caller's Reconcile what became of an earlier attempt
+// and reports it. again is true after a confirmed absence: the caller
+// acquires again and executes.
+func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.AcquireResponse) (again bool, out *Outcome, err error) {
+	att := &Attempt{Key: task.Key, Token: fencing.Token(acq.GetLease().GetToken()), Reconciling: true, Intent: acq.GetIntent()}
+	ev := Undecided("no reconcile function")
+	var rerr error
+	lost := false
+	if task.Reconcile != nil {
+		lost, rerr = s.underLease(ctx, task.Key, att.Token, func(ctx context.Context) error {
+			var err error
+			ev, err = task.Reconcile(ctx, att)
+			return err
+		})
+		if rerr != nil {
+			ev = Undecided("reconcile failed: " + truncate(rerr.Error(), 900))
+		}
+	}
+	rctx, cancel := s.reportCtx(ctx)
+	defer cancel()
+	token := uint64(att.Token)
+	switch ev.verdict {
+	case found:
+		resp, err := s.c.Complete(rctx, &intentv1.CompleteRequest{Key: task.Key, Token: token, Result: ev.result, Children: att.children})
+		if err != nil {
+			return false, nil, leaseErr(lost, err)
+		}
+		return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_COMPLETED, Intent: resp.GetIntent()}, nil
+	case absent:
+		if _, err := s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: token, Reason: ev.reason}); err != nil {
+			return false, nil, leaseErr(lost, err)
+		}
+		return true, nil, nil
+	default:
+		resp, err := s.c.Escalate(rctx, &intentv1.EscalateRequest{Key: task.Key, Token: token, Reason: ev.reason, Actor: "client.Run"})
+		if err != nil {
+			return false, nil, leaseErr(lost, err)
+		}
+		return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_NEEDS_REVIEW, Intent: resp.GetIntent()}, rerr
+	}
+}
+
+func leaseErr(lost bool, err error) error {
+	if lost {
+		return fmt.Errorf("%w: %w", ErrLeaseLost, err)
+	}
+	return err
+}
+
+// waitWhileHeld waits until the intent leaves IN_PROGRESS, watching its
+// record from the revision Acquire saw, or until deadline. A watch that
+// breaks falls back to a short sleep: the next Acquire tells the truth
+// anyway.
+func (s *Session) waitWhileHeld(ctx context.Context, key string, acq *intentv1.AcquireResponse, deadline time.Time) error {
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	err := s.c.Watch(wctx, &intentv1.WatchRequest{Key: key, StartRevision: acq.GetIntent().GetRevision() + 1}, func(ev *intentv1.WatchResponse) bool {
+		return ev.GetIntent().GetState() == intentv1.State_STATE_IN_PROGRESS
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil && wctx.Err() == nil {
+		t := time.NewTimer(s.c.opts.backoffMin)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func newRequestID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
