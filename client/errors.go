@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/fencing"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
 // Errors intentd returns, for errors.Is. Every error a Client method

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/fencing"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
 

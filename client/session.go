@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/fencing"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
 // Session is a worker's session: the unit of liveness of every lease it
