@@ -23,7 +23,7 @@ import (
 // ParentKey must name an existing intent of the same tenant.
 func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *intent.Intent, created bool, err error) {
 	fp := intent.Fingerprint(reg.Params)
-	if err := s.checkRetention(reg.Retention); err != nil {
+	if err := s.checkRetention("retention", reg.Retention); err != nil {
 		return nil, false, err
 	}
 	load := func(ctx context.Context) (*view, error) {
@@ -49,9 +49,9 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 	return in, created, err
 }
 
-func (s *Store) checkRetention(d time.Duration) error {
+func (s *Store) checkRetention(field string, d time.Duration) error {
 	if d < 0 || d > s.cfg.MaxRetention {
-		return intent.Invalid("retention", "%v is outside [0, %v]", d, s.cfg.MaxRetention)
+		return intent.Invalid(field, "%v is outside [0, %v]", d, s.cfg.MaxRetention)
 	}
 	return nil
 }
@@ -110,7 +110,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	fp := req.ExpectedFingerprint
 	if req.Register != nil {
 		fp = intent.Fingerprint(req.Register.Params)
-		if err := s.checkRetention(req.Register.Retention); err != nil {
+		if err := s.checkRetention("register.retention", req.Register.Retention); err != nil {
 			return nil, err
 		}
 	}
@@ -309,7 +309,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		if c.Key == r.Key || slices.ContainsFunc(children[:i], func(o intent.Registration) bool { return o.Key == c.Key }) {
 			return nil, intent.Invalid(fmt.Sprintf("children[%d].key", i), "%q repeats the parent's or another child's key", c.Key)
 		}
-		if err := s.checkRetention(c.Retention); err != nil {
+		if err := s.checkRetention(fmt.Sprintf("children[%d].retention", i), c.Retention); err != nil {
 			return nil, err
 		}
 		children[i] = c
@@ -348,6 +348,9 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		switch {
 		case r.Token < cur:
 			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), true, false)}
+			if rec.State == intent.StateInProgress {
+				holder = rec.Lease
+			}
 			return s.evidence(rec, ev), nil
 		case r.Token > cur:
 			return nil, intent.Invalid("token", "token %s was never issued for %q", r.Token, r.Key)
@@ -389,22 +392,37 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	if err != nil {
 		return nil, err
 	}
+	// A replay or a refusal shows the intent as it is now; if another
+	// worker holds it, tell whether that holder is alive, as Get does.
+	var stale *intent.StaleTokenError
+	switch {
+	case holder != nil && errors.As(refusal, &stale):
+		if err := s.settle(ctx, stale.Intent, holder); err != nil {
+			return nil, err
+		}
+	case holder != nil && out != nil:
+		if err := s.settle(ctx, out.Intent, holder); err != nil {
+			return nil, err
+		}
+	}
 	if refusal != nil {
 		return nil, refusal
 	}
-	if out.Replayed && holder != nil {
-		// The intent moved on since the report was applied (a reconciler
-		// holds it now): tell whether that holder is alive, as Get does.
-		kv, err := s.getSession(ctx, r.Tenant, holder.SessionID)
-		if err != nil {
-			return nil, unavailable(err)
-		}
-		if kv == nil || kv.CreateRevision != holder.SessionRev {
-			out.Intent.State = intent.StateUnknown
-			out.Intent.Lease.Live = false
-		}
-	}
 	return out, nil
+}
+
+// settle reads whether the holder l of an intent shown as IN_PROGRESS is
+// alive, and shows a lapsed one as UNKNOWN.
+func (s *Store) settle(ctx context.Context, in *intent.Intent, l *leaseRecord) error {
+	kv, err := s.getSession(ctx, in.Tenant, l.SessionID)
+	if err != nil {
+		return unavailable(err)
+	}
+	if kv == nil || kv.CreateRevision != l.SessionRev {
+		in.State = intent.StateUnknown
+		in.Lease.Live = false
+	}
+	return nil
 }
 
 // missing explains an absent record: expired (a tombstone remains) or

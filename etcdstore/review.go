@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -83,8 +84,8 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 // Resolve records a reviewer's decision on a NEEDS_REVIEW or UNKNOWN intent
 // (or one whose holder lapsed; one under a live lease needs Force). Every
 // decision issues a new token, so reports under any earlier lease are stale
-// from then on. Retrying the same decision by the same actor for the same
-// reason returns the intent unchanged (replayed true).
+// from then on. A retry with the same RequestID returns the intent as it is
+// now, without deciding again (replayed true), whatever happened since.
 func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.Intent, replayed bool, err error) {
 	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, d.Tenant, d.Key, nil) }
 	err = s.transition(ctx, d.Tenant, d.Key, nil, load, func(v *view) (*change, error) {
@@ -93,8 +94,15 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 			return nil, missing(v)
 		}
 		rec, now := v.rec, s.cfg.Now()
-		if last := rec.lastEvent(); last.Kind == intent.EventResolved && last.ResolvedState == d.Decision && last.Principal == d.Actor && last.Reason == d.Reason && rec.State == d.Decision {
-			in, replayed = rec.toIntent(v.rev(), true, false), true
+		if i := slices.IndexFunc(rec.History, func(e intent.Event) bool {
+			return e.Kind == intent.EventResolved && d.RequestID != "" && e.RequestID == d.RequestID
+		}); i >= 0 {
+			// A retry (or our read-back after an ambiguous commit): never
+			// decide twice, whatever happened since.
+			if e := rec.History[i]; e.ResolvedState != d.Decision || e.Principal != d.Actor {
+				return nil, intent.Invalid("request_id", "%q was used for another decision", d.RequestID)
+			}
+			in, replayed = rec.toIntent(v.rev(), v.holderAlive(), false), true
 			return nil, nil
 		}
 		live, cmps := s.undecided(v)
@@ -109,6 +117,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		next.appendEvent(intent.Event{
 			Time: now, Kind: intent.EventResolved, Accepted: true, Issued: true,
 			Principal: d.Actor, Reason: d.Reason, ResolvedState: d.Decision, Result: d.Result, Failure: d.Failure,
+			RequestID: d.RequestID,
 		})
 		next.State = d.Decision
 		switch d.Decision {
@@ -130,7 +139,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 // Cancel withdraws a PENDING intent: CANCELLED is final. Cancelling a
 // cancelled intent again changes nothing.
 func (s *Store) Cancel(ctx context.Context, c intent.Cancellation) (*intent.Intent, error) {
-	load := func(ctx context.Context) (*view, error) { return s.read(ctx, c.Tenant, c.Key) }
+	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, c.Tenant, c.Key, nil) }
 	var out *intent.Intent
 	err := s.transition(ctx, c.Tenant, c.Key, nil, load, func(v *view) (*change, error) {
 		out = nil
@@ -144,7 +153,7 @@ func (s *Store) Cancel(ctx context.Context, c intent.Cancellation) (*intent.Inte
 			return nil, nil
 		case intent.StatePending:
 		default:
-			return nil, &intent.TransitionError{Key: c.Key, State: rec.State, Call: "Cancel", Intent: rec.toIntent(v.rev(), true, false)}
+			return nil, &intent.TransitionError{Key: c.Key, State: rec.State, Call: "Cancel", Intent: rec.toIntent(v.rev(), v.holderAlive(), false)}
 		}
 		next := rec.clone()
 		next.appendEvent(intent.Event{Time: now, Kind: intent.EventCancelled, Token: currentToken(rec), Accepted: true, Principal: c.Actor, Reason: c.Reason})

@@ -145,7 +145,7 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 // checkHeld checks one lease named in a heartbeat against the record.
 func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i int, h intent.HeldLease) error {
 	var stale *intent.StaleTokenError
-	load := func(ctx context.Context) (*view, error) { return s.read(ctx, tenant, h.Key) }
+	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, tenant, h.Key, nil) }
 	err := s.transition(ctx, tenant, h.Key, nil, load, func(v *view) (*change, error) {
 		stale = nil
 		if v.rec == nil {
@@ -158,7 +158,7 @@ func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i in
 		case h.Token == cur:
 			return nil, nil
 		}
-		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), true, false)}
+		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), v.holderAlive(), false)}
 		return s.evidence(v.rec, intent.Event{
 			Time: s.cfg.Now(), Kind: intent.EventHeartbeat, Token: h.Token,
 			SessionID: sess.id, Worker: sess.rec.Worker,

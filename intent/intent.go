@@ -216,6 +216,9 @@ type Event struct {
 	Principal string `json:"principal,omitempty"`
 	// ResolvedState is the decided state of an EventResolved.
 	ResolvedState State `json:"resolved_state,omitempty"`
+	// RequestID is the caller's id of the call that made the event, where
+	// the call has one (Resolve): how a retry recognizes its own effect.
+	RequestID string `json:"request_id,omitempty"`
 	// Issued is true when the event issued a new token (an acquisition, a
 	// reviewer's decision): every earlier token is superseded by it.
 	Issued bool `json:"issued,omitempty"`
@@ -332,6 +335,8 @@ type Resolution struct {
 	Reason   string
 	// Force decides an intent under a live lease, superseding it.
 	Force bool
+	// RequestID makes the decision safe to retry.
+	RequestID string
 }
 
 // Cancellation withdraws a PENDING intent.

@@ -71,7 +71,10 @@ func resolution(req *intentv1.ResolveRequest) (*intent.Resolution, error) {
 	if err := required("reason", req.GetReason(), MaxReasonLen); err != nil {
 		return nil, err
 	}
-	d := &intent.Resolution{Tenant: tn, Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce()}
+	if err := required("request_id", req.GetRequestId(), MaxRequestIDLen); err != nil {
+		return nil, err
+	}
+	d := &intent.Resolution{Tenant: tn, Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce(), RequestID: req.GetRequestId()}
 	switch state {
 	case intent.StateCompleted:
 		if d.Result, err = result(req.GetResult()); err != nil {

@@ -43,12 +43,21 @@ func serve(t *testing.T, e *etcdtest.Server) intentv1.IntentServiceClient {
 // serveWith is serve with the store configured by cfg.
 func serveWith(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config) intentv1.IntentServiceClient {
 	t.Helper()
+	_, c := serveStore(t, e, cfg)
+	return c
+}
+
+// serveStore is serveWith that also returns the replica's Store, for tests
+// that drive it directly (a janitor pass), and passes opts to the gRPC
+// server.
+func serveStore(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config, opts ...grpc.ServerOption) (*etcdstore.Store, intentv1.IntentServiceClient) {
+	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	store, err := etcdstore.New(e.Client(t), cfg)
 	if err != nil {
 		t.Fatalf("etcdstore.New: %v", err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	intentv1.RegisterIntentServiceServer(srv, server.New(store, slog.New(slog.DiscardHandler)))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,7 +76,7 @@ func serveWith(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config) intentv1.
 		t.Fatalf("grpc.NewClient: %v", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return intentv1.NewIntentServiceClient(conn)
+	return store, intentv1.NewIntentServiceClient(conn)
 }
 
 // newClient starts a fresh embedded etcd and one intentd replica on it.

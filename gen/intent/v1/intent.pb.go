@@ -2809,7 +2809,11 @@ type ResolveRequest struct {
 	// reason says why; required, recorded in history.
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// force decides an intent under a live lease, superseding its token.
-	Force         bool `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
+	Force bool `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
+	// request_id makes Resolve safe to retry: a retry with the same
+	// request_id returns the intent without deciding again, even after the
+	// intent moved on. Required; use a fresh one per decision.
+	RequestId     string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2898,6 +2902,13 @@ func (x *ResolveRequest) GetForce() bool {
 		return x.Force
 	}
 	return false
+}
+
+func (x *ResolveRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // ResolveResponse returns the decided intent.
@@ -3589,7 +3600,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x14\n" +
 	"\x05force\x18\x06 \x01(\bR\x05force\"=\n" +
 	"\x10EscalateResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\x88\x02\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xa7\x02\n" +
 	"\x0eResolveRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12/\n" +
@@ -3598,7 +3609,9 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\afailure\x18\x05 \x01(\v2\x12.intent.v1.FailureR\afailure\x12\x14\n" +
 	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
-	"\x05force\x18\b \x01(\bR\x05force\"_\n" +
+	"\x05force\x18\b \x01(\bR\x05force\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\t \x01(\tR\trequestId\"_\n" +
 	"\x0fResolveResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
 	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"g\n" +
