@@ -145,9 +145,13 @@ func (c *Client) Escalate(ctx context.Context, req *intentv1.EscalateRequest) (*
 	return call(ctx, c, c.rpc.Escalate, req)
 }
 
-// Resolve records a reviewer's decision.
+// Resolve records a reviewer's decision. A request without a request id
+// gets a fresh one, kept across this call's retries.
 func (c *Client) Resolve(ctx context.Context, req *intentv1.ResolveRequest) (*intentv1.ResolveResponse, error) {
 	req.Tenant = c.tenant(req.GetTenant())
+	if req.GetRequestId() == "" {
+		req.RequestId = newRequestID()
+	}
 	return call(ctx, c, c.rpc.Resolve, req)
 }
 
