@@ -105,7 +105,9 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 			states = allStates
 		}
 		for _, st := range states {
-			prefixes = append(prefixes, s.keys.stateIndex(q.Tenant, st))
+			if p := s.keys.stateIndex(q.Tenant, st); !slices.Contains(prefixes, p) {
+				prefixes = append(prefixes, p)
+			}
 		}
 	}
 

@@ -44,14 +44,14 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 		ev := intent.Event{Time: now, Kind: intent.EventEscalated, Token: e.Token, Reason: e.Reason, Principal: e.Actor}
 		live, cmps := s.undecided(v)
 		switch {
-		case rec.State == intent.StateNeedsReview:
-			out = rec.toIntent(v.rev(), false, false)
-			return nil, nil
 		case e.Token != 0 && e.Token < cur:
 			refusal = &intent.StaleTokenError{Key: e.Key, Token: e.Token, Current: cur, Intent: rec.toIntent(v.rev(), live, false)}
 			return s.evidence(rec, ev), nil
 		case e.Token != 0 && e.Token > cur:
 			return nil, intent.Invalid("token", "token %s was never issued for %q", e.Token, e.Key)
+		case rec.State == intent.StateNeedsReview:
+			out = rec.toIntent(v.rev(), false, false)
+			return nil, nil
 		case rec.State.Final():
 			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), false, false)}
 		case e.Token != 0 && rec.State != intent.StateInProgress && rec.State != intent.StateUnknown:

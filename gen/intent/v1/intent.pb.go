@@ -3092,8 +3092,9 @@ type ListRequest struct {
 	// tenant to list; empty means "default".
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// states, when set, keep intents in any of these states. An intent whose
-	// lease lapsed is listed as IN_PROGRESS until the janitor marks it UNKNOWN
-	// (within its sweep interval).
+	// holder's session lapsed is listed under IN_PROGRESS (shown as UNKNOWN,
+	// its lease not live) until the janitor moves it to UNKNOWN, within one
+	// sweep interval.
 	States []State `protobuf:"varint,2,rep,packed,name=states,proto3,enum=intent.v1.State" json:"states,omitempty"`
 	// label, when set, keeps intents with this label: "name=value".
 	Label string `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
