@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/intentd/intentd/client"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+)
+
+// paymentRetention is how long the fake payment provider keeps keys, as
+// Stripe does.
+const paymentRetention = 24 * time.Hour
+
+// world is one scenario's intentd and providers.
+type world struct {
+	intentd *intentd
+	// c is the approver's and reader's client.
+	c *client.Client
+
+	merchant *Merchant
+	payments *Payments
+	clock    *Clock // the payment provider's
+	courier  *Courier
+	gateway  *Gateway
+
+	merchantURL, paymentsURL, gatewayURL string
+}
+
+// newWorld starts intentd and the providers on loopback.
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	d := startIntentd(t)
+	w := &world{intentd: d, c: d.client(t), merchant: NewMerchant(), clock: &Clock{}, courier: &Courier{}}
+	w.payments = NewPayments(paymentRetention, w.clock)
+	w.merchantURL = serve(t, w.merchant).URL
+	w.paymentsURL = serve(t, w.payments).URL
+	w.gateway = NewGateway(serve(t, w.courier).URL)
+	w.gatewayURL = serve(t, w.gateway).URL
+	return w
+}
+
+// shop returns a worker's side of the providers, its HTTP calls going
+// through rt (nil: the default transport).
+func (w *world) shop(rt http.RoundTripper) *shop {
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return &shop{http: &http.Client{Transport: rt}, merchant: w.merchantURL, payments: w.paymentsURL, gateway: w.gatewayURL, account: "acct_e2e"}
+}
+
+// register approves an intent, as an approver does before any worker sees
+// it.
+func (w *world) register(t *testing.T, key string, params *structpb.Struct) *intentv1.Intent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := w.c.Register(ctx, &intentv1.RegisterRequest{Key: key, Params: params})
+	if err != nil {
+		t.Fatalf("Register(%s): %v", key, err)
+	}
+	return resp.GetIntent()
+}
+
+// childEnv is the environment of a worker child process working on key.
+func (w *world) childEnv(key string) []string {
+	return []string{
+		envIntentd + "=" + w.intentd.Addr,
+		envMerchant + "=" + w.merchantURL,
+		envGateway + "=" + w.gatewayURL,
+		envKey + "=" + key,
+		envTTL + "=" + sessionTTL.String(),
+	}
+}
+
+// fingerprint is the fingerprint intentd stores for params.
+func fingerprint(t *testing.T, params *structpb.Struct) string {
+	t.Helper()
+	b, err := intent.Canonical(params.AsMap())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return intent.Fingerprint(b)
+}
+
+// outcomeOf renders what Run returned, for messages.
+func outcomeOf(out *client.Outcome, err error) string {
+	if out == nil {
+		return fmt.Sprintf("no outcome, err=%v", err)
+	}
+	return fmt.Sprintf("outcome=%s state=%s executed=%t refs=%v err=%v",
+		out.Outcome, out.Intent.GetState(), out.Executed, out.Intent.GetResult().GetExternalRefs(), err)
+}
+
+// mustComplete fails the test unless Run completed the intent, and returns
+// the result's external refs.
+func mustComplete(t *testing.T, what string, out *client.Outcome, err error) map[string]string {
+	t.Helper()
+	if err != nil || out == nil || out.Outcome != intentv1.Outcome_OUTCOME_COMPLETED {
+		t.Fatalf("%s: want COMPLETED, got %s", what, outcomeOf(out, err))
+	}
+	return out.Intent.GetResult().GetExternalRefs()
+}
