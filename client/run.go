@@ -36,7 +36,8 @@ type Task struct {
 	// Reconcile finds out whether an earlier attempt took effect, by
 	// asking the downstream system by operation key. Found → Complete with
 	// the evidence; Absent → Release, then Execute; Undecided → Escalate.
-	// A nil Reconcile escalates every RECONCILE.
+	// An error (the lookup failed) leaves the intent UNKNOWN for the next
+	// reconcile. A nil Reconcile escalates every RECONCILE.
 	Reconcile func(ctx context.Context, att *Attempt) (Evidence, error)
 	// WaitInProgress bounds how long Run waits for another worker's
 	// attempt to finish before it returns IN_PROGRESS (default 30s).
@@ -123,12 +124,16 @@ func NotAttempted(err error) error { return &NotAttemptedError{Err: err} }
 type Outcome struct {
 	// Outcome is the last word: COMPLETED, FAILED, CANCELLED, IN_PROGRESS
 	// (another worker still holds it), NEEDS_REVIEW or EXPIRED — or
-	// UNSPECIFIED when this Run marked it UNKNOWN (see Intent.State).
+	// UNSPECIFIED when this Run left it UNKNOWN or PENDING (see
+	// Intent.State).
 	Outcome intentv1.Outcome
 	// Intent is the intent as Run last saw it.
 	Intent *intentv1.Intent
 	// Executed is true when this Run called Execute.
 	Executed bool
+	// Superseded is true when a lease of this Run was taken over by
+	// another worker or a reviewer: its report was kept as evidence only.
+	Superseded bool
 	// Statement is intentd's account of the last Acquire.
 	Statement *intentv1.Statement
 }
@@ -137,16 +142,22 @@ type Outcome struct {
 func (o *Outcome) Result() *intentv1.Result { return o.Intent.GetResult() }
 
 // ErrLeaseLost is returned (wrapped) when the lease was lost while Execute
-// or Reconcile ran; the report was still sent, and kept as evidence if
-// stale.
+// or Reconcile ran and nobody took over: the report was still sent, and
+// accepted as the best evidence there is.
 var ErrLeaseLost = errors.New("client: lease lost")
+
+// maxTakeovers bounds how often one Run re-acquires after its lease was
+// superseded, so that two parties cannot bounce an intent forever.
+const maxTakeovers = 3
 
 // Run carries one intent through its life on this session: acquire; if
 // done, return the stored result without executing; if another worker
 // holds it, wait (watching) up to task.WaitInProgress; if an earlier
 // attempt's outcome is unknown, reconcile; otherwise execute once and
-// report. It never executes an intent twice on its own: after any doubt it
-// reconciles or escalates.
+// report. It never executes an intent on a doubt: after any doubt it
+// reconciles or escalates. When its report is refused because another
+// worker or a reviewer took over (ABORTED), it acquires again to learn
+// what became of the intent, and follows that.
 func (s *Session) Run(ctx context.Context, task Task) (*Outcome, error) {
 	if task.Execute == nil {
 		return nil, errors.New("client: Task.Execute is required")
@@ -156,50 +167,95 @@ func (s *Session) Run(ctx context.Context, task Task) (*Outcome, error) {
 		wait = 30 * time.Second
 	}
 	deadline := time.Now().Add(wait)
-	requestID := newRequestID()
-	executed := false
+	executed, superseded, takeovers := false, false, 0
+	var prev error // why the last lease was lost, when Run re-acquires after it
 	for {
-		req := &intentv1.AcquireRequest{Key: task.Key, SessionId: s.id, RequestId: requestID, ExpectedFingerprint: task.ExpectedFingerprint}
-		if task.Register != nil {
-			req.Register = proto.CloneOf(task.Register)
-			req.Register.Key = task.Key
+		if err := s.Err(); err != nil {
+			// A lost session would hand out leases it cannot keep.
+			if prev != nil {
+				return nil, prev
+			}
+			return nil, err
 		}
-		acq, err := s.c.Acquire(ctx, req)
+		acq, err := s.acquire(ctx, &task, newRequestID())
 		if err != nil {
 			return nil, err
 		}
-		out := &Outcome{Outcome: acq.GetOutcome(), Intent: acq.GetIntent(), Executed: executed, Statement: acq.GetStatement()}
+		var out *Outcome
 		switch acq.GetOutcome() {
 		case intentv1.Outcome_OUTCOME_EXECUTE:
-			out, err := s.execute(ctx, &task, acq)
-			if out != nil {
-				out.Executed = true
-			}
-			return out, err
+			executed = true
+			out, err = s.execute(ctx, &task, acq)
 		case intentv1.Outcome_OUTCOME_RECONCILE:
-			again, out, err := s.reconcile(ctx, &task, acq)
-			if err != nil || !again {
-				return out, err
+			var again bool
+			if again, out, err = s.reconcile(ctx, &task, acq); err == nil && again {
+				continue // confirmed absent: acquire again and execute
 			}
-			requestID = newRequestID() // a fresh lease for the execution that follows
 		case intentv1.Outcome_OUTCOME_IN_PROGRESS:
-			if !time.Now().Before(deadline) {
-				return out, nil
+			if time.Now().Before(deadline) {
+				if err := s.waitWhileHeld(ctx, task.Key, acq, deadline); err != nil {
+					return nil, err
+				}
+				continue
 			}
-			if err := s.waitWhileHeld(ctx, task.Key, acq, deadline); err != nil {
-				return nil, err
-			}
+			out = &Outcome{Outcome: acq.GetOutcome(), Intent: acq.GetIntent(), Statement: acq.GetStatement()}
 		default: // final, needs review, expired: nothing to do
-			return out, nil
+			out = &Outcome{Outcome: acq.GetOutcome(), Intent: acq.GetIntent(), Statement: acq.GetStatement()}
 		}
+		if errors.Is(err, ErrStaleToken) && takeovers < maxTakeovers && ctx.Err() == nil {
+			// ABORTED: someone took over. Acquire again to learn what
+			// became of the intent.
+			superseded, takeovers, prev = true, takeovers+1, err
+			continue
+		}
+		if out != nil {
+			out.Executed, out.Superseded = executed, superseded
+		}
+		return out, err
 	}
 }
 
-// underLease runs fn under a lease: its context ends when the lease is lost or
-// the caller's context ends.
+// acquire sends Acquire. If the caller's context ends before the answer
+// arrives, the lease may have been issued all the same (the answer was
+// lost): it asks again with the same request id, detached from the
+// caller, and gives back a lease it got — Release for EXECUTE (nothing was
+// done), MarkUnknown for RECONCILE — so that the intent is not held by a
+// worker that is not working on it.
+func (s *Session) acquire(ctx context.Context, task *Task, requestID string) (*intentv1.AcquireResponse, error) {
+	req := &intentv1.AcquireRequest{Key: task.Key, SessionId: s.id, RequestId: requestID, ExpectedFingerprint: task.ExpectedFingerprint}
+	if task.Register != nil {
+		req.Register = proto.CloneOf(task.Register)
+		req.Register.Key = task.Key
+	}
+	acq, err := s.c.Acquire(ctx, req)
+	if err == nil || ctx.Err() == nil {
+		return acq, err
+	}
+	rctx, cancel := s.reportCtx(ctx)
+	defer cancel()
+	if got, gerr := s.c.Acquire(rctx, req); gerr == nil && got.GetLease() != nil && got.GetLease().GetSessionId() == s.id {
+		t := got.GetLease().GetToken()
+		switch got.GetOutcome() {
+		case intentv1.Outcome_OUTCOME_EXECUTE:
+			_, _ = s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: t, Reason: "caller gave up before acting"})
+		case intentv1.Outcome_OUTCOME_RECONCILE:
+			_, _ = s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: t, Reason: "caller gave up before reconciling"})
+		}
+	}
+	return nil, err
+}
+
+// underLease runs fn under a lease: its context ends when the lease is
+// lost or the caller's context ends. A lease already lost when it starts
+// (the session was lost meanwhile) does not run fn at all.
 func (s *Session) underLease(ctx context.Context, key string, t fencing.Token, fn func(context.Context) error) (lost bool, err error) {
 	lostCh := s.track(key, t)
 	defer s.untrack(key, t)
+	select {
+	case <-lostCh:
+		return true, NotAttempted(fmt.Errorf("%w before it started", ErrLeaseLost))
+	default:
+	}
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // exits when the lease is lost or fn returned
@@ -258,14 +314,13 @@ func (s *Session) execute(ctx context.Context, task *Task, acq *intentv1.Acquire
 		in = resp.GetIntent()
 	}
 	if rerr != nil {
-		if lost {
-			return nil, fmt.Errorf("%w: %w", ErrLeaseLost, rerr)
-		}
-		return nil, rerr
+		return nil, leaseErr(lost, rerr)
 	}
 	out := &Outcome{Outcome: base, Intent: in}
 	if err != nil && base == intentv1.Outcome_OUTCOME_UNSPECIFIED {
-		return out, err
+		// Left UNKNOWN (or PENDING): say why, and whether the lease was
+		// lost under Execute, although nobody took over.
+		return out, leaseErr(lost, err)
 	}
 	return out, nil
 }
@@ -284,13 +339,20 @@ func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.Acqui
 			ev, err = task.Reconcile(ctx, att)
 			return err
 		})
-		if rerr != nil {
-			ev = Undecided("reconcile failed: " + truncate(rerr.Error(), 900))
-		}
 	}
 	rctx, cancel := s.reportCtx(ctx)
 	defer cancel()
 	token := uint64(att.Token)
+	if rerr != nil {
+		// The lookup itself failed (the provider is down, the lease was
+		// lost): nothing was learned. Leave the intent UNKNOWN for the
+		// next reconcile rather than for a human.
+		resp, err := s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: token, Reason: "reconcile failed: " + truncate(rerr.Error(), 900)})
+		if err != nil {
+			return false, nil, leaseErr(lost, err)
+		}
+		return false, &Outcome{Intent: resp.GetIntent()}, leaseErr(lost, rerr)
+	}
 	switch ev.verdict {
 	case found:
 		resp, err := s.c.Complete(rctx, &intentv1.CompleteRequest{Key: task.Key, Token: token, Result: ev.result, Children: att.children})
@@ -308,7 +370,7 @@ func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.Acqui
 		if err != nil {
 			return false, nil, leaseErr(lost, err)
 		}
-		return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_NEEDS_REVIEW, Intent: resp.GetIntent()}, rerr
+		return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_NEEDS_REVIEW, Intent: resp.GetIntent()}, nil
 	}
 }
 

@@ -127,35 +127,60 @@ func (s *Session) lose(err error) {
 	close(s.done)
 }
 
-// heartbeat keeps the session alive until it is lost or stopped.
+// heartbeat keeps the session alive until it is lost or stopped. The
+// session counts as alive for one TTL after the *sending* of the last
+// heartbeat intentd confirmed (etcd restarts the TTL later than that, never
+// earlier), so the worker gives up its leases no later than etcd could
+// expire them.
 func (s *Session) heartbeat(ctx context.Context) {
 	defer close(s.stopped)
 	every := max(s.ttl/3, 100*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
+	beat := time.NewTicker(every)
+	defer beat.Stop()
+	expire := time.NewTimer(s.ttl)
+	defer expire.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.done:
 			return
-		case <-t.C:
+		case <-expire.C:
+		case <-beat.C:
+			s.beat(ctx, every)
 		}
-		s.beat(ctx, every)
+		left := time.Until(s.expiry())
+		if left <= 0 {
+			s.lose(errors.New("client: no heartbeat confirmed within the session TTL"))
+			return
+		}
+		expire.Reset(left)
 	}
 }
 
-// beat sends one heartbeat naming the tracked leases.
+func (s *Session) expiry() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastOK.Add(s.ttl)
+}
+
+// beat sends one heartbeat naming the tracked leases, giving up when the
+// session would expire before the answer.
 func (s *Session) beat(ctx context.Context, every time.Duration) {
 	s.mu.Lock()
 	req := &intentv1.HeartbeatRequest{Tenant: s.tenant, SessionId: s.id}
 	for k, h := range s.held {
 		req.Leases = append(req.Leases, &intentv1.HeldLease{Key: k, Token: uint64(h.token)})
 	}
-	lastOK := s.lastOK
+	expiry := s.lastOK.Add(s.ttl)
 	s.mu.Unlock()
 
-	actx, cancel := context.WithTimeout(ctx, every)
+	sent := time.Now()
+	deadline := sent.Add(every)
+	if expiry.Before(deadline) {
+		deadline = expiry
+	}
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	_, err := s.c.rpc.Heartbeat(actx, req)
 	cancel()
 	err = convert(err)
@@ -163,13 +188,13 @@ func (s *Session) beat(ctx context.Context, every time.Duration) {
 	switch {
 	case err == nil:
 		s.mu.Lock()
-		s.lastOK = time.Now()
+		s.lastOK = sent
 		s.mu.Unlock()
 	case errors.Is(err, ErrStaleToken) && errors.As(err, &e):
 		// The session is alive (intentd keeps it so before checking), but
 		// one lease was superseded: that attempt must stop.
 		s.mu.Lock()
-		s.lastOK = time.Now()
+		s.lastOK = sent
 		for k, h := range s.held {
 			if h.token < e.CurrentToken() && (e.Statement == nil || e.Statement.GetIntentKey() == k) {
 				close(h.lost)
@@ -179,9 +204,5 @@ func (s *Session) beat(ctx context.Context, every time.Duration) {
 		s.mu.Unlock()
 	case errors.Is(err, ErrSessionNotFound):
 		s.lose(err)
-	case time.Since(lastOK) >= s.ttl:
-		// No heartbeat confirmed for a whole TTL: the session may have
-		// lapsed in etcd. Assume the worst.
-		s.lose(errors.Join(errors.New("client: no heartbeat confirmed within the session TTL"), err))
 	}
 }
