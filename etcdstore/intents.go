@@ -38,7 +38,7 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 			in = v.rec.toIntent(v.rev(), false, false)
 			return nil, nil
 		}
-		rec, cmps, err := s.newRecord(v, &reg, fp, s.cfg.Now())
+		rec, cmps, err := s.newRecord(v, &reg, fp, intent.PrincipalFrom(ctx), s.cfg.Now())
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +69,7 @@ func (s *Store) parentKeys(reg *intent.Registration) []string {
 // compares that keep it so until the write: no tombstone appeared, the
 // parent (if any) exists. A view that has not read the tombstone and the
 // parent (an optimistic one) relies on those compares alone.
-func (s *Store) newRecord(v *view, reg *intent.Registration, fp string, now time.Time) (*record, []clientv3.Cmp, error) {
+func (s *Store) newRecord(v *view, reg *intent.Registration, fp, principal string, now time.Time) (*record, []clientv3.Cmp, error) {
 	if v.tomb != nil {
 		return nil, nil, v.tomb.expired()
 	}
@@ -94,7 +94,7 @@ func (s *Store) newRecord(v *view, reg *intent.Registration, fp string, now time
 		Fingerprint:   fp,
 		Labels:        reg.Labels,
 		ParentKey:     reg.ParentKey,
-		History:       []intent.Event{{Time: now, Kind: intent.EventRegistered, Accepted: true}},
+		History:       []intent.Event{{Time: now, Kind: intent.EventRegistered, Accepted: true, Principal: principal}},
 		CreatedAt:     now,
 		UpdatedAt:     now,
 		Retention:     retention,
@@ -137,6 +137,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 		return s.readWithHolder(ctx, req.Tenant, req.Key, s.parentKeys(req.Register), sess.id)
 	}
 	var out *intent.Acquisition
+	who := intent.PrincipalFrom(ctx)
 	err = s.transition(ctx, req.Tenant, req.Key, start, load, func(v *view) (*change, error) {
 		out = nil
 		if !v.alive(sess.id, sess.rev) {
@@ -158,10 +159,10 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return nil, intent.ErrNotFound
 		case v.rec == nil:
 			var err error
-			if next, cmps, err = s.newRecord(v, req.Register, fp, now); err != nil {
+			if next, cmps, err = s.newRecord(v, req.Register, fp, who, now); err != nil {
 				return nil, err
 			}
-			grant(next, intent.ModeExecute, sess, req.RequestID, now)
+			grant(next, intent.ModeExecute, sess, req.RequestID, who, now)
 		case fp != "" && fp != v.rec.Fingerprint:
 			return nil, &intent.FingerprintMismatchError{Key: req.Key, Stored: v.rec.Fingerprint, Given: fp}
 		case v.rec.State == intent.StateInProgress && v.holderAlive():
@@ -181,15 +182,15 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			l := v.rec.Lease
 			next = v.rec.clone()
 			next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true})
-			grant(next, intent.ModeReconcile, sess, req.RequestID, now)
+			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
 			holderKey := s.keys.session(req.Tenant, l.SessionID)
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(holderKey), "!=", l.SessionRev))
 		case v.rec.State == intent.StateUnknown:
 			next = v.rec.clone()
-			grant(next, intent.ModeReconcile, sess, req.RequestID, now)
+			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
 		case v.rec.State == intent.StatePending:
 			next = v.rec.clone()
-			grant(next, intent.ModeExecute, sess, req.RequestID, now)
+			grant(next, intent.ModeExecute, sess, req.RequestID, who, now)
 		default:
 			out = replay(v.rec, v.rev())
 			return nil, nil
@@ -214,7 +215,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 
 // grant issues a lease on next to sess. The token is left 0: it becomes the
 // revision of the write (see decodeRecord).
-func grant(next *record, mode intent.Mode, sess session, requestID string, now time.Time) {
+func grant(next *record, mode intent.Mode, sess session, requestID, principal string, now time.Time) {
 	next.State = intent.StateInProgress
 	next.Lease = &leaseRecord{
 		Mode:       mode,
@@ -225,7 +226,7 @@ func grant(next *record, mode intent.Mode, sess session, requestID string, now t
 		AcquiredAt: now,
 	}
 	next.UpdatedAt = now
-	next.appendEvent(intent.Event{Time: now, Kind: intent.EventAcquired, Mode: mode, SessionID: sess.id, Worker: sess.rec.Worker, Accepted: true, Issued: true})
+	next.appendEvent(intent.Event{Time: now, Kind: intent.EventAcquired, Mode: mode, SessionID: sess.id, Worker: sess.rec.Worker, Accepted: true, Issued: true, Principal: principal})
 }
 
 func modeOutcome(m intent.Mode) intent.Outcome {
@@ -344,7 +345,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			return nil, nil
 		}
 		now := s.cfg.Now()
-		ev := intent.Event{Time: now, Kind: kind, Token: r.Token, Result: r.Result, Failure: r.Failure, Reason: r.Reason}
+		ev := intent.Event{Time: now, Kind: kind, Token: r.Token, Result: r.Result, Failure: r.Failure, Reason: r.Reason, Principal: intent.PrincipalFrom(ctx)}
 		switch {
 		case r.Token < cur:
 			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), true, false)}
@@ -374,7 +375,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			next.State, next.Result = intent.StateCompleted, r.Result
 			next.finalize(now)
 			var err error
-			if cmps, ops, err = s.outbox(v, next, children, now); err != nil {
+			if cmps, ops, err = s.outbox(v, next, children, intent.PrincipalFrom(ctx), now); err != nil {
 				return nil, err
 			}
 		case intent.ReportFail:
@@ -448,7 +449,7 @@ func (s *Store) evidence(rec *record, ev intent.Event) *change {
 // outbox registers a completing intent's children in the completion's
 // transaction. A child that already exists with the same params and parent
 // is left alone; with other params, or expired, the completion is refused.
-func (s *Store) outbox(v *view, parent *record, children []intent.Registration, now time.Time) ([]clientv3.Cmp, []clientv3.Op, error) {
+func (s *Store) outbox(v *view, parent *record, children []intent.Registration, principal string, now time.Time) ([]clientv3.Cmp, []clientv3.Op, error) {
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for i, c := range children {
@@ -469,7 +470,7 @@ func (s *Store) outbox(v *view, parent *record, children []intent.Registration, 
 		}
 		// The parent's view read its children: its compares already guard
 		// the tombstone and the parent; add the child's own absence.
-		rec, _, err := s.newRecord(&view{fresh: true, extra: map[string]*mvccpb.KeyValue{}}, &c, fp, now)
+		rec, _, err := s.newRecord(&view{fresh: true, extra: map[string]*mvccpb.KeyValue{}}, &c, fp, principal, now)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -482,7 +483,7 @@ func (s *Store) outbox(v *view, parent *record, children []intent.Registration, 
 			clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(c.Tenant, c.Key)), "=", 0))
 		ops = append(ops, clientv3.OpPut(key, string(val)))
 		ops = append(ops, s.keys.indexOps(nil, rec)...)
-		parent.appendEvent(intent.Event{Time: now, Kind: intent.EventChildRegistered, Accepted: true, Reason: c.Key})
+		parent.appendEvent(intent.Event{Time: now, Kind: intent.EventChildRegistered, Accepted: true, Reason: c.Key, Principal: principal})
 	}
 	return cmps, ops, nil
 }

@@ -123,7 +123,7 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 		now := s.cfg.Now()
 		next := rec.clone()
 		l := rec.Lease
-		next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true})
+		next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true, Principal: "janitor"})
 		next.State, next.UpdatedAt = intent.StateUnknown, now
 		return &change{next: next, cmps: cmps, done: func(*record, int64) { marked = true }}, nil
 	})

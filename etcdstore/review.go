@@ -10,6 +10,18 @@ import (
 	"github.com/intentd/intentd/intent"
 )
 
+// principal is who a history entry names: the authenticated caller, or,
+// without authentication, the actor the request named.
+func principal(ctx context.Context, actor string) string {
+	if p := intent.PrincipalFrom(ctx); p != "" && p != "anonymous" {
+		if actor != "" && actor != p {
+			return p + " (as " + actor + ")"
+		}
+		return p
+	}
+	return actor
+}
+
 // undecided is how a reviewer's call sees an intent's lease: whether the
 // intent is held by a live worker, and if its holder lapsed, the compare
 // that keeps it lapsed until the write.
@@ -41,7 +53,7 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 		}
 		rec, now := v.rec, s.cfg.Now()
 		cur := currentToken(rec)
-		ev := intent.Event{Time: now, Kind: intent.EventEscalated, Token: e.Token, Reason: e.Reason, Principal: e.Actor}
+		ev := intent.Event{Time: now, Kind: intent.EventEscalated, Token: e.Token, Reason: e.Reason, Principal: principal(ctx, e.Actor)}
 		live, cmps := s.undecided(v)
 		switch {
 		case e.Token != 0 && e.Token < cur:
@@ -99,7 +111,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		}); i >= 0 {
 			// A retry (or our read-back after an ambiguous commit): never
 			// decide twice, whatever happened since.
-			if e := rec.History[i]; e.ResolvedState != d.Decision || e.Principal != d.Actor {
+			if e := rec.History[i]; e.ResolvedState != d.Decision || e.Principal != principal(ctx, d.Actor) {
 				return nil, intent.Invalid("request_id", "%q was used for another decision", d.RequestID)
 			}
 			in, replayed = rec.toIntent(v.rev(), v.holderAlive(), false), true
@@ -116,7 +128,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		next.supersede(d.Actor, now)
 		next.appendEvent(intent.Event{
 			Time: now, Kind: intent.EventResolved, Accepted: true, Issued: true,
-			Principal: d.Actor, Reason: d.Reason, ResolvedState: d.Decision, Result: d.Result, Failure: d.Failure,
+			Principal: principal(ctx, d.Actor), Reason: d.Reason, ResolvedState: d.Decision, Result: d.Result, Failure: d.Failure,
 			RequestID: d.RequestID,
 		})
 		next.State = d.Decision
@@ -156,7 +168,7 @@ func (s *Store) Cancel(ctx context.Context, c intent.Cancellation) (*intent.Inte
 			return nil, &intent.TransitionError{Key: c.Key, State: rec.State, Call: "Cancel", Intent: rec.toIntent(v.rev(), v.holderAlive(), false)}
 		}
 		next := rec.clone()
-		next.appendEvent(intent.Event{Time: now, Kind: intent.EventCancelled, Token: currentToken(rec), Accepted: true, Principal: c.Actor, Reason: c.Reason})
+		next.appendEvent(intent.Event{Time: now, Kind: intent.EventCancelled, Token: currentToken(rec), Accepted: true, Principal: principal(ctx, c.Actor), Reason: c.Reason})
 		next.State, next.UpdatedAt = intent.StateCancelled, now
 		next.finalize(now)
 		return &change{next: next, done: func(committed *record, rev int64) { out = committed.toIntent(rev, false, false) }}, nil

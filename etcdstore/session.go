@@ -161,7 +161,7 @@ func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i in
 		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), v.holderAlive(), false)}
 		return s.evidence(v.rec, intent.Event{
 			Time: s.cfg.Now(), Kind: intent.EventHeartbeat, Token: h.Token,
-			SessionID: sess.id, Worker: sess.rec.Worker,
+			SessionID: sess.id, Worker: sess.rec.Worker, Principal: intent.PrincipalFrom(ctx),
 		}), nil
 	})
 	if err != nil {

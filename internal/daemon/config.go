@@ -52,6 +52,29 @@ type Config struct {
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
 	LogFormat string
+
+	// TLSCert and TLSKey turn on TLS for the gRPC listener; TLSClientCA
+	// verifies client certificates, which TLSClientAuth ("require" or
+	// "optional") demands or merely accepts.
+	TLSCert, TLSKey, TLSClientCA string
+	TLSClientAuth                string
+	// Insecure allows plaintext on a non-loopback address.
+	Insecure bool
+	// TokensFile lists the principals; empty turns authentication off
+	// (every call is an anonymous admin: development on loopback only).
+	TokensFile string
+	// EtcdCACert, EtcdCert and EtcdKey configure TLS toward an external
+	// etcd cluster.
+	EtcdCACert, EtcdCert, EtcdKey string
+	// RatePerPrincipal and RatePerTenant are requests per second (0:
+	// unlimited), with bursts.
+	RatePerPrincipal, RatePerTenant   float64
+	BurstPerPrincipal, BurstPerTenant int
+	// MaxRecvMsgSize bounds a request's size in bytes.
+	MaxRecvMsgSize int
+	// ReloadInterval is how often the tokens and TLS files are checked for
+	// changes (SIGHUP reloads at once).
+	ReloadInterval time.Duration
 }
 
 // DefaultDataDir is where the embedded etcd keeps its data unless told
@@ -86,7 +109,31 @@ func DefaultConfig() Config {
 		TombstoneRetention: 2 * 365 * 24 * time.Hour,
 		LogLevel:           "info",
 		LogFormat:          "text",
+		TLSClientAuth:      "require",
+		RatePerPrincipal:   500,
+		BurstPerPrincipal:  1000,
+		RatePerTenant:      2000,
+		BurstPerTenant:     4000,
+		MaxRecvMsgSize:     2 << 20,
+		ReloadInterval:     2 * time.Second,
 	}
+}
+
+// TLS reports whether the gRPC listener serves TLS.
+func (c Config) TLS() bool { return c.TLSCert != "" }
+
+// loopback reports whether a listen address can only be reached from this
+// machine.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Embedded reports whether intentd runs its own etcd.
@@ -128,6 +175,30 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			bad("%s %v: must be positive", flag, d)
 		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("--tls-cert and --tls-key: give both or neither")
+	}
+	if c.TLSClientCA != "" && !c.TLS() {
+		bad("--tls-client-ca %q: needs --tls-cert and --tls-key", c.TLSClientCA)
+	}
+	if c.TLSClientAuth != "require" && c.TLSClientAuth != "optional" {
+		bad("--tls-client-auth %q: want require or optional", c.TLSClientAuth)
+	}
+	if !c.TLS() && !c.Insecure && !loopback(c.Listen) {
+		bad("--listen %s: without TLS intentd serves loopback only; give --tls-cert and --tls-key, or --insecure to serve plaintext anyway", c.Listen)
+	}
+	if (c.EtcdCert == "") != (c.EtcdKey == "") {
+		bad("--etcd-cert and --etcd-key: give both or neither")
+	}
+	if c.RatePerPrincipal < 0 || c.RatePerTenant < 0 || c.BurstPerPrincipal < 0 || c.BurstPerTenant < 0 {
+		bad("--rate-*: must not be negative")
+	}
+	if c.MaxRecvMsgSize < 64<<10 || c.MaxRecvMsgSize > 16<<20 {
+		bad("--max-recv-msg-size %d: want 64 KiB to 16 MiB", c.MaxRecvMsgSize)
+	}
+	if c.ReloadInterval <= 0 {
+		bad("--reload-interval %v: must be positive", c.ReloadInterval)
 	}
 	if c.DefaultRetention > c.MaxRetention {
 		bad("--retention %v: must be at most --max-retention %v", c.DefaultRetention, c.MaxRetention)

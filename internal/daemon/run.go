@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -17,13 +20,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/server"
@@ -50,9 +56,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		endpoints = []string{"http://" + e.Clients[0].Addr().String()}
 	}
 
+	etcdTLSConfig, err := etcdTLS(cfg)
+	if err != nil {
+		return err
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: cfg.DialTimeout,
+		TLS:         etcdTLSConfig,
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
@@ -79,7 +90,34 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		return fmt.Errorf("intentd: etcd at %v does not answer: %w", endpoints, err)
 	}
 
-	srv := newGRPCServer(log)
+	var tokens *access.Source
+	var directory func() *access.Directory
+	if cfg.TokensFile != "" {
+		if tokens, err = access.Open(cfg.TokensFile, log); err != nil {
+			return fmt.Errorf("intentd: --tokens-file: %w", err)
+		}
+		directory = tokens.Directory
+	} else {
+		log.Warn("authentication is off: every call acts as an anonymous admin; give --tokens-file to require credentials")
+	}
+	guard, err := server.NewGuard(directory, server.RateLimits{
+		PerPrincipal: rate.Limit(cfg.RatePerPrincipal), PrincipalBurst: cfg.BurstPerPrincipal,
+		PerTenant: rate.Limit(cfg.RatePerTenant), TenantBurst: cfg.BurstPerTenant,
+	}, log)
+	if err != nil {
+		return err
+	}
+	var serverCerts *certs
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize)}
+	if cfg.TLS() {
+		if serverCerts, err = loadCerts(cfg, log); err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverCerts.config())))
+	} else {
+		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", loopback(cfg.Listen))
+	}
+	srv := newGRPCServer(log, guard, opts...)
 	intentv1.RegisterIntentServiceServer(srv, server.New(store, log))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -97,6 +135,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	go func() { // exits when hctx ends
 		defer close(healthDone)
 		watchHealth(hctx, store, hs, cfg.HealthInterval, log)
+	}()
+	reloadDone := make(chan struct{})
+	go func() { // exits when hctx ends
+		defer close(reloadDone)
+		reload(hctx, tokens, serverCerts, cfg.ReloadInterval, log)
 	}()
 	janitorDone := make(chan struct{})
 	go func() { // exits when hctx ends
@@ -122,12 +165,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		stopHealth()
 		<-healthDone
 		<-janitorDone
+		<-reloadDone
 		return fmt.Errorf("intentd: serve: %w", err)
 	}
 	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
 	stopHealth()
 	<-healthDone
 	<-janitorDone
+	<-reloadDone
 	hs.Shutdown() // every service NOT_SERVING: load balancers drain us first
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
@@ -151,10 +196,45 @@ func dataDirOrNone(cfg Config) string {
 	return ""
 }
 
-// newGRPCServer builds the server with logging and panic recovery. A panic
-// becomes INTERNAL with a generic message: the stack goes to the log, never
-// to the client.
-func newGRPCServer(log *slog.Logger) *grpc.Server {
+// reload keeps the tokens file and the TLS files current: on change (polled)
+// and at once on SIGHUP. Exits when ctx ends.
+func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, every time.Duration, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var wg sync.WaitGroup
+	if tokens != nil {
+		wg.Go(func() { tokens.Watch(ctx, every) })
+	}
+	if serverCerts != nil {
+		wg.Go(func() { serverCerts.watch(ctx, every) })
+	}
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		log.Info("SIGHUP: reloading tokens and TLS files")
+		if tokens != nil {
+			if err := tokens.Reload(); err != nil {
+				log.Error("tokens file does not load; keeping the previous one", "err", err)
+			}
+		}
+		if serverCerts != nil {
+			if err := serverCerts.reload(); err != nil {
+				log.Error("TLS files do not load; keeping the previous ones", "err", err)
+			}
+		}
+	}
+}
+
+// newGRPCServer builds the server with logging, panic recovery and the
+// guard (authentication, roles, tenants, rate limits). A panic becomes
+// INTERNAL with a generic message: the stack goes to the log, never to the
+// client.
+func newGRPCServer(log *slog.Logger, guard *server.Guard, opts ...grpc.ServerOption) *grpc.Server {
 	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(l), msg, fields...)
 	})
@@ -163,17 +243,16 @@ func newGRPCServer(log *slog.Logger) *grpc.Server {
 		return status.Error(codes.Internal, "internal error")
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
-	return grpc.NewServer(
-		grpc.ChainUnaryInterceptor(
-			logging.UnaryServerInterceptor(logger, logOpts...),
-			recovery.UnaryServerInterceptor(onPanic),
-		),
-		grpc.ChainStreamInterceptor(
-			logging.StreamServerInterceptor(logger, logOpts...),
-			recovery.StreamServerInterceptor(onPanic),
-		),
-		grpc.MaxRecvMsgSize(4<<20),
-	)
+	unary := append([]grpc.UnaryServerInterceptor{
+		logging.UnaryServerInterceptor(logger, logOpts...),
+		recovery.UnaryServerInterceptor(onPanic),
+	}, guard.Unary()...)
+	stream := append([]grpc.StreamServerInterceptor{
+		logging.StreamServerInterceptor(logger, logOpts...),
+		recovery.StreamServerInterceptor(onPanic),
+	}, guard.Stream()...)
+	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	return grpc.NewServer(opts...)
 }
 
 // watchHealth reports SERVING only while etcd answers a linearizable read.
