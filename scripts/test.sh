@@ -37,3 +37,13 @@ go vet ./...
 
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
+
+step "fuzz targets, briefly (seed corpora also run as part of go test)"
+# Every Fuzz function in the module, a few seconds each.
+grep -rl --include='*_test.go' '^func Fuzz' . | while read -r file; do
+  pkg="./$(dirname "${file#./}")"
+  for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //'); do
+    echo "-- $pkg $target"
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZTIME:-5s}" "$pkg"
+  done
+done
