@@ -1,0 +1,155 @@
+// Command intentctl is the operator's command line for intentd. It talks to
+// intentd through the Go client (package client), exactly as any other
+// caller does, and so sees only what its token or certificate may see.
+//
+//	intentctl get KEY                       the intent as protojson, history included
+//	intentctl list [--state S ...] [--label k=v] [--parent P] [--page-size N] [--page-token T] [--all]
+//	intentctl review-queue [...list flags]  list --state UNKNOWN --state NEEDS_REVIEW
+//	intentctl resolve KEY --decision completed|pending|failed|cancelled --actor A --reason R [--ref k=v ...] [--payload P] [--failure-code C] [--force] [--request-id ID]
+//	intentctl cancel KEY --reason R [--actor A]
+//	intentctl escalate KEY --reason R [--actor A] [--force]
+//	intentctl watch [KEY] [--state S ...] [--label k=v] [--parent P] [--from REV]
+//	intentctl derive-key ACTION k=v ...     values are JSON when they parse as JSON, else strings
+//	intentctl token new --name N --tenant T --role R [--role R2]
+//	intentctl token hash                    the SHA-256 of a token read on stdin
+//	intentctl dev-certs --out DIR [--client NAME ...] [--host H ...] [--test-certs] [--force]
+//
+// Global flags: --addr (default 127.0.0.1:7650, or $INTENTD_ADDR), --tenant,
+// --token (or $INTENTD_TOKEN; sent as "authorization: Bearer <token>" on
+// every call), --tls, --cacert, --cert and --key (a client certificate for
+// mutual TLS), --timeout (the deadline of a whole command; watch has none).
+// A flag on the command line wins over the environment.
+//
+// Exit status: 0 on success, 1 when intentd refuses a call or cannot be
+// reached (the error's code, reason, field and statement are printed on
+// stderr), 2 for a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/intentd/intentd/client"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.LookupEnv)
+	stop()
+	os.Exit(code)
+}
+
+// lookupEnv reads an environment variable; tests pass their own.
+type lookupEnv func(name string) (string, bool)
+
+// run executes intentctl with args and returns its exit status. Everything
+// it reads and writes goes through the given streams and env.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, env lookupEnv) int {
+	root := newRootCommand(env)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var f *failure
+	if errors.As(err, &f) {
+		printFailure(stderr, f.err)
+		return exitFailure
+	}
+	fmt.Fprintf(stderr, "intentctl: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	return exitUsage
+}
+
+// failure marks an error a command met while running, as opposed to one in
+// how it was called: it exits 1, every other error exits 2.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// usageError is an error in a command's arguments that cobra cannot see
+// (a malformed value, flags that do not go together); it exits 2.
+type usageError struct{ msg string }
+
+func (u *usageError) Error() string { return u.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// action wraps a command's body: what it returns is a failure (exit 1)
+// unless it is a usage error (exit 2). Errors cobra finds before the body
+// runs (unknown commands and flags, missing arguments and required flags)
+// never pass through here, and exit 2.
+func action(body func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := body(cmd, args)
+		var u *usageError
+		if err == nil || errors.As(err, &u) {
+			return err
+		}
+		return &failure{err: err}
+	}
+}
+
+// printFailure writes why a command failed. For a refusal that is what
+// intentd said: code, reason, field, metadata and the statement's text, one
+// per line, so a person can read it and a script can grep it.
+func printFailure(w io.Writer, err error) {
+	var e *client.Error
+	if errors.As(err, &e) {
+		printRefusal(w, e)
+		return
+	}
+	fmt.Fprintf(w, "intentctl: %v\n", err)
+}
+
+func printRefusal(w io.Writer, e *client.Error) {
+	fmt.Fprintf(w, "intentctl: intentd: %s\n", e.Message)
+	fmt.Fprintf(w, "  code: %s\n", codeName(e.Code.String()))
+	if e.Reason != "" {
+		fmt.Fprintf(w, "  reason: %s\n", e.Reason)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(w, "  field: %s\n", e.Field)
+	}
+	keys := make([]string, 0, len(e.Metadata))
+	for k := range e.Metadata {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s: %s\n", k, e.Metadata[k])
+	}
+	if t := e.Statement.GetText(); t != "" {
+		fmt.Fprintf(w, "  statement: %s\n", t)
+	}
+}
+
+var wordStart = regexp.MustCompile(`([a-z])([A-Z])`)
+
+// codeName spells a gRPC code as the protocol does: FailedPrecondition is
+// FAILED_PRECONDITION.
+func codeName(s string) string {
+	return strings.ToUpper(wordStart.ReplaceAllString(s, "${1}_${2}"))
+}

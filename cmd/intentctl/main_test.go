@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/intentd/intentd/client"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/daemon"
+)
+
+// addr is the intentd every test talks to unless it starts its own: a real
+// one, with an embedded etcd and no authentication, started by TestMain.
+var addr string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "intentctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	exited := make(chan error, 1)
+	a, err := startIntentd(ctx, testConfig(dir), exited)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "intentd:", err)
+		os.Exit(1)
+	}
+	addr = a
+	code := m.Run()
+	stop()
+	<-exited
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func testConfig(dataDir string) daemon.Config {
+	cfg := daemon.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.DataDir = dataDir
+	cfg.EmbedClientURL = "http://127.0.0.1:0"
+	cfg.EmbedPeerURL = "http://127.0.0.1:0"
+	return cfg
+}
+
+// startIntentd runs intentd in-process until ctx ends; Run's result goes to
+// exited.
+func startIntentd(ctx context.Context, cfg daemon.Config, exited chan error) (string, error) {
+	ready := make(chan string, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { exited <- daemon.Run(ctx, cfg, log, func(a string) { ready <- a }) }() // exits when ctx ends
+	select {
+	case a := <-ready:
+		return a, nil
+	case err := <-exited:
+		return "", err
+	case <-time.After(60 * time.Second):
+		return "", fmt.Errorf("not ready after 60s")
+	}
+}
+
+// result is what one intentctl run printed and returned.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// invocation is one run of intentctl, in-process.
+type invocation struct {
+	args  []string
+	stdin string
+	env   map[string]string // nil: INTENTD_ADDR is the test intentd
+	ctx   context.Context
+}
+
+func (in invocation) run(t *testing.T) result {
+	t.Helper()
+	env := in.env
+	if env == nil {
+		env = map[string]string{envAddr: addr}
+	}
+	ctx := in.ctx
+	if ctx == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, in.args, strings.NewReader(in.stdin), &stdout, &stderr, func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	})
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+// intentctl runs intentctl with args against the test intentd.
+func intentctl(t *testing.T, args ...string) result {
+	t.Helper()
+	return invocation{args: args}.run(t)
+}
+
+// mustRun runs intentctl and fails the test unless it exits 0.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	r := intentctl(t, args...)
+	if r.code != exitOK {
+		t.Fatalf("intentctl %s: exit %d, want 0\nstderr:\n%s", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// fixture sets up intents through the Go client, as workers and approvers
+// would, for intentctl to find.
+type fixture struct {
+	t    *testing.T
+	c    *client.Client
+	sess *client.Session
+	// run makes keys and labels unique to one test, so tests share an
+	// intentd without seeing each other's intents.
+	run string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := client.New(conn)
+	sess, err := c.OpenSession(ctxFor(t), "fixture-worker", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close(context.Background()) })
+	name := strings.NewReplacer("/", "-", "_", "-").Replace(strings.ToLower(t.Name()))
+	return &fixture{t: t, c: c, sess: sess, run: fmt.Sprintf("%s-%d", name, time.Now().UnixNano())}
+}
+
+func ctxFor(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// key returns a key unique to this test.
+func (f *fixture) key(name string) string { return f.run + "-" + name }
+
+// label is the label every intent of this test carries: "run=<run>".
+func (f *fixture) label() string { return "run=" + f.run }
+
+// pending registers an intent.
+func (f *fixture) pending(name string) string {
+	f.t.Helper()
+	key := f.key(name)
+	params, err := structpb.NewStruct(map[string]any{"item": name, "quantity": 1})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.c.Register(ctxFor(f.t), &intentv1.RegisterRequest{Key: key, Params: params, Labels: map[string]string{"run": f.run}}); err != nil {
+		f.t.Fatalf("Register(%s): %v", key, err)
+	}
+	return key
+}
+
+// acquired registers an intent and acquires it; it returns the token.
+func (f *fixture) acquired(name string) (string, uint64) {
+	f.t.Helper()
+	key := f.pending(name)
+	a, err := f.c.Acquire(ctxFor(f.t), &intentv1.AcquireRequest{Key: key, SessionId: f.sess.ID(), RequestId: key + "-attempt"})
+	if err != nil {
+		f.t.Fatalf("Acquire(%s): %v", key, err)
+	}
+	return key, a.GetLease().GetToken()
+}
+
+// unknown leaves an intent UNKNOWN: its worker timed out.
+func (f *fixture) unknown(name string) string {
+	f.t.Helper()
+	key, token := f.acquired(name)
+	if _, err := f.c.MarkUnknown(ctxFor(f.t), &intentv1.MarkUnknownRequest{Key: key, Token: token, Reason: "provider timed out"}); err != nil {
+		f.t.Fatalf("MarkUnknown(%s): %v", key, err)
+	}
+	return key
+}
+
+// needsReview leaves an intent NEEDS_REVIEW: its worker escalated.
+func (f *fixture) needsReview(name string) string {
+	f.t.Helper()
+	key, token := f.acquired(name)
+	if _, err := f.c.Escalate(ctxFor(f.t), &intentv1.EscalateRequest{Key: key, Token: token, Reason: "cannot tell", Actor: "fixture-worker"}); err != nil {
+		f.t.Fatalf("Escalate(%s): %v", key, err)
+	}
+	return key
+}
+
+// completed leaves an intent COMPLETED.
+func (f *fixture) completed(name string) string {
+	f.t.Helper()
+	key, token := f.acquired(name)
+	if _, err := f.c.Complete(ctxFor(f.t), &intentv1.CompleteRequest{Key: key, Token: token, Result: &intentv1.Result{ExternalRefs: map[string]string{"order": "SO-1"}}}); err != nil {
+		f.t.Fatalf("Complete(%s): %v", key, err)
+	}
+	return key
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a command writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

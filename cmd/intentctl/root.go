@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/intentd/intentd/client"
+)
+
+// DefaultAddr is where intentd listens when started without flags.
+const DefaultAddr = "127.0.0.1:7650"
+
+// Environment variables read for flags not given on the command line.
+const (
+	envAddr  = "INTENTD_ADDR"
+	envToken = "INTENTD_TOKEN"
+)
+
+// globals are the flags every command shares: where intentd is and how to
+// prove who is calling.
+type globals struct {
+	addr    string
+	tenant  string
+	token   string
+	tls     bool
+	caCert  string
+	cert    string
+	key     string
+	timeout time.Duration
+
+	// lastErr is the error of the latest failed attempt: the client
+	// retries while intentd does not answer, and when the deadline ends
+	// the retries this is what tells a stopped intentd from a TLS mismatch.
+	lastErr atomic.Pointer[error]
+}
+
+func newRootCommand(env lookupEnv) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "intentctl",
+		Short: "Operate intentd: read intents, work the review queue, issue tokens and dev certificates",
+		Long: `intentctl is the operator's command line for intentd.
+
+It talks to intentd through the Go client, as any caller does: it sees and
+changes only what its token (--token, $INTENTD_TOKEN) or client certificate
+(--cert/--key) is allowed to. Output is protojson; errors print intentd's
+code, reason, field and statement on stderr and exit 1 (2 for usage errors).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.fromEnv(cmd, env)
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
+	f := root.PersistentFlags()
+	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address (env "+envAddr+")")
+	f.StringVar(&g.tenant, "tenant", "", `tenant of the request; empty means intentd's "default"`)
+	f.StringVar(&g.token, "token", "", "bearer token sent as authorization metadata on every call (env "+envToken+")")
+	f.BoolVar(&g.tls, "tls", false, "connect with TLS (implied by --cacert, --cert and --key)")
+	f.StringVar(&g.caCert, "cacert", "", "PEM file of the CA that signed intentd's certificate (default: the system's roots)")
+	f.StringVar(&g.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
+	f.StringVar(&g.key, "key", "", "PEM key of the client certificate (with --cert)")
+	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of the whole command, retries included (watch has none)")
+
+	root.AddCommand(
+		newGetCommand(g),
+		newListCommand(g),
+		newReviewQueueCommand(g),
+		newResolveCommand(g),
+		newCancelCommand(g),
+		newEscalateCommand(g),
+		newWatchCommand(g),
+		newDeriveKeyCommand(g),
+		newTokenCommand(),
+		newDevCertsCommand(),
+	)
+	return root
+}
+
+// fromEnv fills --addr and --token from the environment unless they were
+// given on the command line.
+func (g *globals) fromEnv(cmd *cobra.Command, env lookupEnv) error {
+	fs := cmd.Flags()
+	for flag, name := range map[string]string{"addr": envAddr, "token": envToken} {
+		if v, ok := env(name); ok && v != "" && !fs.Changed(flag) {
+			if err := fs.Set(flag, v); err != nil {
+				return usagef("%s: %v", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// useTLS reports whether the connection is TLS: asked for, or implied by a
+// CA or client certificate (a CA given for a plaintext connection would
+// otherwise be silently ignored).
+func (g *globals) useTLS() bool { return g.tls || g.caCert != "" || g.cert != "" || g.key != "" }
+
+// check validates the connection flags together.
+func (g *globals) check() error {
+	if g.addr == "" {
+		return usagef("--addr: must not be empty")
+	}
+	if g.timeout <= 0 {
+		return usagef("--timeout %v: must be positive", g.timeout)
+	}
+	if (g.cert == "") != (g.key == "") {
+		return usagef("--cert and --key go together")
+	}
+	for _, c := range g.token {
+		if c <= ' ' || c > '~' {
+			return usagef("--token: must be printable ASCII without spaces")
+		}
+	}
+	if g.token != "" && !g.useTLS() && !loopback(g.addr) {
+		return usagef("--token: refusing to send a bearer token in plain text to %s; use --tls (plaintext is for loopback only)", g.addr)
+	}
+	return nil
+}
+
+// loopback reports whether addr is host:port on this machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (g *globals) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if g.caCert != "" {
+		b, err := os.ReadFile(g.caCert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", g.caCert)
+		}
+		cfg.RootCAs = pool
+	}
+	if g.cert != "" {
+		pair, err := tls.LoadX509KeyPair(g.cert, g.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		// Present the certificate even when the server names other CAs as
+		// acceptable: a refusal that says why beats an anonymous call
+		// refused for want of credentials.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
+	}
+	return cfg, nil
+}
+
+// connect returns a client of intentd and a function that closes its
+// connection. grpc.NewClient does not dial: an unreachable intentd shows up
+// as the first call's error.
+func (g *globals) connect() (*client.Client, func(), error) {
+	if err := g.check(); err != nil {
+		return nil, nil, err
+	}
+	creds := insecure.NewCredentials()
+	if g.useTLS() {
+		cfg, err := g.tlsConfig()
+		if err != nil {
+			return nil, nil, err
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return g.note(invoker(ctx, method, req, reply, cc, opts...))
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			return s, g.note(err)
+		}),
+	}
+	if g.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: g.token, requireTLS: g.useTLS()}))
+	}
+	conn, err := grpc.NewClient(g.addr, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--addr %s: %w", g.addr, err)
+	}
+	c := client.New(conn, client.WithTenant(g.tenant), client.WithCallTimeout(g.timeout))
+	return c, func() { _ = conn.Close() }, nil
+}
+
+// note remembers a failed attempt's error and returns it.
+func (g *globals) note(err error) error {
+	if err != nil {
+		g.lastErr.Store(&err)
+	}
+	return err
+}
+
+// action is the package's action for commands that call intentd: a
+// command that ran out of time says what its last attempt met.
+func (g *globals) action(body func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return action(func(cmd *cobra.Command, args []string) error {
+		err := body(cmd, args)
+		var refusal *client.Error
+		if !errors.Is(err, context.DeadlineExceeded) || errors.As(err, &refusal) {
+			return err
+		}
+		last := "none"
+		if p := g.lastErr.Load(); p != nil {
+			last = (*p).Error()
+		}
+		return fmt.Errorf("could not reach intentd at %s within --timeout %v: %w\n  last attempt: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
+			g.addr, g.timeout, err, last)
+	})
+}
+
+// deadline bounds a command by --timeout.
+func (g *globals) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.timeout)
+}
+
+// bearer sends "authorization: Bearer <token>" with every call. Over TLS it
+// requires the connection to stay TLS; in plain text it is only ever used
+// toward loopback (globals.check).
+type bearer struct {
+	token      string
+	requireTLS bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.requireTLS }
