@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/intentd/intentd/intent"
@@ -114,8 +115,11 @@ func Parse(b []byte) (*Directory, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadFile, err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: data after the JSON object", ErrBadFile)
+	}
+	if len(f.Principals) == 0 {
+		return nil, fmt.Errorf("%w: no principals: nobody could call intentd", ErrBadFile)
 	}
 	d := &Directory{byToken: map[[sha256.Size]byte]*Principal{}, byCert: map[string]*Principal{}}
 	names := map[string]bool{}
@@ -153,7 +157,8 @@ func Parse(b []byte) (*Directory, error) {
 		for _, h := range e.TokenSHA256 {
 			raw, err := hex.DecodeString(h)
 			if err != nil || len(raw) != sha256.Size || h != hex.EncodeToString(raw) {
-				return nil, bad("token_sha256 %q is not 64 lowercase hex digits (store the hash, never the token)", h)
+				// The value is not quoted: it may be a token pasted by mistake.
+				return nil, bad("a token_sha256 entry is not 64 lowercase hex digits (store the hash, never the token)")
 			}
 			k := [sha256.Size]byte(raw)
 			if _, dup := d.byToken[k]; dup {

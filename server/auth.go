@@ -289,31 +289,39 @@ func scope(p *access.Principal, req any) (string, error) {
 }
 
 // limit spends one request from the principal's and the tenant's buckets,
-// so that one noisy caller or tenant cannot starve the others.
+// so that one noisy caller or tenant cannot starve the others. A refused
+// request spends from neither.
 func (g *Guard) limit(p *access.Principal, tenant string) error {
-	check := func(key string, r rate.Limit, burst int) error {
-		if r <= 0 {
-			return nil
+	type bucket struct {
+		key   string
+		limit rate.Limit
+		burst int
+	}
+	buckets := []bucket{{"principal:" + p.Name, g.rates.PerPrincipal, g.rates.PrincipalBurst}}
+	if tenant != "" {
+		buckets = append(buckets, bucket{"tenant:" + tenant, g.rates.PerTenant, g.rates.TenantBurst})
+	}
+	var taken []*rate.Reservation
+	for _, b := range buckets {
+		if b.limit <= 0 {
+			continue
 		}
-		l, ok := g.byWho.Get(key)
+		l, ok := g.byWho.Get(b.key)
 		if !ok {
-			l = rate.NewLimiter(r, max(burst, 1))
-			g.byWho.Add(key, l)
+			l = rate.NewLimiter(b.limit, max(b.burst, 1))
+			g.byWho.Add(b.key, l)
 		}
 		res := l.Reserve()
 		if d := res.Delay(); d > 0 {
 			res.Cancel()
-			return withDetails(codes.ResourceExhausted, fmt.Sprintf("rate limit of %s exceeded; retry in %v", key, d.Round(time.Millisecond)),
-				ReasonRateLimited, map[string]string{"limit": key},
+			for _, t := range taken {
+				t.Cancel()
+			}
+			return withDetails(codes.ResourceExhausted, fmt.Sprintf("rate limit of %s exceeded; retry in %v", b.key, d.Round(time.Millisecond)),
+				ReasonRateLimited, map[string]string{"limit": b.key},
 				&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
 		}
-		return nil
+		taken = append(taken, res)
 	}
-	if err := check("principal:"+p.Name, g.rates.PerPrincipal, g.rates.PrincipalBurst); err != nil {
-		return err
-	}
-	if tenant == "" {
-		return nil
-	}
-	return check("tenant:"+tenant, g.rates.PerTenant, g.rates.TenantBurst)
+	return nil
 }

@@ -67,7 +67,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA that client certificates must chain to (mutual TLS)")
 	f.StringVar(&cfg.TLSClientAuth, "tls-client-auth", cfg.TLSClientAuth, "with --tls-client-ca: require a client certificate, or accept one (optional)")
-	f.BoolVar(&cfg.Insecure, "insecure", false, "allow plaintext gRPC on a non-loopback address")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "allow plaintext gRPC, or no --tokens-file, on a non-loopback address")
 	f.StringVar(&cfg.TokensFile, "tokens-file", "", "JSON file of principals (hashed bearer tokens, certificate names, tenants, roles); empty turns authentication off")
 	f.StringVar(&cfg.EtcdCACert, "etcd-cacert", "", "PEM CA of an external etcd cluster")
 	f.StringVar(&cfg.EtcdCert, "etcd-cert", "", "PEM client certificate toward etcd")

@@ -58,7 +58,8 @@ type Config struct {
 	// "optional") demands or merely accepts.
 	TLSCert, TLSKey, TLSClientCA string
 	TLSClientAuth                string
-	// Insecure allows plaintext on a non-loopback address.
+	// Insecure allows plaintext, and serving without authentication, on a
+	// non-loopback address.
 	Insecure bool
 	// TokensFile lists the principals; empty turns authentication off
 	// (every call is an anonymous admin: development on loopback only).
@@ -187,6 +188,9 @@ func (c Config) Validate() error {
 	}
 	if !c.TLS() && !c.Insecure && !loopback(c.Listen) {
 		bad("--listen %s: without TLS intentd serves loopback only; give --tls-cert and --tls-key, or --insecure to serve plaintext anyway", c.Listen)
+	}
+	if c.TokensFile == "" && !c.Insecure && !loopback(c.Listen) {
+		bad("--listen %s: without --tokens-file every caller is an anonymous admin, which intentd allows on loopback only; give --tokens-file, or --insecure to serve without authentication anyway", c.Listen)
 	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		bad("--etcd-cert and --etcd-key: give both or neither")
