@@ -14,7 +14,10 @@ buf lint
 buf format --diff --exit-code
 
 step "buf breaking (against the released API in api/intent.v1.binpb)"
-buf breaking --against api/intent.v1.binpb
+# The input is the proto module, not the workspace: an image holds one module,
+# and third_party/protovalidate is upstream's. Refresh the baseline with
+# `buf build proto -o api/intent.v1.binpb`.
+buf breaking proto --against api/intent.v1.binpb
 
 step "generated code is up to date (buf generate leaves no diff)"
 buf generate
@@ -22,6 +25,15 @@ if [[ -n "$(git status --porcelain -- gen)" ]]; then
   git status --porcelain -- gen
   git diff --stat -- gen
   echo "gen/ differs from 'buf generate': regenerate and commit" >&2
+  exit 1
+fi
+
+step "third_party/protovalidate is printed from the descriptor go.mod requires"
+go run ./third_party/protovalidate
+buf format -w third_party/protovalidate
+if [[ -n "$(git status --porcelain -- third_party/protovalidate)" ]]; then
+  git status --porcelain -- third_party/protovalidate
+  echo "validate.proto differs: run 'go run ./third_party/protovalidate && buf format -w third_party/protovalidate' and commit" >&2
   exit 1
 fi
 

@@ -15,7 +15,9 @@ import (
 
 // Limits on request fields. They keep every etcd write well under etcd's
 // 1.5 MiB request limit: a record holds params, a result and a bounded
-// history.
+// history. intent.proto states the same limits as protovalidate rules, which
+// ValidationInterceptors checks before a handler runs; the handlers check
+// them again so that they stay safe when called on their own.
 const (
 	MaxParamsVersionLen = 64
 	MaxLabels           = 32
@@ -120,12 +122,38 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 // etcd transaction with the completion.
 const MaxChildren = 16
 
+// MaxOutboxBytes bounds what the children of one Complete add to its etcd
+// transaction, as outboxCost estimates it. etcd refuses a request above
+// 1.5 MiB (its default --max-request-bytes). The completed record alone may
+// reach about 1 MiB: params (64 KiB), the result twice (in the record and in
+// its history entry, base64: 2 x 342 KiB for the largest payload, plus
+// external refs), labels and a full history of small entries. The children's
+// 256 KiB on top leave a margin of about 250 KiB. (The number of etcd
+// operations, 128 per transaction, is the store's to check: it refuses a
+// larger outbox before writing, naming "children" too.)
+const MaxOutboxBytes = 256 << 10
+
+// outboxCost estimates the bytes a child registration adds to the
+// completion's transaction: its record (canonical params, params_version,
+// its parent's key, a history entry, JSON framing: 2 KiB beyond the params
+// and version) and its index entries, which repeat its key in several etcd
+// keys (8 times, counting the parent's history) and each label, escaped, in
+// a key of its own (4 times).
+func outboxCost(reg *intent.Registration) int {
+	n := 2<<10 + len(reg.Params) + len(reg.ParamsVersion) + 8*len(reg.Key)
+	for name, value := range reg.Labels {
+		n += 4 * (len(name) + len(value))
+	}
+	return n
+}
+
 // children validates the child registrations of a Complete (the outbox).
 func children(tn string, reqs []*intentv1.RegisterRequest) ([]intent.Registration, error) {
 	if len(reqs) > MaxChildren {
 		return nil, intent.Invalid("children", "%d children, more than the limit of %d", len(reqs), MaxChildren)
 	}
 	out := make([]intent.Registration, 0, len(reqs))
+	cost := 0
 	for i, r := range reqs {
 		prefix := fmt.Sprintf("children[%d].", i)
 		if r.GetTenant() == "" {
@@ -139,7 +167,11 @@ func children(tn string, reqs []*intentv1.RegisterRequest) ([]intent.Registratio
 		if reg.Tenant != tn {
 			return nil, intent.Invalid(prefix+"tenant", "a child belongs to its parent's tenant")
 		}
+		cost += outboxCost(reg)
 		out = append(out, *reg)
+	}
+	if cost > MaxOutboxBytes {
+		return nil, intent.Invalid("children", "together they would add about %d bytes to the completion's etcd transaction, more than the limit of %d: register fewer or smaller children", cost, MaxOutboxBytes)
 	}
 	return out, nil
 }
@@ -176,10 +208,10 @@ func labels(field string, m map[string]string) error {
 		if k == "" {
 			return intent.Invalid(field, "empty label key")
 		}
-		if err := maxLen(field+"["+k+"]", k, MaxLabelKeyLen); err != nil {
+		if err := maxLen(field+subscript(k), k, MaxLabelKeyLen); err != nil {
 			return err
 		}
-		if err := maxLen(field+"["+k+"]", v, MaxLabelValueLen); err != nil {
+		if err := maxLen(field+subscript(k), v, MaxLabelValueLen); err != nil {
 			return err
 		}
 	}
@@ -200,11 +232,30 @@ func result(r *intentv1.Result) (*intent.Result, error) {
 		if err := required("result.external_refs", k, MaxExternalRefLen); err != nil {
 			return nil, err
 		}
-		if err := maxLen("result.external_refs["+k+"]", v, MaxExternalRefLen); err != nil {
+		if err := maxLen("result.external_refs"+subscript(k), v, MaxExternalRefLen); err != nil {
 			return nil, err
 		}
 	}
 	return &intent.Result{Payload: r.GetPayload(), ExternalRefs: r.GetExternalRefs()}, nil
+}
+
+// maxSubscriptLen bounds the map key a field name repeats: a refused key may
+// be as long as the request, and the error travels in gRPC trailers, three
+// times over (message, ErrorInfo, BadRequest).
+const maxSubscriptLen = 256
+
+// subscript spells a map key as the subscript of a field name, "[team]",
+// cut short past maxSubscriptLen bytes, longer than any key the limits
+// allow.
+func subscript(key string) string {
+	if len(key) > maxSubscriptLen {
+		cut := maxSubscriptLen
+		for cut > 0 && !utf8.RuneStart(key[cut]) {
+			cut--
+		}
+		key = key[:cut] + "..."
+	}
+	return "[" + key + "]"
 }
 
 func sessionTTL(field string, ttl time.Duration, set bool) (time.Duration, error) {

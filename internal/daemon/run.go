@@ -117,7 +117,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	} else {
 		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", loopback(cfg.Listen))
 	}
-	srv := newGRPCServer(log, guard, opts...)
+	srv, err := newGRPCServer(log, guard, opts...)
+	if err != nil {
+		return err
+	}
 	intentv1.RegisterIntentServiceServer(srv, server.New(store, log))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -230,11 +233,16 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 	}
 }
 
-// newGRPCServer builds the server with logging, panic recovery and the
-// guard (authentication, roles, tenants, rate limits). A panic becomes
+// newGRPCServer builds the server with logging, panic recovery, the guard
+// (authentication, roles, tenants, rate limits) and request validation
+// (protovalidate rules in the proto), in that order. A panic becomes
 // INTERNAL with a generic message: the stack goes to the log, never to the
 // client.
-func newGRPCServer(log *slog.Logger, guard *server.Guard, opts ...grpc.ServerOption) *grpc.Server {
+func newGRPCServer(log *slog.Logger, guard *server.Guard, opts ...grpc.ServerOption) (*grpc.Server, error) {
+	validateUnary, validateStream, err := server.ValidationInterceptors()
+	if err != nil {
+		return nil, err
+	}
 	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(l), msg, fields...)
 	})
@@ -247,12 +255,14 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, opts ...grpc.ServerOpt
 		logging.UnaryServerInterceptor(logger, logOpts...),
 		recovery.UnaryServerInterceptor(onPanic),
 	}, guard.Unary()...)
+	unary = append(unary, validateUnary)
 	stream := append([]grpc.StreamServerInterceptor{
 		logging.StreamServerInterceptor(logger, logOpts...),
 		recovery.StreamServerInterceptor(onPanic),
 	}, guard.Stream()...)
+	stream = append(stream, validateStream)
 	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	return grpc.NewServer(opts...)
+	return grpc.NewServer(opts...), nil
 }
 
 // watchHealth reports SERVING only while etcd answers a linearizable read.

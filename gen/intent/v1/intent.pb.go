@@ -33,10 +33,32 @@
 // Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
 // Statement detail: what became of the intent, in words an agent can use.
 //   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
+//
+// Every request field carries its limits as protovalidate rules
+// (buf.validate), checked before a handler runs; the comments say the same
+// in words. INVALID_FIELD names the field in ErrorInfo.metadata["field"] and
+// in the BadRequest violation, as a path from the request: "key",
+// "register.params", "children[2].key", "leases[0].token", "labels[team]".
+// The limits shared by many requests:
+//
+//   tenant   empty ("default") or 1-64 bytes of a-z, 0-9, '-' and '_',
+//            starting with a letter or a digit
+//   key      1-256 bytes of A-Z, a-z, 0-9 and "-_.:/=@+"
+//   token    a fencing token from a lease: never 0
+//   params   a non-empty object of at most 64 KiB in canonical JSON, nested
+//            at most 32 deep (checked by the server: canonical form is not
+//            a protovalidate rule)
+//   labels   at most 32; names 1-63 bytes of A-Z, a-z, 0-9 and "-_.:/",
+//            starting with a letter or a digit; values at most 256 bytes
+//
+// The size limits keep every etcd transaction well under etcd's 1.5 MiB
+// request limit: a Complete with its children (the outbox) must also stay
+// within the aggregate limits stated on CompleteRequest.
 
 package intentv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -852,13 +874,17 @@ func (x *Lease) GetLive() bool {
 	return false
 }
 
-// Result is what a completed intent produced.
+// Result is what a completed intent produced. In a request: payload at most
+// 256 KiB; at most 32 external_refs, names 1-256 bytes, values at most 256
+// bytes.
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// payload is opaque to intentd and replayed byte for byte.
+	// payload is opaque to intentd and replayed byte for byte; at most
+	// 256 KiB.
 	Payload []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
 	// external_refs name what the side effect created downstream, e.g.
-	// {"supplier_order_id": "SO-1042"}.
+	// {"supplier_order_id": "SO-1042"}; at most 32 entries, names 1-256
+	// bytes, values at most 256 bytes.
 	ExternalRefs  map[string]string `protobuf:"bytes,2,rep,name=external_refs,json=externalRefs,proto3" json:"external_refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -908,12 +934,14 @@ func (x *Result) GetExternalRefs() map[string]string {
 	return nil
 }
 
-// Failure describes a definite failure.
+// Failure describes a definite failure. In a request: code required, at
+// most 128 bytes; message at most 1024 bytes.
 type Failure struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// code is a short machine-readable cause, e.g. "card_declined".
+	// code is a short machine-readable cause, e.g. "card_declined"; required,
+	// at most 128 bytes.
 	Code string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
-	// message is a human-readable explanation.
+	// message is a human-readable explanation; at most 1024 bytes.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1109,25 +1137,35 @@ func (x *HistoryEntry) GetResolvedState() State {
 	return State_STATE_UNSPECIFIED
 }
 
-// RegisterRequest approves an intent.
+// RegisterRequest approves an intent. Limits: see each field; params must
+// be a non-empty object of at most 64 KiB in canonical JSON.
 type RegisterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// tenant owning the intent; empty means "default".
+	// tenant owning the intent; empty means "default", else 1-64 bytes of
+	// a-z, 0-9, '-' and '_', starting with a letter or a digit.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's business identity (see DeriveKey). 1–256 bytes of
 	// letters, digits and "-_.:/=@+".
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// params are the approved terms; their canonical form is fingerprinted.
+	// Required: a non-empty object, at most 64 KiB in canonical JSON and
+	// nested at most 32 deep (the server checks the canonical form).
 	Params *structpb.Struct `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
-	// params_version is the caller's version of the params schema.
+	// params_version is the caller's version of the params schema; at most
+	// 64 bytes.
 	ParamsVersion string `protobuf:"bytes,4,opt,name=params_version,json=paramsVersion,proto3" json:"params_version,omitempty"`
-	// labels are free-form attributes, e.g. {"customer": "c-17"}.
+	// labels are free-form attributes, e.g. {"customer": "c-17"}. At most 32;
+	// names 1-63 bytes of letters, digits and "-_.:/", starting with a letter
+	// or a digit (so that List's "name=value" filter can address every
+	// label); values at most 256 bytes.
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// parent_key links a sub-operation to its parent intent, which must exist
-	// in the same tenant.
+	// in the same tenant. Empty, or a key (1-256 bytes of letters, digits and
+	// "-_.:/=@+").
 	ParentKey string `protobuf:"bytes,6,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
 	// retention is how long the record is kept after it becomes final; unset
-	// means the server's default; more than the server's maximum is refused.
+	// means the server's default; when set, it must be positive, and more
+	// than the server's maximum is refused.
 	Retention     *durationpb.Duration `protobuf:"bytes,7,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1270,11 +1308,14 @@ func (x *RegisterResponse) GetCreated() bool {
 // DeriveKeyRequest names an action and the fields that identify it.
 type DeriveKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// action is the kind of business operation, e.g. "purchase".
+	// action is the kind of business operation, e.g. "purchase": 1-128 bytes
+	// of letters, digits and "-_.:".
 	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
 	// identity holds the fields that make two requests the same action: who,
 	// what, and the business's own discriminator for legitimate repeats. Never
 	// a tool-call id, a message id, a timestamp or a per-attempt UUID.
+	// Required: a non-empty object of at most 64 KiB in canonical JSON (the
+	// server checks the canonical form).
 	Identity      *structpb.Struct `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1385,7 +1426,8 @@ type OpenSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// tenant the session works for; empty means "default".
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// worker is a human-readable name for the worker (host, pod, agent id).
+	// worker is a human-readable name for the worker (host, pod, agent id);
+	// required, at most 128 bytes.
 	Worker string `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
 	// ttl is how long the session lives without a heartbeat; default 10s,
 	// between 2s and 5m. Heartbeat at least every ttl/3.
@@ -1505,7 +1547,8 @@ type CloseSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// tenant of the session; empty means "default".
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// session_id is the session to end.
+	// session_id is the session to end, as OpenSession returned it: required,
+	// at most 32 bytes of lowercase hex.
 	SessionId     string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1600,16 +1643,20 @@ type AcquireRequest struct {
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// session_id is the caller's live session; the lease lives as long as it.
+	// Required, at most 32 bytes of lowercase hex.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// request_id makes Acquire safe to retry: a retry with the same request_id
 	// and session returns the same lease. Use a fresh one per logical attempt.
+	// Required, at most 128 bytes.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// expected_fingerprint, when set, must equal the stored fingerprint, or
-	// the call fails with FINGERPRINT_MISMATCH.
+	// the call fails with FINGERPRINT_MISMATCH. Empty, or 64 lowercase hex
+	// digits.
 	ExpectedFingerprint string `protobuf:"bytes,5,opt,name=expected_fingerprint,json=expectedFingerprint,proto3" json:"expected_fingerprint,omitempty"`
 	// register, when set, registers the intent in the same etcd transaction if
 	// it does not exist yet (for callers that both approve and execute); if it
-	// exists, its params must match.
+	// exists, its params must match. Its tenant and key must equal the
+	// request's; its fields have RegisterRequest's limits.
 	Register      *RegisterRequest `protobuf:"bytes,6,opt,name=register,proto3" json:"register,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1892,7 +1939,7 @@ type HeldLease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// token is the lease's fencing token.
+	// token is the lease's fencing token; never 0.
 	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1947,10 +1994,11 @@ type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// tenant of the session; empty means "default".
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	// session_id is the session to keep alive.
+	// session_id is the session to keep alive: required, at most 32 bytes of
+	// lowercase hex.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// leases, optional, are checked: a superseded token fails the call with
-	// STALE_TOKEN (the session is still kept alive).
+	// STALE_TOKEN (the session is still kept alive). At most 128.
 	Leases        []*HeldLease `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2053,22 +2101,29 @@ func (x *HeartbeatResponse) GetTtl() *durationpb.Duration {
 	return nil
 }
 
-// CompleteRequest reports the side effect's result.
+// CompleteRequest reports the side effect's result. The completion and its
+// children are one etcd transaction, which etcd refuses above 1.5 MiB or 128
+// operations, so beyond each field's limits the server refuses (naming
+// "children") an outbox that would add more than 256 KiB to it as it
+// estimates it (per child: 2 KiB, plus its canonical params and
+// params_version, plus 8 times its key and 4 times its labels' names and
+// values, which index keys repeat) or need more than 128 operations (the
+// completion takes up to 6; each child 4, plus one per label).
 type CompleteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// tenant owning the intent; empty means "default".
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// token is the fencing token of the caller's lease.
+	// token is the fencing token of the caller's lease; never 0.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	// result is what the side effect produced.
+	// result is what the side effect produced; required (it may be empty).
 	Result *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	// children are intents to register in the same etcd transaction as the
 	// completion (the outbox: "send the confirmation email" exists if and only
 	// if the order completed). Their parent is this intent; their tenant must
 	// be empty or this intent's. A child that already exists with the same
-	// params is left as it is. At most 16.
+	// params is left as it is. At most 16, each with RegisterRequest's limits.
 	Children      []*RegisterRequest `protobuf:"bytes,5,rep,name=children,proto3" json:"children,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2201,9 +2256,10 @@ type MarkUnknownRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// token is the fencing token of the caller's lease.
+	// token is the fencing token of the caller's lease; never 0.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// reason explains what went wrong, e.g. "provider timeout after 30s".
+	// At most 1024 bytes.
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2320,9 +2376,10 @@ type ReleaseRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// token is the fencing token of the caller's lease.
+	// token is the fencing token of the caller's lease; never 0.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// reason says how absence was confirmed, e.g. "no order for operation key".
+	// At most 1024 bytes.
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2439,9 +2496,9 @@ type FailRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// token is the fencing token of the caller's lease.
+	// token is the fencing token of the caller's lease; never 0.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	// failure describes it.
+	// failure describes it; required, with a code.
 	Failure       *Failure `protobuf:"bytes,4,opt,name=failure,proto3" json:"failure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2660,11 +2717,13 @@ type EscalateRequest struct {
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// token is the caller's lease token when a worker escalates; 0 when a
-	// reviewer does.
+	// reviewer does. Any value.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	// reason says what cannot be decided, e.g. "merchant shows two orders".
+	// reason says what cannot be decided, e.g. "merchant shows two orders";
+	// required, at most 1024 bytes.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	// actor names who escalates (a worker or reviewer), recorded in history.
+	// actor names who escalates (a worker or reviewer), recorded in history;
+	// at most 128 bytes.
 	Actor string `protobuf:"bytes,5,opt,name=actor,proto3" json:"actor,omitempty"`
 	// force lets a reviewer escalate an intent under a live lease; the lease's
 	// token is superseded.
@@ -2798,21 +2857,26 @@ type ResolveRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// decision is the verdict.
+	// decision is the verdict; required: one of the defined decisions, never
+	// DECISION_UNSPECIFIED.
 	Decision Decision `protobuf:"varint,3,opt,name=decision,proto3,enum=intent.v1.Decision" json:"decision,omitempty"`
-	// result is what the effect produced, for DECISION_COMPLETED.
+	// result is what the effect produced: required for DECISION_COMPLETED,
+	// refused with any other decision (the server checks the pairing).
 	Result *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
-	// failure describes it, for DECISION_FAILED.
+	// failure describes it: required for DECISION_FAILED, refused with any
+	// other decision (the server checks the pairing).
 	Failure *Failure `protobuf:"bytes,5,opt,name=failure,proto3" json:"failure,omitempty"`
-	// actor names the reviewer; required, recorded in history.
+	// actor names the reviewer; required, at most 128 bytes, recorded in
+	// history.
 	Actor string `protobuf:"bytes,6,opt,name=actor,proto3" json:"actor,omitempty"`
-	// reason says why; required, recorded in history.
+	// reason says why; required, at most 1024 bytes, recorded in history.
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// force decides an intent under a live lease, superseding its token.
 	Force bool `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
 	// request_id makes Resolve safe to retry: a retry with the same
 	// request_id returns the intent without deciding again, even after the
-	// intent moved on. Required; use a fresh one per decision.
+	// intent moved on. Required, at most 128 bytes; use a fresh one per
+	// decision.
 	RequestId     string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2973,9 +3037,10 @@ type CancelRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's key.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// actor names who withdraws the approval, recorded in history.
+	// actor names who withdraws the approval, recorded in history; at most
+	// 128 bytes.
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
-	// reason says why.
+	// reason says why; at most 1024 bytes.
 	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3094,16 +3159,20 @@ type ListRequest struct {
 	// states, when set, keep intents in any of these states. An intent whose
 	// holder's session lapsed is listed under IN_PROGRESS (shown as UNKNOWN,
 	// its lease not live) until the janitor moves it to UNKNOWN, within one
-	// sweep interval.
+	// sweep interval. At most 16 entries, each a defined state other than
+	// STATE_UNSPECIFIED.
 	States []State `protobuf:"varint,2,rep,packed,name=states,proto3,enum=intent.v1.State" json:"states,omitempty"`
-	// label, when set, keeps intents with this label: "name=value".
+	// label, when set, keeps intents with this label: "name=value", with a
+	// label name and value as RegisterRequest.labels allows them.
 	Label string `protobuf:"bytes,3,opt,name=label,proto3" json:"label,omitempty"`
 	// parent_key, when set, keeps the children of this intent.
 	ParentKey string `protobuf:"bytes,4,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
-	// page_size is the most intents to return; default 50, at most 100.
+	// page_size is the most intents to return; 0 means the default of 50, at
+	// most 100.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token continues a listing from the previous page's
-	// next_page_token; the other fields must be the same.
+	// next_page_token; the other fields must be the same. At most 1024
+	// bytes.
 	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3253,14 +3322,16 @@ type WatchRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key, when set, follows one intent; the filters below then do not apply.
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	// states, when set, keep changes that leave the intent in one of them.
+	// states, when set, keep changes that leave the intent in one of them; at
+	// most 16 entries, each a defined state other than STATE_UNSPECIFIED.
 	States []State `protobuf:"varint,3,rep,packed,name=states,proto3,enum=intent.v1.State" json:"states,omitempty"`
-	// label, when set, keeps intents with this label: "name=value".
+	// label, when set, keeps intents with this label: "name=value", as in
+	// ListRequest.
 	Label string `protobuf:"bytes,4,opt,name=label,proto3" json:"label,omitempty"`
 	// parent_key, when set, keeps the children of this intent.
 	ParentKey string `protobuf:"bytes,5,opt,name=parent_key,json=parentKey,proto3" json:"parent_key,omitempty"`
 	// start_revision is the first etcd revision to report; 0 means changes
-	// after now. Resume with the last seen revision + 1.
+	// after now; never negative. Resume with the last seen revision + 1.
 	StartRevision int64 `protobuf:"varint,6,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3407,7 +3478,7 @@ var File_intent_v1_intent_proto protoreflect.FileDescriptor
 
 const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
-	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\a\n" +
+	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\a\n" +
 	"\x06Intent\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12&\n" +
@@ -3448,16 +3519,16 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"acquiredAt\x129\n" +
 	"\n" +
 	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x12\n" +
-	"\x04live\x18\a \x01(\bR\x04live\"\xad\x01\n" +
-	"\x06Result\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\x12H\n" +
-	"\rexternal_refs\x18\x02 \x03(\v2#.intent.v1.Result.ExternalRefsEntryR\fexternalRefs\x1a?\n" +
+	"\x04live\x18\a \x01(\bR\x04live\"\xd2\x01\n" +
+	"\x06Result\x12#\n" +
+	"\apayload\x18\x01 \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80\x10R\apayload\x12b\n" +
+	"\rexternal_refs\x18\x02 \x03(\v2#.intent.v1.Result.ExternalRefsEntryB\x18\xbaH\x15\x9a\x01\x12\x10 \"\ar\x05 \x01(\x80\x02*\x05r\x03(\x80\x02R\fexternalRefs\x1a?\n" +
 	"\x11ExternalRefsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
-	"\aFailure\x12\x12\n" +
-	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xe4\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\aFailure\x12\x1f\n" +
+	"\x04code\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x04code\x12\"\n" +
+	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\xe4\x05\n" +
 	"\fHistoryEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.intent.v1.HistoryEntry.KindR\x04kind\x12\x14\n" +
@@ -3487,49 +3558,51 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\rKIND_RESOLVED\x10\n" +
 	"\x12\x12\n" +
 	"\x0eKIND_CANCELLED\x10\v\x12\x19\n" +
-	"\x15KIND_CHILD_REGISTERED\x10\f\"\xe6\x02\n" +
-	"\x0fRegisterRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12/\n" +
-	"\x06params\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06params\x12%\n" +
-	"\x0eparams_version\x18\x04 \x01(\tR\rparamsVersion\x12>\n" +
-	"\x06labels\x18\x05 \x03(\v2&.intent.v1.RegisterRequest.LabelsEntryR\x06labels\x12\x1d\n" +
+	"\x15KIND_CHILD_REGISTERED\x10\f\"\xfd\x04\n" +
+	"\x0fRegisterRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x8c\x01\n" +
+	"\x06params\x18\x03 \x01(\v2\x17.google.protobuf.StructB[\xbaHX\xba\x01R\n" +
+	"\x10params.non_empty\x12.must be a non-empty object: the approved terms\x1a\x0esize(this) > 0\xc8\x01\x01R\x06params\x12.\n" +
+	"\x0eparams_version\x18\x04 \x01(\tB\a\xbaH\x04r\x02(@R\rparamsVersion\x12w\n" +
+	"\x06labels\x18\x05 \x03(\v2&.intent.v1.RegisterRequest.LabelsEntryB7\xbaH4\x9a\x011\x10 \"&r$ \x01(?2\x1e^[A-Za-z0-9][A-Za-z0-9._:/-]*$*\x05r\x03(\x80\x02R\x06labels\x12B\n" +
 	"\n" +
-	"parent_key\x18\x06 \x01(\tR\tparentKey\x127\n" +
-	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationR\tretention\x1a9\n" +
+	"parent_key\x18\x06 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\tparentKey\x12A\n" +
+	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\tretention\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
 	"\x10RegisterResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"_\n" +
-	"\x10DeriveKeyRequest\x12\x16\n" +
-	"\x06action\x18\x01 \x01(\tR\x06action\x123\n" +
-	"\bidentity\x18\x02 \x01(\v2\x17.google.protobuf.StructR\bidentity\"C\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xf0\x01\n" +
+	"\x10DeriveKeyRequest\x126\n" +
+	"\x06action\x18\x01 \x01(\tB\x1e\xbaH\x1br\x19 \x01(\x80\x012\x12^[A-Za-z0-9._:-]+$R\x06action\x12\xa3\x01\n" +
+	"\bidentity\x18\x02 \x01(\v2\x17.google.protobuf.StructBn\xbaHk\xba\x01e\n" +
+	"\x12identity.non_empty\x12?must be a non-empty object: the fields that identify the action\x1a\x0esize(this) > 0\xc8\x01\x01R\bidentity\"C\n" +
 	"\x11DeriveKeyResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
-	"\tcanonical\x18\x02 \x01(\tR\tcanonical\"q\n" +
-	"\x12OpenSessionRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
-	"\x06worker\x18\x02 \x01(\tR\x06worker\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"a\n" +
+	"\tcanonical\x18\x02 \x01(\tR\tcanonical\"\xb2\x01\n" +
+	"\x12OpenSessionRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x12#\n" +
+	"\x06worker\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x06worker\x12<\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\xac\x022\x02\b\x02R\x03ttl\"a\n" +
 	"\x13OpenSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"L\n" +
-	"\x13CloseSessionRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x88\x01\n" +
+	"\x13CloseSessionRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x126\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse\"\xe3\x01\n" +
-	"\x0eAcquireRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
+	"session_id\x18\x02 \x01(\tB\x17\xbaH\x14\xc8\x01\x01r\x0f( 2\v^[0-9a-f]+$R\tsessionId\"\x16\n" +
+	"\x14CloseSessionResponse\"\xeb\x02\n" +
+	"\x0eAcquireRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x126\n" +
 	"\n" +
-	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
+	"session_id\x18\x03 \x01(\tB\x17\xbaH\x14\xc8\x01\x01r\x0f( 2\v^[0-9a-f]+$R\tsessionId\x12*\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\x121\n" +
-	"\x14expected_fingerprint\x18\x05 \x01(\tR\x13expectedFingerprint\x126\n" +
+	"request_id\x18\x04 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\trequestId\x12K\n" +
+	"\x14expected_fingerprint\x18\x05 \x01(\tB\x18\xbaH\x15\xd8\x01\x01r\x102\x0e^[0-9a-f]{64}$R\x13expectedFingerprint\x126\n" +
 	"\bregister\x18\x06 \x01(\v2\x1a.intent.v1.RegisterRequestR\bregister\"\xe9\x01\n" +
 	"\x0fAcquireResponse\x12,\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x12.intent.v1.OutcomeR\aoutcome\x12)\n" +
@@ -3546,104 +3619,104 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\fcompleted_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12!\n" +
 	"\faction_taken\x18\x06 \x01(\tR\vactionTaken\x12#\n" +
 	"\rcurrent_token\x18\a \x01(\x04R\fcurrentToken\x12\x12\n" +
-	"\x04text\x18\b \x01(\tR\x04text\"3\n" +
-	"\tHeldLease\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"w\n" +
-	"\x10HeartbeatRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\x04text\x18\b \x01(\tR\x04text\"a\n" +
+	"\tHeldLease\x125\n" +
+	"\x03key\x18\x01 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x1d\n" +
+	"\x05token\x18\x02 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\"\xbe\x01\n" +
+	"\x10HeartbeatRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x126\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\x12,\n" +
-	"\x06leases\x18\x03 \x03(\v2\x14.intent.v1.HeldLeaseR\x06leases\"@\n" +
+	"session_id\x18\x02 \x01(\tB\x17\xbaH\x14\xc8\x01\x01r\x0f( 2\v^[0-9a-f]+$R\tsessionId\x127\n" +
+	"\x06leases\x18\x03 \x03(\v2\x14.intent.v1.HeldLeaseB\t\xbaH\x06\x92\x01\x03\x10\x80\x01R\x06leases\"@\n" +
 	"\x11HeartbeatResponse\x12+\n" +
-	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xb4\x01\n" +
-	"\x0fCompleteRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12)\n" +
-	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultR\x06result\x126\n" +
-	"\bchildren\x18\x05 \x03(\v2\x1a.intent.v1.RegisterRequestR\bchildren\"`\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x97\x02\n" +
+	"\x0fCompleteRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x1d\n" +
+	"\x05token\x18\x03 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\x121\n" +
+	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultB\x06\xbaH\x03\xc8\x01\x01R\x06result\x12@\n" +
+	"\bchildren\x18\x05 \x03(\v2\x1a.intent.v1.RegisterRequestB\b\xbaH\x05\x92\x01\x02\x10\x10R\bchildren\"`\n" +
 	"\x10CompleteResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
-	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"l\n" +
-	"\x12MarkUnknownRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"@\n" +
+	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"\xc7\x01\n" +
+	"\x12MarkUnknownRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x1d\n" +
+	"\x05token\x18\x03 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\x12 \n" +
+	"\x06reason\x18\x04 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\x06reason\"@\n" +
 	"\x13MarkUnknownResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"h\n" +
-	"\x0eReleaseRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"<\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xc3\x01\n" +
+	"\x0eReleaseRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x1d\n" +
+	"\x05token\x18\x03 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\x12 \n" +
+	"\x06reason\x18\x04 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\x06reason\"<\n" +
 	"\x0fReleaseResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"{\n" +
-	"\vFailRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12,\n" +
-	"\afailure\x18\x04 \x01(\v2\x12.intent.v1.FailureR\afailure\"9\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xd4\x01\n" +
+	"\vFailRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x1d\n" +
+	"\x05token\x18\x03 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\x124\n" +
+	"\afailure\x18\x04 \x01(\v2\x12.intent.v1.FailureB\x06\xbaH\x03\xc8\x01\x01R\afailure\"9\n" +
 	"\fFailResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"6\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"~\n" +
 	"\n" +
-	"GetRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"8\n" +
+	"GetRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\"8\n" +
 	"\vGetResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\x95\x01\n" +
-	"\x0fEscalateRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05actor\x18\x05 \x01(\tR\x05actor\x12\x14\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xf4\x01\n" +
+	"\x0fEscalateRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12#\n" +
+	"\x06reason\x18\x04 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\bR\x06reason\x12\x1e\n" +
+	"\x05actor\x18\x05 \x01(\tB\b\xbaH\x05r\x03(\x80\x01R\x05actor\x12\x14\n" +
 	"\x05force\x18\x06 \x01(\bR\x05force\"=\n" +
 	"\x10EscalateResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xa7\x02\n" +
-	"\x0eResolveRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12/\n" +
-	"\bdecision\x18\x03 \x01(\x0e2\x13.intent.v1.DecisionR\bdecision\x12)\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xa3\x03\n" +
+	"\x0eResolveRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12<\n" +
+	"\bdecision\x18\x03 \x01(\x0e2\x13.intent.v1.DecisionB\v\xbaH\b\xc8\x01\x01\x82\x01\x02\x10\x01R\bdecision\x12)\n" +
 	"\x06result\x18\x04 \x01(\v2\x11.intent.v1.ResultR\x06result\x12,\n" +
-	"\afailure\x18\x05 \x01(\v2\x12.intent.v1.FailureR\afailure\x12\x14\n" +
-	"\x05actor\x18\x06 \x01(\tR\x05actor\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
-	"\x05force\x18\b \x01(\bR\x05force\x12\x1d\n" +
+	"\afailure\x18\x05 \x01(\v2\x12.intent.v1.FailureR\afailure\x12!\n" +
+	"\x05actor\x18\x06 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x05actor\x12#\n" +
+	"\x06reason\x18\a \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\bR\x06reason\x12\x14\n" +
+	"\x05force\x18\b \x01(\bR\x05force\x12*\n" +
 	"\n" +
-	"request_id\x18\t \x01(\tR\trequestId\"_\n" +
+	"request_id\x18\t \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\trequestId\"_\n" +
 	"\x0fResolveResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
-	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"g\n" +
-	"\rCancelRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\";\n" +
+	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"\xc3\x01\n" +
+	"\rCancelRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x1e\n" +
+	"\x05actor\x18\x03 \x01(\tB\b\xbaH\x05r\x03(\x80\x01R\x05actor\x12 \n" +
+	"\x06reason\x18\x04 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\x06reason\";\n" +
 	"\x0eCancelResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xc0\x01\n" +
-	"\vListRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12(\n" +
-	"\x06states\x18\x02 \x03(\x0e2\x10.intent.v1.StateR\x06states\x12\x14\n" +
-	"\x05label\x18\x03 \x01(\tR\x05label\x12\x1d\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xe2\x02\n" +
+	"\vListRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x12;\n" +
+	"\x06states\x18\x02 \x03(\x0e2\x10.intent.v1.StateB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\a\x82\x01\x04\x10\x01 \x00R\x06states\x12F\n" +
+	"\x05label\x18\x03 \x01(\tB0\xbaH-\xd8\x01\x01r((\xc0\x022#^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=R\x05label\x12B\n" +
 	"\n" +
-	"parent_key\x18\x04 \x01(\tR\tparentKey\x12\x1b\n" +
-	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"parent_key\x18\x04 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\tparentKey\x12&\n" +
+	"\tpage_size\x18\x05 \x01(\x05B\t\xbaH\x06\x1a\x04\x18d(\x00R\bpageSize\x12'\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\x7f\n" +
+	"page_token\x18\x06 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\tpageToken\"\x7f\n" +
 	"\fListResponse\x12+\n" +
 	"\aintents\x18\x01 \x03(\v2\x11.intent.v1.IntentR\aintents\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"\xbe\x01\n" +
-	"\fWatchRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\x12(\n" +
-	"\x06states\x18\x03 \x03(\x0e2\x10.intent.v1.StateR\x06states\x12\x14\n" +
-	"\x05label\x18\x04 \x01(\tR\x05label\x12\x1d\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"\xf9\x02\n" +
+	"\fWatchRequest\x129\n" +
+	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12;\n" +
+	"\x06states\x18\x03 \x03(\x0e2\x10.intent.v1.StateB\x11\xbaH\x0e\x92\x01\v\x10\x10\"\a\x82\x01\x04\x10\x01 \x00R\x06states\x12F\n" +
+	"\x05label\x18\x04 \x01(\tB0\xbaH-\xd8\x01\x01r((\xc0\x022#^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=R\x05label\x12B\n" +
 	"\n" +
-	"parent_key\x18\x05 \x01(\tR\tparentKey\x12%\n" +
-	"\x0estart_revision\x18\x06 \x01(\x03R\rstartRevision\"\xc7\x01\n" +
+	"parent_key\x18\x05 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\tparentKey\x12.\n" +
+	"\x0estart_revision\x18\x06 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\rstartRevision\"\xc7\x01\n" +
 	"\rWatchResponse\x121\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1d.intent.v1.WatchResponse.TypeR\x04type\x12)\n" +
 	"\x06intent\x18\x02 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12\x1a\n" +

@@ -33,6 +33,27 @@
 // Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
 // Statement detail: what became of the intent, in words an agent can use.
 //   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
+//
+// Every request field carries its limits as protovalidate rules
+// (buf.validate), checked before a handler runs; the comments say the same
+// in words. INVALID_FIELD names the field in ErrorInfo.metadata["field"] and
+// in the BadRequest violation, as a path from the request: "key",
+// "register.params", "children[2].key", "leases[0].token", "labels[team]".
+// The limits shared by many requests:
+//
+//   tenant   empty ("default") or 1-64 bytes of a-z, 0-9, '-' and '_',
+//            starting with a letter or a digit
+//   key      1-256 bytes of A-Z, a-z, 0-9 and "-_.:/=@+"
+//   token    a fencing token from a lease: never 0
+//   params   a non-empty object of at most 64 KiB in canonical JSON, nested
+//            at most 32 deep (checked by the server: canonical form is not
+//            a protovalidate rule)
+//   labels   at most 32; names 1-63 bytes of A-Z, a-z, 0-9 and "-_.:/",
+//            starting with a letter or a digit; values at most 256 bytes
+//
+// The size limits keep every etcd transaction well under etcd's 1.5 MiB
+// request limit: a Complete with its children (the outbox) must also stay
+// within the aggregate limits stated on CompleteRequest.
 
 package intentv1
 

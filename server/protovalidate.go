@@ -1,0 +1,191 @@
+package server
+
+// Request validation from the proto: every request field of intent.proto
+// carries its limits as protovalidate rules (buf.validate annotations), and
+// the interceptors here check them before a handler runs, so that a
+// malformed request never reaches the store.
+//
+// They are written around protovalidate.Validator rather than taken from
+// go-grpc-middleware's interceptors/protovalidate because that one answers
+// with a fixed error (INVALID_ARGUMENT carrying a buf.validate.Violations
+// detail and no ErrorInfo; INTERNAL with the raw error text when a rule
+// does not compile) and offers no way to change it, while every intentd
+// error carries an ErrorInfo in domain intentd.dev and never leaks text.
+// Here a violation becomes the *intent.InvalidError the handlers' own checks
+// return, and toStatus turns it into the same status.
+//
+// The handlers keep their own checks of what protovalidate cannot express
+// (canonical params size and depth, the pairing of a decision with its
+// result, a child's tenant, the size of a whole outbox) and of what keeps
+// them safe when called without these interceptors (keys, tenants,
+// tokens), so the rules and the checks overlap on purpose.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	"buf.build/go/protovalidate"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+)
+
+// ValidationInterceptors returns a unary and a stream server interceptor
+// that check every request against the protovalidate rules of its message
+// type before the handler sees it. A request that breaks a rule fails with
+// INVALID_ARGUMENT, ErrorInfo reason INVALID_FIELD and the field's path
+// ("register.key", "children[0].params", "labels[team]") in the ErrorInfo
+// metadata and a BadRequest violation, as the handlers' own checks report
+// it; the handler is not called. Messages without rules (health checks,
+// reflection) pass unchanged.
+//
+// The rules of every IntentService request are compiled here, so an error
+// means a rule in intent.proto does not compile: a build defect, not a
+// condition to retry. Should a rule still fail to evaluate on some request,
+// the call fails with INTERNAL and the cause goes to slog's default logger,
+// never to the client.
+func ValidationInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor, error) {
+	v, err := newRequestValidator()
+	if err != nil {
+		return nil, nil, err
+	}
+	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := v.check(req); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &validatingStream{ServerStream: ss, v: v})
+	}
+	return unary, stream, nil
+}
+
+// requestValidator checks request messages and maps what it finds to
+// intentd's errors.
+type requestValidator struct {
+	v   protovalidate.Validator
+	log *slog.Logger
+}
+
+// newRequestValidator builds a validator for the IntentService requests and
+// validates an empty one of each, so that a rule that does not compile is
+// found now rather than on the first request of its kind.
+func newRequestValidator() (*requestValidator, error) {
+	var descs []protoreflect.MessageDescriptor
+	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
+	for i := range methods.Len() {
+		descs = append(descs, methods.Get(i).Input())
+	}
+	pv, err := protovalidate.New(protovalidate.WithMessageDescriptors(descs...), protovalidate.WithFailFast())
+	if err != nil {
+		return nil, fmt.Errorf("server: protovalidate: %w", err)
+	}
+	for _, d := range descs {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+		if err != nil {
+			return nil, fmt.Errorf("server: protovalidate: %w", err)
+		}
+		var verr *protovalidate.ValidationError
+		if err := pv.Validate(mt.New().Interface()); err != nil && !errors.As(err, &verr) {
+			return nil, fmt.Errorf("server: protovalidate rules of %s: %w", d.FullName(), err)
+		}
+	}
+	return &requestValidator{v: pv, log: slog.Default()}, nil
+}
+
+// check validates req, a request message, and returns nil or a status
+// error: INVALID_FIELD for a broken rule, INTERNAL (its cause logged, never
+// sent) when a rule could not be evaluated.
+func (r *requestValidator) check(req any) error {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil // not a protobuf request: no rules to check
+	}
+	err := r.validate(msg)
+	if err == nil {
+		return nil
+	}
+	return toStatus(r.log, err)
+}
+
+// validate returns nil, an *intent.InvalidError naming the first field that
+// breaks a rule, or an error that is neither (a rule that could not be
+// compiled or evaluated).
+func (r *requestValidator) validate(msg proto.Message) error {
+	err := r.v.Validate(msg)
+	if err == nil {
+		return nil
+	}
+	var verr *protovalidate.ValidationError
+	if !errors.As(err, &verr) || len(verr.Violations) == 0 || verr.Violations[0].Proto == nil {
+		return fmt.Errorf("server: validate %s: %w", msg.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return violationError(verr.Violations[0].Proto)
+}
+
+// violationError turns a protovalidate violation into the error the
+// handlers' own checks return for a malformed field.
+func violationError(v *validate.Violation) *intent.InvalidError {
+	field := fieldPath(v.GetField())
+	if field == "" {
+		field = "request" // a message-level rule: intent.proto has none today
+	}
+	reason := v.GetMessage()
+	if reason == "" {
+		reason = "breaks rule " + v.GetRuleId()
+	}
+	if v.GetForKey() {
+		reason = "map key: " + reason
+	}
+	return &intent.InvalidError{Field: field, Reason: reason}
+}
+
+// fieldPath spells a protovalidate field path the way intentd names
+// fields: names joined by dots, list indexes and map keys in brackets, as in
+// "children[0].key" and "labels[team]".
+func fieldPath(p *validate.FieldPath) string {
+	var b strings.Builder
+	for i, e := range p.GetElements() {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.GetFieldName())
+		switch e.WhichSubscript() {
+		case validate.FieldPathElement_Index_case:
+			b.WriteString("[" + strconv.FormatUint(e.GetIndex(), 10) + "]")
+		case validate.FieldPathElement_BoolKey_case:
+			b.WriteString("[" + strconv.FormatBool(e.GetBoolKey()) + "]")
+		case validate.FieldPathElement_IntKey_case:
+			b.WriteString("[" + strconv.FormatInt(e.GetIntKey(), 10) + "]")
+		case validate.FieldPathElement_UintKey_case:
+			b.WriteString("[" + strconv.FormatUint(e.GetUintKey(), 10) + "]")
+		case validate.FieldPathElement_StringKey_case:
+			b.WriteString(subscript(e.GetStringKey()))
+		}
+	}
+	return b.String()
+}
+
+// validatingStream checks each message a streaming handler receives.
+type validatingStream struct {
+	grpc.ServerStream
+	v *requestValidator
+}
+
+// RecvMsg receives the next request and checks it.
+func (s *validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.v.check(m)
+}
