@@ -345,7 +345,8 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			return nil, nil
 		}
 		now := s.cfg.Now()
-		ev := intent.Event{Time: now, Kind: kind, Token: r.Token, Result: r.Result, Failure: r.Failure, Reason: r.Reason, Principal: intent.PrincipalFrom(ctx)}
+		ev := intent.Event{Time: now, Kind: kind, Token: r.Token, Failure: r.Failure, Reason: r.Reason, Principal: intent.PrincipalFrom(ctx)}
+		ev.Result, ev.PayloadSHA256 = digest(r.Result)
 		switch {
 		case r.Token < cur:
 			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), true, false)}

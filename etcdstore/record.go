@@ -2,6 +2,8 @@ package etcdstore
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,6 +250,20 @@ func (r *record) hasEvent(kind intent.EventKind, t fencing.Token, accepted bool)
 	return slices.ContainsFunc(r.History, func(e intent.Event) bool {
 		return e.Kind == kind && e.Token == t && e.Accepted == accepted
 	})
+}
+
+// digest is what a history entry keeps of a result: its external refs, and
+// the SHA-256 of its payload instead of the payload.
+func digest(r *intent.Result) (*intent.Result, string) {
+	if r == nil {
+		return nil, ""
+	}
+	sum := ""
+	if len(r.Payload) > 0 {
+		h := sha256.Sum256(r.Payload)
+		sum = hex.EncodeToString(h[:])
+	}
+	return &intent.Result{ExternalRefs: r.ExternalRefs}, sum
 }
 
 func sameResult(a, b *intent.Result) bool {

@@ -128,9 +128,11 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		next.supersede(d.Actor, now)
 		next.appendEvent(intent.Event{
 			Time: now, Kind: intent.EventResolved, Accepted: true, Issued: true,
-			Principal: principal(ctx, d.Actor), Reason: d.Reason, ResolvedState: d.Decision, Result: d.Result, Failure: d.Failure,
+			Principal: principal(ctx, d.Actor), Reason: d.Reason, ResolvedState: d.Decision, Failure: d.Failure,
 			RequestID: d.RequestID,
 		})
+		ev := &next.History[len(next.History)-1]
+		ev.Result, ev.PayloadSHA256 = digest(d.Result)
 		next.State = d.Decision
 		switch d.Decision {
 		case intent.StateCompleted:

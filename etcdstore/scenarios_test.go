@@ -5,10 +5,12 @@ package etcdstore_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
 )
 
@@ -198,5 +200,46 @@ func TestUnknownReconcilesThenReleaseExecutesAgain(t *testing.T) {
 	}
 	if again.Lease.Token <= first.Lease.Token {
 		t.Fatalf("token %d after release, want > %d", again.Lease.Token, first.Lease.Token)
+	}
+}
+
+// Evidence must not grow a record past what etcd accepts: stale reports
+// with large payloads are kept as digests, so that after many of them the
+// current holder can still complete with a large result.
+func TestLargeStaleEvidenceKeepsRecordSmall(t *testing.T) {
+	c := newCluster(t)
+	s := c.store(t)
+	register(t, s, lamp(t, "big-1", 1))
+	big := bytes.Repeat([]byte("x"), 256<<10)
+	var stale []fencing.Token
+	for i := range 6 {
+		w := openSession(t, s, fmt.Sprintf("w%d", i), 30*time.Second)
+		stale = append(stale, acquire(t, s, "big-1", w).Lease.Token)
+		lapse(t, s, w)
+	}
+	final := openSession(t, s, "final", 30*time.Second)
+	cur := acquire(t, s, "big-1", final).Lease.Token
+	for _, tok := range stale {
+		r := complete("big-1", tok, "SO-stale")
+		r.Result.Payload = big
+		_, err := report(t, s, r)
+		mustStale(t, err, cur)
+	}
+	r := complete("big-1", cur, "SO-final")
+	r.Result.Payload = big
+	if _, err := report(t, s, r); err != nil {
+		t.Fatalf("Complete with a large result after %d large stale reports: %v", len(stale), err)
+	}
+	in := get(t, s, "big-1")
+	if !bytes.Equal(in.Result.Payload, big) {
+		t.Fatalf("stored payload %d bytes, want %d", len(in.Result.Payload), len(big))
+	}
+	for _, e := range in.History {
+		if e.Result != nil && len(e.Result.Payload) > 0 {
+			t.Fatalf("history entry %v keeps a %d-byte payload, want only its digest", e.Kind, len(e.Result.Payload))
+		}
+		if e.Kind == intent.EventCompleted && e.PayloadSHA256 == "" {
+			t.Fatalf("history entry %+v has no payload digest", e)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
@@ -334,8 +335,13 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			return err
 		}
 		resp, err := s.commit(ctx, tenant, key, v, ch)
-		if errors.Is(err, errTooBig) {
-			return intent.Invalid("children", "%v", err)
+		if errors.Is(err, intent.ErrTooLarge) {
+			return err
+		}
+		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
+			// etcd refused the request whole: nothing was written, and
+			// sending it again would fail the same way.
+			return fmt.Errorf("%w: etcd refused it: %v", intent.ErrTooLarge, err)
 		}
 		if err != nil {
 			// The write may or may not have committed: read back and
@@ -383,15 +389,28 @@ func (s *Store) commit(ctx context.Context, tenant, key string, v *view, ch *cha
 	ops := append([]clientv3.Op{clientv3.OpPut(k, string(val))}, s.keys.indexOps(v.rec, ch.next)...)
 	ops = append(ops, ch.ops...)
 	if len(ops) > maxTxnOps || len(cmps) > maxTxnOps {
-		return nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", errTooBig, len(ops), maxTxnOps)
+		return nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(ops), maxTxnOps)
+	}
+	if n := opsBytes(ops); n > maxTxnBytes {
+		return nil, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, n, maxTxnBytes)
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	return s.kv.Txn(cctx).If(cmps...).Then(ops...).Commit()
 }
 
-// errTooBig marks a change etcd would refuse whole.
-var errTooBig = errors.New("etcdstore: transaction too big")
+// maxTxnBytes bounds what one transaction writes, well under etcd's default
+// request limit of 1.5 MiB.
+const maxTxnBytes = 1 << 20
+
+// opsBytes estimates the request size of a transaction's writes.
+func opsBytes(ops []clientv3.Op) int {
+	n := 0
+	for _, op := range ops {
+		n += len(op.KeyBytes()) + len(op.ValueBytes())
+	}
+	return n
+}
 
 // backoff waits before the next attempt, or returns why it must not: the
 // caller's context ended, or the operation ran out of time (then the store

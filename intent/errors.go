@@ -29,6 +29,9 @@ var (
 	ErrUnavailable = errors.New("intent: store unavailable")
 	// ErrInvalid: the request is malformed; see InvalidError for the field.
 	ErrInvalid = errors.New("intent: invalid argument")
+	// ErrTooLarge: the change would exceed what one etcd transaction may
+	// carry; nothing was written.
+	ErrTooLarge = errors.New("intent: change too large")
 	// ErrLeaseHeld: a worker holds a live lease; a reviewer must pass force
 	// to supersede it.
 	ErrLeaseHeld = errors.New("intent: held under a live lease")

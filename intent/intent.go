@@ -208,10 +208,14 @@ type Event struct {
 	Worker    string        `json:"worker,omitempty"`
 	// Accepted is false for a report under a superseded token: evidence
 	// that changed nothing.
-	Accepted bool     `json:"accepted"`
-	Result   *Result  `json:"result,omitempty"`
-	Failure  *Failure `json:"failure,omitempty"`
-	Reason   string   `json:"reason,omitempty"`
+	Accepted bool `json:"accepted"`
+	// Result is the reported result's external refs; its payload is kept
+	// only as PayloadSHA256, so that evidence cannot grow a record past
+	// what etcd accepts. The intent's own Result holds the payload.
+	Result        *Result  `json:"result,omitempty"`
+	PayloadSHA256 string   `json:"payload_sha256,omitempty"`
+	Failure       *Failure `json:"failure,omitempty"`
+	Reason        string   `json:"reason,omitempty"`
 	// Principal is who acted, where known.
 	Principal string `json:"principal,omitempty"`
 	// ResolvedState is the decided state of an EventResolved.

@@ -70,6 +70,7 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 			Reason:        e.Reason,
 			Principal:     e.Principal,
 			ResolvedState: stateToProto(e.ResolvedState),
+			PayloadSha256: e.PayloadSHA256,
 		})
 	}
 	return out

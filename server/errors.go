@@ -49,6 +49,7 @@ const (
 	ReasonIntentExpired       = "INTENT_EXPIRED"
 	ReasonLeaseHeld           = "LEASE_HELD"
 	ReasonRevisionCompacted   = "REVISION_COMPACTED"
+	ReasonTooLarge            = "TOO_LARGE"
 	ReasonInternal            = "INTERNAL"
 )
 
@@ -90,6 +91,8 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.As(err, &compact):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonRevisionCompacted,
 			map[string]string{"compact_revision": strconv.FormatInt(compact.Compacted, 10)})
+	case errors.Is(err, intent.ErrTooLarge):
+		return withDetails(codes.ResourceExhausted, err.Error(), ReasonTooLarge, nil)
 	case errors.Is(err, intent.ErrLeaseHeld):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonLeaseHeld, nil)
 	case errors.Is(err, intent.ErrResultMismatch):

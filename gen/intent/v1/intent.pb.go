@@ -1019,6 +1019,10 @@ type HistoryEntry struct {
 	Principal string `protobuf:"bytes,11,opt,name=principal,proto3" json:"principal,omitempty"`
 	// resolved_state is the decided state, for KIND_RESOLVED.
 	ResolvedState State `protobuf:"varint,12,opt,name=resolved_state,json=resolvedState,proto3,enum=intent.v1.State" json:"resolved_state,omitempty"`
+	// payload_sha256 is the hex SHA-256 of the reported result's payload:
+	// history keeps a result's external refs and this digest, never the
+	// payload itself (the intent's result holds that).
+	PayloadSha256 string `protobuf:"bytes,13,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1139,13 @@ func (x *HistoryEntry) GetResolvedState() State {
 		return x.ResolvedState
 	}
 	return State_STATE_UNSPECIFIED
+}
+
+func (x *HistoryEntry) GetPayloadSha256() string {
+	if x != nil {
+		return x.PayloadSha256
+	}
+	return ""
 }
 
 // RegisterRequest approves an intent. Limits: see each field; params must
@@ -3528,7 +3539,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\aFailure\x12\x1f\n" +
 	"\x04code\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x04code\x12\"\n" +
-	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\xe4\x05\n" +
+	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\x8b\x06\n" +
 	"\fHistoryEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.intent.v1.HistoryEntry.KindR\x04kind\x12\x14\n" +
@@ -3543,7 +3554,8 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12\x1c\n" +
 	"\tprincipal\x18\v \x01(\tR\tprincipal\x127\n" +
-	"\x0eresolved_state\x18\f \x01(\x0e2\x10.intent.v1.StateR\rresolvedState\"\x96\x02\n" +
+	"\x0eresolved_state\x18\f \x01(\x0e2\x10.intent.v1.StateR\rresolvedState\x12%\n" +
+	"\x0epayload_sha256\x18\r \x01(\tR\rpayloadSha256\"\x96\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKIND_REGISTERED\x10\x01\x12\x11\n" +
