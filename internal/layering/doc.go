@@ -9,6 +9,8 @@
 //	intent      ──► fencing, standard library         (the domain model every layer speaks)
 //	fencing     ──► standard library only             (a downstream resource imports it without etcd or gRPC)
 //	e2e         ──► client, gen, fencing              (black box: no server, etcdstore or daemon)
+//	intentctl   ──► client, gen, intent, access       (an operator's tool: talks to intentd only over gRPC)
+//	access      ──► intent, standard library          (principals and the tokens file; no gRPC, no etcd)
 //
 // The test reads the real import graph with `go list -deps -json` and fails
 // on each forbidden edge, printing the chain of imports that reaches it
@@ -28,6 +30,9 @@
 //     body of cmd/intentd) depends on etcdstore.
 //   - e2e, when it is part of this module, depends on none of server,
 //     etcdstore and internal/daemon.
+//   - cmd/intentctl depends on none of server, etcdstore, internal/daemon
+//     and the etcd client.
+//   - access depends on no gRPC and no etcd package.
 //
 // Only non-test imports count: a test may reach across layers (the server
 // tests run a real etcdstore, for instance). A rule about a package that

@@ -131,6 +131,16 @@ var rules = []rule{
 		optional: true,
 	},
 	{
+		name:   "intentctl talks to intentd through client only",
+		covers: within("cmd/intentctl"),
+		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/daemon"), pathPrefix("go.etcd.io")),
+	},
+	{
+		name:   "access depends on no gRPC and no etcd",
+		covers: within("access"),
+		forbid: anyOf(pathPrefix("google.golang.org/grpc"), pathPrefix("go.etcd.io")),
+	},
+	{
 		name: "only cmd and internal/daemon depend on etcdstore",
 		covers: func(p string) bool {
 			_, mine := local(p)
