@@ -150,6 +150,7 @@ func startIntentd(t *testing.T) *intentd {
 		"--embed-client-url", "http://127.0.0.1:0",
 		"--embed-peer-url", "http://127.0.0.1:0",
 		"--janitor-interval", "200ms",
+		"--metrics-listen", "127.0.0.1:0",
 		"--log-format", "json",
 	)
 	stderr, err := cmd.StderrPipe()

@@ -118,6 +118,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 		if fp != "" && fp != c.rec.Fingerprint {
 			return nil, &intent.FingerprintMismatchError{Key: req.Key, Stored: c.rec.Fingerprint, Given: fp}
 		}
+		s.stats.replays.Add(1)
 		return replay(c.rec, c.rev), nil
 	}
 	sess, err := s.session(ctx, req.Tenant, req.SessionID)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -98,6 +99,35 @@ type Store struct {
 	// sessions remembers sessions this store saw; a session never changes
 	// once opened, it only ends.
 	sessions *lru.Cache[string, session]
+
+	stats stats
+}
+
+// stats counts what the store did, for metrics.
+type stats struct {
+	commits, conflicts, ambiguous, replays atomic.Int64
+}
+
+// Stats is a snapshot of the store's counters since it started.
+type Stats struct {
+	// Commits counts transitions written to etcd.
+	Commits int64
+	// Conflicts counts writes whose compare failed (someone else changed
+	// the intent first): decided again on a fresh read.
+	Conflicts int64
+	// Ambiguous counts writes whose outcome was unknown (timeout, lost
+	// reply, leader change): read back, never blindly repeated.
+	Ambiguous int64
+	// Replays counts final intents replayed from memory, without etcd.
+	Replays int64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Commits: s.stats.commits.Load(), Conflicts: s.stats.conflicts.Load(),
+		Ambiguous: s.stats.ambiguous.Load(), Replays: s.stats.replays.Load(),
+	}
 }
 
 // cached is a record and the mod revision it was read or written at.
@@ -347,6 +377,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			// The write may or may not have committed: read back and
 			// decide again. The compare keeps a committed write from
 			// applying twice; decide recognizes its own effect.
+			s.stats.ambiguous.Add(1)
 			s.cfg.Logger.Debug("etcdstore: ambiguous commit, reading back", "tenant", tenant, "key", key, "err", err)
 			if werr := s.backoff(ctx, attempt, err); werr != nil {
 				return werr
@@ -355,9 +386,11 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			continue
 		}
 		if !resp.Succeeded {
+			s.stats.conflicts.Add(1)
 			v = nil
 			continue
 		}
+		s.stats.commits.Add(1)
 		rev := resp.Header.Revision
 		// Decode our own write so that the cache and the caller see
 		// exactly what a reader would (tokens materialized).

@@ -76,6 +76,7 @@ func newCommand() *cobra.Command {
 	f.IntVar(&cfg.BurstPerPrincipal, "burst-per-principal", cfg.BurstPerPrincipal, "burst per principal")
 	f.Float64Var(&cfg.RatePerTenant, "rate-per-tenant", cfg.RatePerTenant, "requests per second per tenant (0: unlimited)")
 	f.IntVar(&cfg.BurstPerTenant, "burst-per-tenant", cfg.BurstPerTenant, "burst per tenant")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "address of the Prometheus /metrics endpoint (empty: off)")
 	f.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize, "largest request accepted, in bytes")
 	f.DurationVar(&cfg.ReloadInterval, "reload-interval", cfg.ReloadInterval, "how often the tokens and TLS files are checked for changes")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")

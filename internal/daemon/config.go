@@ -71,6 +71,8 @@ type Config struct {
 	// unlimited), with bursts.
 	RatePerPrincipal, RatePerTenant   float64
 	BurstPerPrincipal, BurstPerTenant int
+	// MetricsListen serves Prometheus metrics at /metrics; empty: off.
+	MetricsListen string
 	// MaxRecvMsgSize bounds a request's size in bytes.
 	MaxRecvMsgSize int
 	// ReloadInterval is how often the tokens and TLS files are checked for
@@ -117,6 +119,7 @@ func DefaultConfig() Config {
 		BurstPerTenant:     4000,
 		MaxRecvMsgSize:     2 << 20,
 		ReloadInterval:     2 * time.Second,
+		MetricsListen:      "127.0.0.1:7651",
 	}
 }
 
@@ -200,6 +203,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRecvMsgSize < 64<<10 || c.MaxRecvMsgSize > 16<<20 {
 		bad("--max-recv-msg-size %d: want 64 KiB to 16 MiB", c.MaxRecvMsgSize)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			bad("--metrics-listen %q: %v", c.MetricsListen, err)
+		}
 	}
 	if c.ReloadInterval <= 0 {
 		bad("--reload-interval %v: must be positive", c.ReloadInterval)

@@ -33,6 +33,7 @@ func testConfig(dataDir string) daemon.Config {
 	cfg.EmbedClientURL = "http://127.0.0.1:0"
 	cfg.EmbedPeerURL = "http://127.0.0.1:0"
 	cfg.HealthInterval = 100 * time.Millisecond
+	cfg.MetricsListen = "127.0.0.1:0"
 	return cfg
 }
 

@@ -117,10 +117,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	} else {
 		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", loopback(cfg.Listen))
 	}
-	srv, err := newGRPCServer(log, guard, opts...)
+	m := newMetrics(store)
+	srv, err := newGRPCServer(log, guard, m, opts...)
 	if err != nil {
 		return err
 	}
+	m.grpc.InitializeMetrics(srv)
 	intentv1.RegisterIntentServiceServer(srv, server.New(store, log))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -139,6 +141,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		defer close(healthDone)
 		watchHealth(hctx, store, hs, cfg.HealthInterval, log)
 	}()
+	metricsDone := make(chan struct{})
+	go func() { // exits when hctx ends
+		defer close(metricsDone)
+		if cfg.MetricsListen == "" {
+			return
+		}
+		if err := m.serve(hctx, cfg.MetricsListen, log); err != nil {
+			log.Error("metrics listener failed; serving gRPC without metrics", "addr", cfg.MetricsListen, "err", err)
+		}
+	}()
 	reloadDone := make(chan struct{})
 	go func() { // exits when hctx ends
 		defer close(reloadDone)
@@ -148,6 +160,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	go func() { // exits when hctx ends
 		defer close(janitorDone)
 		store.RunJanitor(hctx, cli, lis.Addr().String(), cfg.JanitorInterval, func(r etcdstore.SweepReport, err error) {
+			if err == nil {
+				m.sweep(r)
+			}
 			switch {
 			case err != nil:
 				log.Warn("janitor pass failed", "err", err)
@@ -169,6 +184,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		<-healthDone
 		<-janitorDone
 		<-reloadDone
+		<-metricsDone
 		return fmt.Errorf("intentd: serve: %w", err)
 	}
 	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
@@ -176,6 +192,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	<-healthDone
 	<-janitorDone
 	<-reloadDone
+	<-metricsDone
 	hs.Shutdown() // every service NOT_SERVING: load balancers drain us first
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
@@ -238,7 +255,7 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 // (protovalidate rules in the proto), in that order. A panic becomes
 // INTERNAL with a generic message: the stack goes to the log, never to the
 // client.
-func newGRPCServer(log *slog.Logger, guard *server.Guard, opts ...grpc.ServerOption) (*grpc.Server, error) {
+func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	validateUnary, validateStream, err := server.ValidationInterceptors()
 	if err != nil {
 		return nil, err
@@ -252,11 +269,13 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, opts ...grpc.ServerOpt
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
 	unary := append([]grpc.UnaryServerInterceptor{
+		m.grpc.UnaryServerInterceptor(),
 		logging.UnaryServerInterceptor(logger, logOpts...),
 		recovery.UnaryServerInterceptor(onPanic),
 	}, guard.Unary()...)
 	unary = append(unary, validateUnary)
 	stream := append([]grpc.StreamServerInterceptor{
+		m.grpc.StreamServerInterceptor(),
 		logging.StreamServerInterceptor(logger, logOpts...),
 		recovery.StreamServerInterceptor(onPanic),
 	}, guard.Stream()...)
