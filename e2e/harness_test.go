@@ -288,23 +288,6 @@ func get(t *testing.T, c *client.Client, key string) *intentv1.Intent {
 	return resp.GetIntent()
 }
 
-// waitFor polls Get every 20ms until cond holds for the intent, or fails
-// the test after within.
-func waitFor(t *testing.T, c *client.Client, key string, within time.Duration, what string, cond func(*intentv1.Intent) bool) *intentv1.Intent {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		in := get(t, c, key)
-		if cond(in) {
-			return in
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; intent is %s, lease %v", what, within, in.GetState(), in.GetLease())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // entries returns the intent's history entries of kind.
 func entries(in *intentv1.Intent, kind intentv1.HistoryEntry_Kind) []*intentv1.HistoryEntry {
 	var out []*intentv1.HistoryEntry

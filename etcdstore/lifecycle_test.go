@@ -54,15 +54,6 @@ func foundOrder(orderID string) *intent.Result {
 	return &intent.Result{Payload: []byte(`{"order":"` + orderID + `","found_by":"review"}`), ExternalRefs: map[string]string{"supplier_order_id": orderID}}
 }
 
-// maxHistoryToken is the largest token any history entry names.
-func maxHistoryToken(in *intent.Intent) fencing.Token {
-	var m fencing.Token
-	for _, e := range in.History {
-		m = max(m, e.Token)
-	}
-	return m
-}
-
 func lastEntry(t *testing.T, in *intent.Intent) intent.Event {
 	t.Helper()
 	if len(in.History) == 0 {

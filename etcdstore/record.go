@@ -220,14 +220,6 @@ func (r *record) appendEvent(e intent.Event) {
 	}
 }
 
-// lastEvent returns the newest history entry, or the zero Event.
-func (r *record) lastEvent() intent.Event {
-	if len(r.History) == 0 {
-		return intent.Event{}
-	}
-	return r.History[len(r.History)-1]
-}
-
 // finalize stamps a record entering a final state with when it may be
 // removed.
 func (r *record) finalize(now time.Time) {
