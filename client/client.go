@@ -94,9 +94,14 @@ func (c *Client) tenant(t string) string {
 	return t
 }
 
-// Register approves an intent (idempotent for the same key and params).
+// Register approves an intent (idempotent for the same key and params). A
+// request without a request id gets a fresh one, kept across this call's
+// retries, so that created stays true when a reply was lost.
 func (c *Client) Register(ctx context.Context, req *intentv1.RegisterRequest) (*intentv1.RegisterResponse, error) {
 	req.Tenant = c.tenant(req.GetTenant())
+	if req.GetRequestId() == "" {
+		req.RequestId = newRequestID()
+	}
 	return call(ctx, c, c.rpc.Register, req)
 }
 

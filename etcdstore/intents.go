@@ -36,6 +36,9 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 				return nil, &intent.FingerprintMismatchError{Key: reg.Key, Stored: v.rec.Fingerprint, Given: fp}
 			}
 			in = v.rec.toIntent(v.rev(), false, false)
+			// Our own write, read back after a lost reply, is still ours.
+			first := v.rec.History[0]
+			created = reg.RequestID != "" && first.Kind == intent.EventRegistered && first.RequestID == reg.RequestID
 			return nil, nil
 		}
 		rec, cmps, err := s.newRecord(v, &reg, fp, intent.PrincipalFrom(ctx), s.cfg.Now())
@@ -94,7 +97,7 @@ func (s *Store) newRecord(v *view, reg *intent.Registration, fp, principal strin
 		Fingerprint:   fp,
 		Labels:        reg.Labels,
 		ParentKey:     reg.ParentKey,
-		History:       []intent.Event{{Time: now, Kind: intent.EventRegistered, Accepted: true, Principal: principal}},
+		History:       []intent.Event{{Time: now, Kind: intent.EventRegistered, Accepted: true, Principal: principal, RequestID: reg.RequestID}},
 		CreatedAt:     now,
 		UpdatedAt:     now,
 		Retention:     retention,

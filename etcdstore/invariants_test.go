@@ -297,9 +297,12 @@ func TestInvariant6AmbiguousCommitReadBack(t *testing.T) {
 	if _, err := report(t, s, complete(reg.Key, a.Lease.Token, "SO-7")); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	// A plain Register whose reply is lost.
-	if _, _, err := s.Register(ctx(t), lamp(t, "ambiguous-2", 1)); err != nil {
-		t.Fatalf("Register: %v", err)
+	// A plain Register whose reply is lost: the read-back knows its own
+	// write by the request id.
+	reg2 := lamp(t, "ambiguous-2", 1)
+	reg2.RequestID = "register-1"
+	if _, created, err := s.Register(ctx(t), reg2); err != nil || !created {
+		t.Fatalf("Register = created %t, %v; want created true", created, err)
 	}
 	// MarkUnknown whose reply is lost, then read back.
 	b, err := s.Acquire(ctx(t), intent.AcquireRequest{Tenant: "default", Key: "ambiguous-2", SessionID: sess, RequestID: "r2"})

@@ -248,6 +248,9 @@ type Registration struct {
 	// Retention is how long the record is kept once final; zero means the
 	// store's default.
 	Retention time.Duration
+	// RequestID, when set, lets a retried registration recognize its own
+	// write after an ambiguous commit.
+	RequestID string
 }
 
 // AcquireRequest asks for the right to act on an intent.

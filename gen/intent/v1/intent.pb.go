@@ -1177,7 +1177,11 @@ type RegisterRequest struct {
 	// retention is how long the record is kept after it becomes final; unset
 	// means the server's default; when set, it must be positive, and more
 	// than the server's maximum is refused.
-	Retention     *durationpb.Duration `protobuf:"bytes,7,opt,name=retention,proto3" json:"retention,omitempty"`
+	Retention *durationpb.Duration `protobuf:"bytes,7,opt,name=retention,proto3" json:"retention,omitempty"`
+	// request_id, optional, lets a retry recognize its own registration: a
+	// retry with the same request_id answers created=true even when the first
+	// attempt's reply was lost.
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1259,6 +1263,13 @@ func (x *RegisterRequest) GetRetention() *durationpb.Duration {
 		return x.Retention
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // RegisterResponse returns the stored intent.
@@ -3570,7 +3581,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\rKIND_RESOLVED\x10\n" +
 	"\x12\x12\n" +
 	"\x0eKIND_CANCELLED\x10\v\x12\x19\n" +
-	"\x15KIND_CHILD_REGISTERED\x10\f\"\xfd\x04\n" +
+	"\x15KIND_CHILD_REGISTERED\x10\f\"\xa6\x05\n" +
 	"\x0fRegisterRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
 	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x8c\x01\n" +
@@ -3580,7 +3591,9 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\v2&.intent.v1.RegisterRequest.LabelsEntryB7\xbaH4\x9a\x011\x10 \"&r$ \x01(?2\x1e^[A-Za-z0-9][A-Za-z0-9._:/-]*$*\x05r\x03(\x80\x02R\x06labels\x12B\n" +
 	"\n" +
 	"parent_key\x18\x06 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\tparentKey\x12A\n" +
-	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\tretention\x1a9\n" +
+	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\tretention\x12'\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +

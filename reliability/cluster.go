@@ -1,0 +1,304 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// ClusterConfig shapes an etcd cluster for a test.
+type ClusterConfig struct {
+	// Members is the cluster size (default 3).
+	Members int
+	// Heartbeat and Election are etcd's raft timings, short so that a
+	// lost leader is replaced within a second (default 50ms and 500ms).
+	Heartbeat, Election time.Duration
+}
+
+// Cluster is an etcd cluster of bin/etcd processes on loopback. Clients
+// reach each member through its Proxy; peers talk directly.
+type Cluster struct {
+	t       testing.TB
+	bin     string
+	cfg     ClusterConfig
+	Members []*Member
+}
+
+// Member is one etcd process of a Cluster: its name, data directory (kept
+// across restarts), its real client URL and the proxy in front of it.
+type Member struct {
+	Name      string
+	DataDir   string
+	ClientURL string // the member's own client URL (tests and Status only)
+	PeerURL   string
+	// Proxy is what clients of the cluster connect to instead of ClientURL.
+	Proxy *Proxy
+
+	c    *Cluster
+	args []string
+	logs *lineLog
+
+	mu      sync.Mutex
+	proc    *process
+	stopped bool // SIGSTOPped
+	id      uint64
+}
+
+// StartCluster starts a cluster of etcd processes from bin, each with its
+// data in a fresh t.TempDir() and its client port behind a Proxy, and waits
+// until it has a leader. Everything stops when the test ends.
+func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
+	t.Helper()
+	if cfg.Members == 0 {
+		cfg.Members = 3
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 50 * time.Millisecond
+	}
+	if cfg.Election == 0 {
+		cfg.Election = 500 * time.Millisecond
+	}
+	c := &Cluster{t: t, bin: bin, cfg: cfg}
+	var initial []string
+	for i := range cfg.Members {
+		cport, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pport, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &Member{
+			Name:      fmt.Sprintf("m%d", i),
+			DataDir:   t.TempDir(),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cport),
+			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pport),
+			c:         c,
+			logs:      &lineLog{},
+		}
+		m.Proxy, err = NewProxy(strings.TrimPrefix(m.ClientURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Proxy.Close() })
+		c.Members = append(c.Members, m)
+		initial = append(initial, m.Name+"="+m.PeerURL)
+	}
+	for _, m := range c.Members {
+		m.args = []string{
+			"--name", m.Name,
+			"--data-dir", m.DataDir,
+			"--listen-client-urls", m.ClientURL,
+			// Clients that ask the cluster for its members learn the
+			// proxies, never a way around them.
+			"--advertise-client-urls", "http://" + m.Proxy.Addr(),
+			"--listen-peer-urls", m.PeerURL,
+			"--initial-advertise-peer-urls", m.PeerURL,
+			"--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-state", "new",
+			"--initial-cluster-token", "reliability",
+			"--heartbeat-interval", fmt.Sprint(cfg.Heartbeat.Milliseconds()),
+			"--election-timeout", fmt.Sprint(cfg.Election.Milliseconds()),
+			// A killed process loses nothing the kernel holds; only a
+			// machine crash would need the fsync.
+			"--unsafe-no-fsync",
+			"--log-level", "warn",
+		}
+		if err := m.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range c.Members {
+			m.mu.Lock()
+			if m.proc != nil {
+				m.proc.kill()
+			}
+			m.mu.Unlock()
+			if t.Failed() {
+				t.Logf("etcd %s log (last lines):\n%s", m.Name, m.logs.tail(15))
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatalf("etcd cluster: %v", err)
+	}
+	return c
+}
+
+// Endpoints are the proxies' URLs: what intentd is given.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, m := range c.Members {
+		out = append(out, "http://"+m.Proxy.Addr())
+	}
+	return out
+}
+
+func (m *Member) start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil && m.proc.running() {
+		return fmt.Errorf("reliability: etcd %s is already running", m.Name)
+	}
+	p, err := startProcess("etcd "+m.Name, m.c.bin, m.args, m.logs, nil)
+	if err != nil {
+		return err
+	}
+	m.proc, m.stopped = p, false
+	return nil
+}
+
+// Kill sends SIGKILL (kill -9) and waits until the process is gone.
+func (m *Member) Kill() {
+	m.mu.Lock()
+	p := m.proc
+	m.stopped = false
+	m.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// Restart starts the member again on its data directory and ports.
+func (m *Member) Restart() error { return m.start() }
+
+// Running reports whether the member's process is alive (stopped or not).
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc != nil && m.proc.running()
+}
+
+// Stop sends SIGSTOP: the process keeps its sockets and answers nothing.
+func (m *Member) Stop() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil {
+		return errors.New("reliability: member not started")
+	}
+	if err := m.proc.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	m.stopped = true
+	return nil
+}
+
+// Cont sends SIGCONT to a stopped member.
+func (m *Member) Cont() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil {
+		return errors.New("reliability: member not started")
+	}
+	if err := m.proc.signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	m.stopped = false
+	return nil
+}
+
+// Stopped reports whether the member is SIGSTOPped.
+func (m *Member) Stopped() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopped
+}
+
+// status asks the member itself, on its own client URL (not through its
+// proxy), for its raft status.
+func (m *Member) status(ctx context.Context) (*clientv3.StatusResponse, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{m.ClientURL},
+		DialTimeout: time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := cli.Status(sctx, m.ClientURL)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.id = resp.Header.GetMemberId()
+	m.mu.Unlock()
+	return resp, nil
+}
+
+// Leader returns the member the running, unstopped members agree is the
+// leader (asked with the etcd client's Status), or an error when they do
+// not agree or have none.
+func (c *Cluster) Leader(ctx context.Context) (*Member, error) {
+	var leader uint64
+	byID := map[uint64]*Member{}
+	asked := 0
+	for _, m := range c.Members {
+		if !m.Running() || m.Stopped() {
+			continue
+		}
+		resp, err := m.status(ctx)
+		if err != nil {
+			continue
+		}
+		asked++
+		byID[resp.Header.GetMemberId()] = m
+		switch {
+		case resp.Leader == 0:
+			return nil, fmt.Errorf("reliability: %s knows no leader", m.Name)
+		case leader != 0 && resp.Leader != leader:
+			return nil, fmt.Errorf("reliability: members disagree on the leader (%x, %x)", leader, resp.Leader)
+		}
+		leader = resp.Leader
+	}
+	if asked == 0 {
+		return nil, errors.New("reliability: no member answered Status")
+	}
+	m, ok := byID[leader]
+	if !ok {
+		return nil, fmt.Errorf("reliability: leader %x is not among the members that answered", leader)
+	}
+	return m, nil
+}
+
+// WaitLeader polls Leader until one is agreed on or ctx ends.
+func (c *Cluster) WaitLeader(ctx context.Context) (*Member, error) {
+	var last error
+	for {
+		m, err := c.Leader(ctx)
+		if err == nil {
+			return m, nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no leader: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Followers returns the members other than leader.
+func (c *Cluster) Followers(leader *Member) []*Member {
+	var out []*Member
+	for _, m := range c.Members {
+		if m != leader {
+			out = append(out, m)
+		}
+	}
+	return out
+}

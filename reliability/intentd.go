@@ -1,0 +1,198 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// EtcdVersion is the etcd release the suite runs: the one tools/go.mod pins
+// and scripts/install-tools.sh builds into bin/etcd.
+const EtcdVersion = "3.7.3"
+
+// Binaries are the executables a run starts.
+type Binaries struct {
+	Intentd string
+	Etcd    string
+}
+
+// BuildBinaries builds cmd/intentd of the module at root into dir, and
+// finds etcd: $RELIABILITY_ETCD, else root/bin/etcd if it is EtcdVersion,
+// else a build from root/tools into dir.
+func BuildBinaries(root, dir string) (Binaries, error) {
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil || !bytes.Contains(mod, []byte("module github.com/intentd/intentd\n")) {
+		return Binaries{}, fmt.Errorf("reliability: %s is not the intentd module root (go.mod: %v)", root, err)
+	}
+	var b Binaries
+	b.Intentd = filepath.Join(dir, "intentd")
+	if err := goBuild(root, b.Intentd, "./cmd/intentd"); err != nil {
+		return Binaries{}, err
+	}
+	if env := os.Getenv("RELIABILITY_ETCD"); env != "" {
+		b.Etcd = env
+		return b, checkEtcd(env)
+	}
+	b.Etcd = filepath.Join(root, "bin", "etcd")
+	if checkEtcd(b.Etcd) == nil {
+		return b, nil
+	}
+	b.Etcd = filepath.Join(dir, "etcd")
+	if err := goBuild(filepath.Join(root, "tools"), b.Etcd, "go.etcd.io/etcd/server/v3"); err != nil {
+		return Binaries{}, fmt.Errorf("%w (run scripts/install-tools.sh to build bin/etcd once)", err)
+	}
+	return b, checkEtcd(b.Etcd)
+}
+
+func goBuild(dir, out, pkg string) error {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("reliability: no go command: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out, pkg)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("reliability: go build %s (in %s): %v\n%s", pkg, dir, err, b)
+	}
+	return nil
+}
+
+// checkEtcd runs bin --version and wants EtcdVersion.
+func checkEtcd(bin string) error {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("reliability: %s --version: %w", bin, err)
+	}
+	if !strings.Contains(string(out), "etcd Version: "+EtcdVersion+"\n") {
+		return fmt.Errorf("reliability: %s is not etcd %s:\n%s", bin, EtcdVersion, out)
+	}
+	return nil
+}
+
+// IntentdConfig shapes an intentd process.
+type IntentdConfig struct {
+	// Endpoints are the etcd endpoints (the cluster's proxies).
+	Endpoints []string
+	// RequestTimeout bounds each etcd call, OperationTimeout one store
+	// operation with its retries: what a caller waits at most for an
+	// UNAVAILABLE while etcd does not answer (defaults 1s and 3s).
+	RequestTimeout, OperationTimeout time.Duration
+}
+
+// Intentd is an intentd process serving on a fixed loopback port, so that
+// clients find it again after a restart.
+type Intentd struct {
+	// Name tells replicas apart in messages.
+	Name string
+	// Addr is its gRPC address.
+	Addr string
+	// Config is what it was started with.
+	Config IntentdConfig
+
+	bin  string
+	args []string
+	logs *lineLog
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// StartIntentd starts intentd from bin against cfg.Endpoints and waits until
+// it serves. It is stopped when the test ends.
+func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
+	t.Helper()
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = time.Second
+	}
+	if cfg.OperationTimeout == 0 {
+		cfg.OperationTimeout = 3 * time.Second
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every call is logged at info; the failure report wants the rest.
+	quiet := func(line string) bool { return strings.Contains(line, `"msg":"finished call"`) }
+	d := &Intentd{Name: name, Addr: fmt.Sprintf("127.0.0.1:%d", port), Config: cfg, bin: bin, logs: &lineLog{skip: quiet}}
+	d.args = []string{
+		"--listen", d.Addr,
+		"--etcd-endpoints", strings.Join(cfg.Endpoints, ","),
+		"--request-timeout", cfg.RequestTimeout.String(),
+		"--operation-timeout", cfg.OperationTimeout.String(),
+		"--dial-timeout", "10s",
+		"--janitor-interval", "200ms",
+		"--health-interval", "500ms",
+		"--shutdown-timeout", "2s",
+		"--rate-per-principal", "0",
+		"--rate-per-tenant", "0",
+		"--log-format", "json",
+	}
+	t.Cleanup(func() {
+		d.mu.Lock()
+		p := d.proc
+		d.mu.Unlock()
+		if p != nil && !p.terminate(5*time.Second) {
+			t.Errorf("intentd %s ignored SIGTERM for 5s; killed", name)
+		}
+		if t.Failed() {
+			t.Logf("intentd %s log (last lines):\n%s", name, d.logs.tail(20))
+		}
+	})
+	if err := d.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Restart starts the process (again) and waits until it logs "intentd
+// serving".
+func (d *Intentd) Restart() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.proc != nil && d.proc.running() {
+		return fmt.Errorf("reliability: intentd %s is already running", d.Name)
+	}
+	serving := make(chan struct{})
+	var once sync.Once
+	p, err := startProcess("intentd "+d.Name, d.bin, d.args, d.logs, func(line string) {
+		var rec struct {
+			Msg string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "intentd serving" {
+			once.Do(func() { close(serving) })
+		}
+	})
+	if err != nil {
+		return err
+	}
+	d.proc = p
+	select {
+	case <-serving:
+		return nil
+	case <-p.exited:
+		return fmt.Errorf("reliability: intentd %s exited before serving:\n%s", d.Name, d.logs.tail(20))
+	case <-time.After(30 * time.Second):
+		p.kill()
+		return fmt.Errorf("reliability: intentd %s did not serve within 30s:\n%s", d.Name, d.logs.tail(20))
+	}
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (d *Intentd) Kill() {
+	d.mu.Lock()
+	p := d.proc
+	d.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}

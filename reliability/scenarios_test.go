@@ -1,0 +1,394 @@
+package reliability
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// leader returns the cluster's leader, waiting up to 10s for one.
+func leader(t *testing.T, c *Cluster) *Member {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// restart starts m again, failing the test if it cannot.
+func restart(t *testing.T, m *Member) {
+	t.Helper()
+	if err := m.Restart(); err != nil {
+		t.Fatalf("restart etcd %s: %v", m.Name, err)
+	}
+}
+
+// Scenario 1. The etcd leader is killed (kill -9) under load, the two
+// survivors elect a new one, and the old leader comes back on its data
+// directory. Every call meeting the election either waits or fails as
+// unknown; none of them may cost an intent a second order, a lost
+// acknowledgement or a token that goes backwards.
+func TestEtcdLeaderKilled(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e.WaitOK(100, 20*time.Second)
+
+	old := leader(t, e.Cluster)
+	ev := e.Faults.Inject("kill-leader", "etcd %s, SIGKILL", old.Name)
+	old.Kill()
+	next := leader(t, e.Cluster)
+	if next == old {
+		t.Fatalf("etcd %s still leads after it was killed", old.Name)
+	}
+	t.Logf("etcd %s killed; %s leads after %v", old.Name, next.Name, e.Rec.Since()-ev.Injected)
+	time.Sleep(2 * time.Second) // load on two members
+	restart(t, old)
+	e.Faults.Heal(ev)
+	leader(t, e.Cluster)
+	time.Sleep(2 * time.Second) // load on three again
+	e.Finish(load, FinishOptions{})
+}
+
+// Scenario 2. Quorum is lost: the leader and one follower are killed and
+// stay down for 10s, so the survivor can elect nobody. intentd must answer
+// every call within its own deadlines — UNAVAILABLE, safe to retry — and
+// hang none, although the clients here would wait 20s per attempt; once the
+// two members are back, service returns and every intent completes, once.
+func TestEtcdQuorumLost(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	cfg := e.Intentds[0].Config
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag, CallTimeout: 20 * time.Second})
+	e.WaitOK(100, 20*time.Second)
+
+	old := leader(t, e.Cluster)
+	victims := []*Member{old, e.Cluster.Followers(old)[0]}
+	ev := e.Faults.Inject("quorum-loss", "etcd %s and %s, SIGKILL, down 10s", victims[0].Name, victims[1].Name)
+	for _, m := range victims {
+		m.Kill()
+	}
+	time.Sleep(3 * time.Second)
+	if m, err := e.Cluster.Leader(context.Background()); err == nil {
+		t.Errorf("with 2 of 3 members down, %s still leads", m.Name)
+	}
+	time.Sleep(7 * time.Second)
+	for _, m := range victims {
+		restart(t, m)
+	}
+	e.Faults.Heal(ev)
+	leader(t, e.Cluster)
+	time.Sleep(3 * time.Second)
+	run := e.Finish(load, FinishOptions{Drain: time.Minute})
+
+	// Within its deadlines: one operation with its retries, plus one etcd
+	// call to describe a holder, plus scheduling slack.
+	bound := cfg.OperationTimeout + cfg.RequestTimeout + time.Second
+	unavailable, during := 0, 0
+	for _, c := range e.Rec.Calls() {
+		if c.Start < ev.Injected || c.Start > ev.Healed || c.Method == "Heartbeat" {
+			continue
+		}
+		during++
+		if c.Latency() > bound {
+			t.Errorf("%s %s started at %v during the outage and took %v, more than %v: it hung (%s %s)",
+				c.Method, c.In.Key, c.Start.Round(time.Millisecond), c.Latency().Round(time.Millisecond), bound, c.Code, c.Message)
+		}
+		if c.Code == codes.Unavailable && c.Reason == "STORE_UNAVAILABLE" {
+			unavailable++
+		}
+	}
+	t.Logf("during the outage: %d calls, %d answered UNAVAILABLE by intentd", during, unavailable)
+	if unavailable == 0 {
+		t.Errorf("no call was answered UNAVAILABLE (STORE_UNAVAILABLE) by intentd while etcd had no quorum")
+	}
+	if r := run.Proof.Events[0].Recovery; r < 0 || r > 15*time.Second {
+		t.Errorf("service returned %v after the heal, want within 15s", r)
+	}
+}
+
+// Scenario 3. The leader is paused (SIGSTOP) for 3s, six election timeouts:
+// the others elect a new leader while the old one still holds its sockets
+// and answers nothing; then it continues, finds itself deposed, and
+// rejoins. Calls routed to the paused member time out and are retried.
+func TestEtcdMemberPaused(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e.WaitOK(100, 20*time.Second)
+
+	old := leader(t, e.Cluster)
+	ev := e.Faults.Inject("pause-leader", "etcd %s, SIGSTOP for 3s (election timeout 500ms)", old.Name)
+	if err := old.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	next := leader(t, e.Cluster) // asks only the members that run
+	if next == old {
+		t.Fatalf("paused etcd %s still leads", old.Name)
+	}
+	t.Logf("etcd %s paused; %s leads after %v", old.Name, next.Name, e.Rec.Since()-ev.Injected)
+	time.Sleep(3*time.Second - (e.Rec.Since() - ev.Injected))
+	if err := old.Cont(); err != nil {
+		t.Fatal(err)
+	}
+	e.Faults.Heal(ev)
+	leader(t, e.Cluster)
+	time.Sleep(2 * time.Second)
+	e.Finish(load, FinishOptions{})
+}
+
+// noDecisions fails the test for every call of the given clients (all
+// clients when nil) that started and was answered within (from, to) with a
+// decision only etcd could back (Call.Decided); it returns how many such
+// calls were answered without one.
+func noDecisions(t *testing.T, calls []Call, clients map[int]bool, from, to time.Duration, why string) (refused int) {
+	t.Helper()
+	for _, c := range calls {
+		if c.Start <= from || c.End >= to || (clients != nil && !clients[c.Client]) {
+			continue
+		}
+		if c.Decided() {
+			t.Errorf("%s: %s %s started at %v and was answered %s: a decision without etcd",
+				why, c.Method, c.In.Key, c.Start.Round(time.Millisecond), describeOp(c.In, c.Out))
+		} else if !c.OK() {
+			refused++
+		}
+	}
+	return refused
+}
+
+// Scenario 4. intentd's links to every etcd member are cut for 4s while the
+// workers still reach intentd: no decision without etcd. Every call that
+// arrives meanwhile is answered UNAVAILABLE (or, for an intent already
+// COMPLETED, with its replay from memory); no lease, report, registration
+// or heartbeat is acknowledged until the links are back.
+func TestEtcdUnreachable(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e.WaitOK(100, 20*time.Second)
+
+	ev := e.Faults.Inject("cut-etcd-links", "every link from intentd to etcd cut for 4s")
+	for _, p := range e.Links[0] {
+		p.Cut()
+	}
+	time.Sleep(4 * time.Second)
+	cutUntil := e.Rec.Since()
+	for _, p := range e.Links[0] {
+		p.Heal()
+	}
+	e.Faults.Heal(ev)
+	time.Sleep(2 * time.Second)
+	e.Finish(load, FinishOptions{})
+	refused := noDecisions(t, e.Rec.Calls(), nil, ev.Injected, cutUntil, "intentd cut off from etcd")
+	t.Logf("while cut off: %d calls answered without a decision", refused)
+	if refused == 0 {
+		t.Errorf("no call reached intentd while it was cut off from etcd")
+	}
+}
+
+// Scenario 5. A half-open link: for 4s the leader's client link forwards
+// every request and drops every reply, so etcd applies writes whose
+// answers intentd never gets. intentd must resolve each ambiguous commit by
+// reading back — never by issuing a second lease — and the world must
+// still hold one order per intent.
+func TestEtcdRepliesLost(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e.WaitOK(100, 20*time.Second)
+
+	m := leader(t, e.Cluster)
+	before := m.Proxy.Stats()
+	ev := e.Faults.Inject("drop-replies", "etcd %s's client link: requests pass, replies dropped, 4s", m.Name)
+	m.Proxy.DropReplies()
+	time.Sleep(4 * time.Second)
+	m.Proxy.Heal()
+	e.Faults.Heal(ev)
+	after := m.Proxy.Stats()
+	sent := after.Forwarded[Upstream] - before.Forwarded[Upstream]
+	dropped := after.Discarded[Downstream] - before.Discarded[Downstream]
+	t.Logf("during the fault the link forwarded %d request bytes and dropped %d reply bytes", sent, dropped)
+	if sent == 0 || dropped == 0 {
+		t.Errorf("the half-open link carried %d request bytes and dropped %d reply bytes: no write lost its answer", sent, dropped)
+	}
+	time.Sleep(2 * time.Second)
+	e.Finish(load, FinishOptions{})
+}
+
+// Scenario 6a. intentd is killed (kill -9) under load and restarted 1s
+// later on the same address: no acknowledged transition is lost, tokens go
+// on increasing, and workers carry on through the restart.
+func TestIntentdKilled(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e.WaitOK(100, 20*time.Second)
+
+	d := e.Intentds[0]
+	ev := e.Faults.Inject("kill-intentd", "intentd %s, SIGKILL, restarted after 1s", d.Name)
+	d.Kill()
+	time.Sleep(time.Second)
+	if err := d.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.Faults.Heal(ev)
+	time.Sleep(2 * time.Second)
+	e.Finish(load, FinishOptions{})
+}
+
+// Scenario 6b. Two intentd replicas share the cluster and the workers'
+// calls; one is killed and stays down for 3s while the other serves
+// everything, then comes back. Sessions and leases live in etcd, not in a
+// replica, so nothing is lost and nothing is done twice.
+func TestIntentdReplicaKilled(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{Replicas: 2})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e.WaitOK(100, 20*time.Second)
+
+	d := e.Intentds[0]
+	ev := e.Faults.Inject("kill-intentd", "replica %s of 2, SIGKILL, down 3s", d.Name)
+	d.Kill()
+	time.Sleep(3 * time.Second)
+	if err := d.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.Faults.Heal(ev)
+	time.Sleep(2 * time.Second)
+	e.Finish(load, FinishOptions{})
+}
+
+// Scenario 7. Two replicas, each with links of its own to the members;
+// half the workers talk to one, half to the other. Replica r1 is cut off
+// from etcd for 4s: it decides nothing meanwhile (its workers get
+// UNAVAILABLE and retry), while r0 goes on serving its own; an intent held
+// by one of r1's workers whose session lapses meanwhile is r0's workers' to
+// reconcile (half the intents are delivered twice). No split brain: one
+// order per intent, no lease taken from a live session, porcupine passes.
+func TestReplicaCutOff(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{Replicas: 2, PrivateLinks: true})
+	addrs := e.Addrs()
+	load := e.StartLoad(LoadConfig{
+		Workers: 8, Redeliver: 50, Seed: *seedFlag, WaitInProgress: 5 * time.Second,
+		Dial: func(i int) (*grpc.ClientConn, error) {
+			if i < 0 {
+				return Dial(addrs[0])
+			}
+			return Dial(addrs[i%2])
+		},
+	})
+	e.WaitOK(100, 20*time.Second)
+
+	ev := e.Faults.Inject("cut-off-replica", "replica r1's links to etcd cut for 4s; r0 keeps its own")
+	for _, p := range e.Links[1] {
+		p.Cut()
+	}
+	time.Sleep(4 * time.Second)
+	cutUntil := e.Rec.Since()
+	for _, p := range e.Links[1] {
+		p.Heal()
+	}
+	e.Faults.Heal(ev)
+	time.Sleep(3 * time.Second)
+	e.Finish(load, FinishOptions{})
+
+	onR1, onR0 := map[int]bool{}, map[int]bool{}
+	for i := range 8 {
+		if i%2 == 1 {
+			onR1[load.ClientID(i)] = true
+		} else {
+			onR0[load.ClientID(i)] = true
+		}
+	}
+	calls := e.Rec.Calls()
+	refused := noDecisions(t, calls, onR1, ev.Injected, cutUntil, "replica r1 cut off from etcd")
+	served := 0
+	for _, c := range calls {
+		if onR0[c.Client] && c.Start > ev.Injected && c.End < cutUntil && c.Transition() {
+			served++
+		}
+	}
+	t.Logf("while r1 was cut off: r1 answered %d calls without a decision, r0 acknowledged %d transitions", refused, served)
+	if refused == 0 {
+		t.Errorf("no call reached replica r1 while it was cut off")
+	}
+	if served == 0 {
+		t.Errorf("replica r0 acknowledged nothing while r1 was cut off: one cut-off replica stopped the service")
+	}
+}
+
+// Scenario 8. A slow link, then late heartbeats. First one etcd member's
+// client link and three of eight workers' links to intentd turn slow. Then,
+// at the moment one of the slow workers has placed its order and is still
+// finishing its side effect, those workers' requests stop arriving for 5s,
+// longer than their 3s session TTL: their heartbeats are late and their
+// leases lapse in etcd. The intent is delivered again to the other workers,
+// which wait on the lease, see it lapse, take over by reconciling (they
+// find the order) and complete under a newer token; the slow worker's
+// Complete, arriving after the heal, is refused as stale. No intent is
+// completed twice; the merchant holds one order per intent.
+func TestSlowLinkLateHeartbeats(t *testing.T) {
+	e := NewEnv(t, bins, report, EnvConfig{})
+	slow, err := NewProxy(e.Intentds[0].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = slow.Close() })
+	const slowWorkers = 3
+	var armed atomic.Bool
+	striking := make(chan string, 1)
+	load := e.StartLoad(LoadConfig{
+		Workers: 8, Every: 60 * time.Millisecond, Redeliver: 30, Seed: *seedFlag,
+		ExecuteDelay: 200 * time.Millisecond, WaitInProgress: 10 * time.Second,
+		Dial: func(i int) (*grpc.ClientConn, error) {
+			if i >= 0 && i < slowWorkers {
+				return Dial(slow.Addr())
+			}
+			return Dial(e.Intentds[0].Addr)
+		},
+		Executed: func(worker int, key string) {
+			if worker < slowWorkers && armed.CompareAndSwap(true, false) {
+				striking <- key
+			}
+		},
+	})
+	e.WaitOK(100, 20*time.Second)
+
+	m := e.Cluster.Followers(leader(t, e.Cluster))[0]
+	ev := e.Faults.Inject("slow-link", "etcd %s's client link +100ms each way; workers 0-%d's link to intentd +300ms each way", m.Name, slowWorkers-1)
+	m.Proxy.Set(Upstream, Delay(100*time.Millisecond))
+	m.Proxy.Set(Downstream, Delay(100*time.Millisecond))
+	slow.Set(Upstream, Delay(300*time.Millisecond))
+	slow.Set(Downstream, Delay(300*time.Millisecond))
+	time.Sleep(2 * time.Second)
+	armed.Store(true)
+	var key string
+	select {
+	case key = <-striking:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no slow worker placed an order within 15s")
+	}
+	late := e.Faults.Inject("late-heartbeats", "workers 0-%d's requests to intentd blackholed for 5s (session TTL 3s), while one finishes %s", slowWorkers-1, key)
+	slow.Set(Upstream, Blackhole)
+	load.Deliver(key)
+	load.Deliver(key)
+	time.Sleep(5 * time.Second)
+	slow.Heal()
+	m.Proxy.Heal()
+	e.Faults.Heal(late)
+	e.Faults.Heal(ev)
+	time.Sleep(3 * time.Second)
+	run := e.Finish(load, FinishOptions{})
+	if run.Findings.Lapsed == 0 {
+		t.Errorf("no lease lapsed: the late heartbeats did not make any session lapse")
+	}
+	if run.Findings.StaleRefused == 0 {
+		t.Errorf("no late Complete was refused as stale (stale reports of any kind: %d)", run.Findings.StaleReports)
+		for _, c := range e.Rec.Calls() {
+			if c.In.Key == key {
+				t.Logf("%s: client %d [%v, %v] %s", key, c.Client, c.Start.Round(time.Millisecond), c.End.Round(time.Millisecond), describeOp(c.In, c.Out))
+			}
+		}
+	}
+}
