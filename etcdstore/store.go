@@ -368,6 +368,9 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 		if errors.Is(err, intent.ErrTooLarge) {
 			return err
 		}
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			return fmt.Errorf("%w: %v", intent.ErrStoreFull, err)
+		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// etcd refused the request whole: nothing was written, and
 			// sending it again would fail the same way.

@@ -32,6 +32,10 @@ var (
 	// ErrTooLarge: the change would exceed what one etcd transaction may
 	// carry; nothing was written.
 	ErrTooLarge = errors.New("intent: change too large")
+	// ErrStoreFull: etcd's backend quota is exhausted; it serves reads
+	// and deletes only until an operator compacts, defragments and
+	// disarms the alarm. Nothing was written.
+	ErrStoreFull = errors.New("intent: store full")
 	// ErrLeaseHeld: a worker holds a live lease; a reviewer must pass force
 	// to supersede it.
 	ErrLeaseHeld = errors.New("intent: held under a live lease")

@@ -50,6 +50,7 @@ const (
 	ReasonLeaseHeld           = "LEASE_HELD"
 	ReasonRevisionCompacted   = "REVISION_COMPACTED"
 	ReasonTooLarge            = "TOO_LARGE"
+	ReasonStoreFull           = "STORE_FULL"
 	ReasonInternal            = "INTERNAL"
 )
 
@@ -91,6 +92,9 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.As(err, &compact):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonRevisionCompacted,
 			map[string]string{"compact_revision": strconv.FormatInt(compact.Compacted, 10)})
+	case errors.Is(err, intent.ErrStoreFull):
+		log.Error("etcd backend quota exhausted: compact, defragment and disarm the NOSPACE alarm", "err", err)
+		return withDetails(codes.ResourceExhausted, "the store is full: intentd serves reads only until an operator frees space; nothing was written", ReasonStoreFull, nil)
 	case errors.Is(err, intent.ErrTooLarge):
 		return withDetails(codes.ResourceExhausted, err.Error(), ReasonTooLarge, nil)
 	case errors.Is(err, intent.ErrLeaseHeld):

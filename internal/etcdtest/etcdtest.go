@@ -33,6 +33,13 @@ func Start(t testing.TB) *Server {
 // a member and start it again on the same data.
 func StartDir(t testing.TB, dir string) *Server {
 	t.Helper()
+	return StartWith(t, dir, nil)
+}
+
+// StartWith is StartDir with a chance to change the member's configuration
+// (a small backend quota, say) before it starts.
+func StartWith(t testing.TB, dir string, configure func(*embed.Config)) *Server {
+	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "etcdtest"
 	cfg.Dir = dir
@@ -45,6 +52,9 @@ func StartDir(t testing.TB, dir string) *Server {
 	cfg.ListenPeerUrls = []url.URL{*lp}
 	cfg.AdvertisePeerUrls = []url.URL{*lp}
 	cfg.InitialCluster = cfg.Name + "=" + lp.String()
+	if configure != nil {
+		configure(cfg)
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatalf("etcdtest: start: %v", err)
