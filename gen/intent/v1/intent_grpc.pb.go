@@ -28,6 +28,11 @@
 //   FAILED_PRECONDITION LEASE_HELD             a reviewer call on a live-leased intent without force
 //   FAILED_PRECONDITION REVISION_COMPACTED     a page token or watch revision etcd no longer has: re-list
 //   ABORTED             STALE_TOKEN            a newer token was issued (metadata current_token)
+//   UNAUTHENTICATED     UNAUTHENTICATED        no or unknown credentials
+//   PERMISSION_DENIED   PERMISSION_DENIED      a role or tenant the principal lacks
+//   RESOURCE_EXHAUSTED  RATE_LIMITED           over a rate limit (RetryInfo says when to retry)
+//   RESOURCE_EXHAUSTED  TOO_LARGE              a change too large for one etcd transaction
+//   RESOURCE_EXHAUSTED  STORE_FULL             etcd's backend quota is exhausted; reads still served
 //   UNAVAILABLE         STORE_UNAVAILABLE      etcd did not answer in time; retrying the same call is safe
 //
 // Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
