@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
 )
 
@@ -134,12 +135,51 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 		return 0, unavailable(err)
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
+	current, err := s.currentTokens(ctx, tenant, held)
+	if err != nil {
+		return ttl, err
+	}
 	for i, h := range held {
+		if h.Token == current[i] {
+			continue
+		}
+		// Rare: a superseded (or never issued) token. Decide it on its own
+		// record, keeping the evidence.
 		if err := s.checkHeld(ctx, tenant, sess, i, h); err != nil {
 			return ttl, err
 		}
 	}
 	return ttl, nil
+}
+
+// currentTokens reads the current token of every named intent in one
+// transaction, so that a heartbeat costs one read however many leases the
+// worker holds; a missing record reads as token 0.
+func (s *Store) currentTokens(ctx context.Context, tenant string, held []intent.HeldLease) ([]fencing.Token, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	ops := make([]clientv3.Op, len(held))
+	for i, h := range held {
+		ops[i] = clientv3.OpGet(s.keys.intent(tenant, h.Key))
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]fencing.Token, len(held))
+	for i, r := range resp.Responses {
+		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+			rec, err := decodeRecord(kvs[0].Value, kvs[0].ModRevision)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = currentToken(rec)
+		}
+	}
+	return out, nil
 }
 
 // checkHeld checks one lease named in a heartbeat against the record.

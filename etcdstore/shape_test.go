@@ -1,6 +1,7 @@
 package etcdstore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,5 +47,39 @@ func TestHappyPathCostsTwoWritesAndReplaysAreFree(t *testing.T) {
 	}
 	if w2, r2 := counts(); w2 != w1 || r2 != r1 {
 		t.Fatalf("10 replays cost %d writes and %d reads, want none", w2-w1, r2-r1)
+	}
+}
+
+// A heartbeat's cost grows with workers, not with the intents a worker
+// holds: naming 20 held leases costs one read.
+func TestHeartbeatCostsOneReadWhateverItNames(t *testing.T) {
+	c := newCluster(t)
+	var writes, reads int
+	kv := countingKV(c.cli.KV, &writes, &reads)
+	counts := func() (int, int) {
+		kv.mu.Lock()
+		defer kv.mu.Unlock()
+		return writes, reads
+	}
+	s, err := etcdstore.NewWithKV(c.cli, kv, etcdstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := openSession(t, s, "w", 30*time.Second)
+	var held []intent.HeldLease
+	for i := range 20 {
+		reg := lamp(t, fmt.Sprintf("hb-%d", i), 1)
+		a, err := s.Acquire(ctx(t), intent.AcquireRequest{Tenant: "default", Key: reg.Key, SessionID: sess, RequestID: "r", Register: &reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, intent.HeldLease{Key: reg.Key, Token: a.Lease.Token})
+	}
+	w0, r0 := counts()
+	if _, err := s.Heartbeat(ctx(t), "default", sess, held); err != nil {
+		t.Fatal(err)
+	}
+	if w1, r1 := counts(); w1 != w0 || r1-r0 != 1 {
+		t.Fatalf("a heartbeat naming %d leases cost %d writes and %d reads, want 0 and 1", len(held), w1-w0, r1-r0)
 	}
 }
