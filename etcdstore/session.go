@@ -51,6 +51,9 @@ func (s *Store) OpenSession(ctx context.Context, tenant, worker string, ttl time
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return nil, fmt.Errorf("%w: lease lapsed while opening", intent.ErrSessionNotFound)
 			}
+			if errors.Is(err, rpctypes.ErrNoSpace) {
+				return nil, unavailable(err) // the store is full: refused, not ambiguous
+			}
 			if werr := s.backoff(ctx, attempt, err); werr != nil {
 				return nil, werr
 			}

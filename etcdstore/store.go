@@ -467,13 +467,17 @@ func (s *Store) backoff(ctx context.Context, attempt int, cause error) error {
 	}
 }
 
-// unavailable wraps an etcd error of a read-only call.
+// unavailable wraps an etcd error of a call that wrote nothing: the store
+// did not answer — or, for a full backend, refused.
 func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, rpctypes.ErrNoSpace) {
+		return fmt.Errorf("%w: %v", intent.ErrStoreFull, err)
 	}
 	return fmt.Errorf("%w: %v", intent.ErrUnavailable, err)
 }
