@@ -30,8 +30,10 @@
 // attempt's own deadline), with jittered backoff and a deadline per attempt,
 // and return at once when the caller's context ends. Refusals
 // (FAILED_PRECONDITION, INVALID_ARGUMENT, PERMISSION_DENIED, ABORTED) are
-// returned, never retried: an ABORTED / ErrStaleToken means another worker
-// took over; Run again to learn what became of the intent.
+// returned, never resent as they are: an ABORTED / ErrStaleToken means
+// another worker or a reviewer took over, and Run answers it by acquiring
+// again (a bounded number of times) to learn what became of the intent;
+// Outcome.Superseded then says so.
 //
 // # What Run cannot guarantee
 //
