@@ -183,12 +183,9 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			// The holder's session lapsed: the outcome of its attempt is
 			// unknown. Reconcile under a new token, provided the holder is
 			// still gone when etcd applies the write.
-			l := v.rec.Lease
 			next = v.rec.clone()
-			next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true})
+			cmps = s.noteLapse(next, "", now)
 			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
-			holderKey := s.keys.session(req.Tenant, l.SessionID)
-			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(holderKey), "!=", l.SessionRev))
 		case v.rec.State == intent.StateUnknown:
 			next = v.rec.clone()
 			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)

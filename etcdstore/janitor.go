@@ -116,14 +116,9 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 		if rec == nil || rec.State != intent.StateInProgress || rec.Lease.SessionID != session || v.holderAlive() {
 			return nil, nil
 		}
-		live, cmps := s.undecided(v)
-		if live {
-			return nil, nil
-		}
 		now := s.cfg.Now()
 		next := rec.clone()
-		l := rec.Lease
-		next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true, Principal: "janitor"})
+		cmps := s.noteLapse(next, "janitor", now)
 		next.State, next.UpdatedAt = intent.StateUnknown, now
 		return &change{next: next, cmps: cmps, done: func(*record, int64) { marked = true }}, nil
 	})

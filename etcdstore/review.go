@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -32,8 +33,23 @@ func (s *Store) undecided(v *view) (live bool, cmps []clientv3.Cmp) {
 	if v.holderAlive() {
 		return true, nil
 	}
-	l := v.rec.Lease
-	return false, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.session(v.rec.Tenant, l.SessionID)), "!=", l.SessionRev)}
+	return false, []clientv3.Cmp{s.holderGone(v.rec)}
+}
+
+// holderGone is the compare that keeps a lapsed holder lapsed until the
+// write applies: its session key no longer has the recorded revision.
+func (s *Store) holderGone(rec *record) clientv3.Cmp {
+	l := rec.Lease
+	return clientv3.Compare(clientv3.CreateRevision(s.keys.session(rec.Tenant, l.SessionID)), "!=", l.SessionRev)
+}
+
+// noteLapse records in next that its holder's session lapsed before a
+// report, and returns the compare that makes the write conditional on the
+// holder still being gone.
+func (s *Store) noteLapse(next *record, principal string, now time.Time) []clientv3.Cmp {
+	l := next.Lease
+	next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true, Principal: principal})
+	return []clientv3.Cmp{s.holderGone(next)}
 }
 
 // Escalate moves an intent to NEEDS_REVIEW. Under a worker's token it is

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -212,8 +213,7 @@ func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) error
 		return withDetails(codes.Unauthenticated, "unauthenticated", ReasonUnauthenticated, nil)
 	}
 	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
-	allowed := roleSet(matrix[method])
-	if !p.Has(access.RoleAdmin) && !allowed.any(p.Has) {
+	if !p.Has(access.RoleAdmin) && !slices.ContainsFunc(matrix[method], p.Has) {
 		return denied(p, method, fmt.Sprintf("%s needs one of the roles %v", method, matrix[method]))
 	}
 	if a, ok := req.(*intentv1.AcquireRequest); ok && a.GetRegister() != nil && !p.Has(access.RoleApprover) {
@@ -224,17 +224,6 @@ func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) error
 		return err
 	}
 	return g.limit(p, tenant)
-}
-
-type roleSet []access.Role
-
-func (rs roleSet) any(f func(access.Role) bool) bool {
-	for _, r := range rs {
-		if f(r) {
-			return true
-		}
-	}
-	return false
 }
 
 func denied(p *access.Principal, method, why string) error {
