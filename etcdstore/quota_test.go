@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -42,5 +44,50 @@ func TestBackendQuotaExhausted(t *testing.T) {
 	}
 	if _, err := s.Get(ctx(t), "default", first); err != nil {
 		t.Fatalf("Get on a full store: %v, want reads still served", err)
+	}
+}
+
+// Regression (found by the reliability suite, TestEtcdBackendQuotaExhausted):
+// etcd applies the write that crosses the backend quota, then raises the
+// NOSPACE alarm and answers that write NOSPACE. The store took every NOSPACE
+// for a refusal and answered STORE_FULL "nothing was written" for a Complete
+// that had landed. Now a NOSPACE is read back like any ambiguous outcome:
+// whatever a caller is told was refused as full must be absent.
+func TestNoSpaceAfterApplyIsNotReportedFull(t *testing.T) {
+	for round := range 3 {
+		srv := etcdtest.StartWith(t, t.TempDir(), func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 })
+		s, err := etcdstore.New(srv.Client(t), etcdstore.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := strings.Repeat("x", 60<<10)
+		var wg sync.WaitGroup
+		var refused atomic.Int64
+		for w := range 8 {
+			wg.Go(func() {
+				for i := 0; i < 200; i++ {
+					key := fmt.Sprintf("fill-%d-%d", w, i)
+					params, _ := intent.Canonical(map[string]any{"note": big, "n": float64(i)})
+					reg := intent.Registration{Tenant: "default", Key: key, Params: params, RequestID: key}
+					_, _, err := s.Register(ctx(t), reg)
+					if err == nil {
+						continue
+					}
+					if !errors.Is(err, intent.ErrStoreFull) {
+						t.Errorf("round %d: Register %s: %v, want success or ErrStoreFull", round, key, err)
+						return
+					}
+					refused.Add(1)
+					if _, err := s.Get(ctx(t), "default", key); !errors.Is(err, intent.ErrNotFound) {
+						t.Errorf("round %d: Register %s answered ErrStoreFull, yet a read finds it (Get: %v)", round, key, err)
+					}
+					return
+				}
+			})
+		}
+		wg.Wait()
+		if refused.Load() == 0 {
+			t.Fatalf("round %d: the store never filled", round)
+		}
 	}
 }

@@ -343,6 +343,12 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
 	defer cancel()
 	v := start
+	// full is set once etcd answered NOSPACE: the store is full, but the
+	// write may have been applied anyway (etcd applies the write that
+	// crosses the quota, then raises the alarm and answers NOSPACE). Read
+	// back like any ambiguous outcome; only a decision that still needs a
+	// write is refused as full.
+	full := false
 	for attempt := 0; ; attempt++ {
 		if v == nil {
 			var err error
@@ -364,12 +370,16 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 		if err != nil || ch == nil {
 			return err
 		}
+		if full {
+			return fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
+		}
 		resp, err := s.commit(ctx, tenant, key, v, ch)
 		if errors.Is(err, intent.ErrTooLarge) {
 			return err
 		}
 		if errors.Is(err, rpctypes.ErrNoSpace) {
-			return fmt.Errorf("%w: %v", intent.ErrStoreFull, err)
+			full, v = true, nil // reads are still served
+			continue
 		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// etcd refused the request whole: nothing was written, and
