@@ -50,3 +50,4 @@ build_tool() {
 
 build_tool go.etcd.io/etcd/server/v3 "$ETCD_VERSION" etcd
 build_tool go.etcd.io/etcd/etcdctl/v3 "$ETCD_VERSION" etcdctl
+build_tool go.etcd.io/etcd/etcdutl/v3 "$ETCD_VERSION" etcdutl

@@ -1,4 +1,4 @@
-// This module only pins the etcd server and etcdctl that the reliability
+// This module only pins the etcd server, etcdctl and etcdutl that the reliability
 // suite runs as processes; scripts/install-tools.sh builds them into bin/
 // (go install refuses these modules: they carry replace directives).
 module github.com/intentd/intentd/tools
@@ -7,6 +7,7 @@ go 1.26.0
 
 tool (
 	go.etcd.io/etcd/etcdctl/v3
+	go.etcd.io/etcd/etcdutl/v3
 	go.etcd.io/etcd/server/v3
 )
 
@@ -58,6 +59,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/etcdctl/v3 v3.7.3 // indirect
+	go.etcd.io/etcd/etcdutl/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/server/v3 v3.7.3 // indirect
 	go.etcd.io/raft/v3 v3.7.0 // indirect
