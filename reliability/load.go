@@ -170,10 +170,17 @@ func StartLoad(rec *Recorder, cfg LoadConfig) (*Load, error) {
 // trying; and its recorder id.
 func (l *Load) client(cc *grpc.ClientConn) (*client.Client, int) {
 	conn, id := l.rec.Conn(cc)
+	return workerClient(conn, l.cfg.CallTimeout), id
+}
+
+// workerClient is a client on conn with the options of every caller here,
+// in this process or in a worker process: attempts of callTimeout, short
+// backoff, reports that keep trying.
+func workerClient(conn grpc.ClientConnInterface, callTimeout time.Duration) *client.Client {
 	return client.New(conn,
-		client.WithCallTimeout(l.cfg.CallTimeout),
+		client.WithCallTimeout(callTimeout),
 		client.WithBackoff(20*time.Millisecond, 400*time.Millisecond),
-		client.WithReportTimeout(30*time.Second)), id
+		client.WithReportTimeout(30*time.Second))
 }
 
 // ClientID is the recorder's id of worker i's connection.
@@ -372,28 +379,73 @@ func (l *Load) serve(id int, sess *client.Session, shop *Shop) {
 		ctx, cancel := context.WithTimeout(l.ctx, 20*time.Second)
 		out, err := sess.Run(ctx, l.task(id, key, shop))
 		cancel()
-		l.stats.runs.Add(1)
-		switch {
-		case err == nil && out.Outcome == intentv1.Outcome_OUTCOME_COMPLETED:
-			l.stats.completed.Add(1)
-			if out.Executed {
-				l.stats.executed.Add(1)
-			} else {
-				l.stats.replayed.Add(1)
-			}
-			l.settle(key, out.Intent.GetResult().GetExternalRefs()[RefOrder])
-			continue
-		case err == nil && out.Outcome == intentv1.Outcome_OUTCOME_IN_PROGRESS:
-			l.stats.inProgress.Add(1)
-		case out != nil && out.Intent.GetState() == intentv1.State_STATE_UNKNOWN:
-			l.stats.leftUnknown.Add(1)
-		case errors.Is(err, client.ErrStaleToken) || (out != nil && out.Superseded):
-			l.stats.superseded.Add(1)
-		default:
-			l.stats.runErrors.Add(1)
-		}
-		l.requeue(key)
+		l.account(reportRun(key, out, err))
 	}
+}
+
+// What one Run of a delivery came to (runReport.Verdict).
+const (
+	verdictCompleted   = "completed"
+	verdictInProgress  = "in-progress"
+	verdictLeftUnknown = "left-unknown"
+	verdictSuperseded  = "superseded"
+	verdictError       = "error"
+)
+
+// runReport is what one Run of a delivery came to, as the load counts it.
+// A worker process sends it to the parent as JSON.
+type runReport struct {
+	Key     string `json:"key"`
+	Verdict string `json:"verdict"`
+	// Executed: the Run called Execute; Order is the COMPLETED result's.
+	Executed bool   `json:"executed,omitempty"`
+	Order    string `json:"order,omitempty"`
+	Err      string `json:"err,omitempty"`
+}
+
+// reportRun sums up what Run returned for key.
+func reportRun(key string, out *client.Outcome, err error) runReport {
+	r := runReport{Key: key, Verdict: verdictError}
+	if err != nil {
+		r.Err = err.Error()
+	}
+	switch {
+	case err == nil && out.Outcome == intentv1.Outcome_OUTCOME_COMPLETED:
+		r.Verdict, r.Executed, r.Order = verdictCompleted, out.Executed, out.Intent.GetResult().GetExternalRefs()[RefOrder]
+	case err == nil && out.Outcome == intentv1.Outcome_OUTCOME_IN_PROGRESS:
+		r.Verdict = verdictInProgress
+	case out != nil && out.Intent.GetState() == intentv1.State_STATE_UNKNOWN:
+		r.Verdict = verdictLeftUnknown
+	case errors.Is(err, client.ErrStaleToken) || (out != nil && out.Superseded):
+		r.Verdict = verdictSuperseded
+	}
+	return r
+}
+
+// account counts one Run, whoever ran it, and settles its key on a
+// COMPLETED result or delivers it again.
+func (l *Load) account(r runReport) {
+	l.stats.runs.Add(1)
+	switch r.Verdict {
+	case verdictCompleted:
+		l.stats.completed.Add(1)
+		if r.Executed {
+			l.stats.executed.Add(1)
+		} else {
+			l.stats.replayed.Add(1)
+		}
+		l.settle(r.Key, r.Order)
+		return
+	case verdictInProgress:
+		l.stats.inProgress.Add(1)
+	case verdictLeftUnknown:
+		l.stats.leftUnknown.Add(1)
+	case verdictSuperseded:
+		l.stats.superseded.Add(1)
+	default:
+		l.stats.runErrors.Add(1)
+	}
+	l.requeue(r.Key)
 }
 
 // Deliver hands key to the workers once more, as a queue redelivering a
@@ -439,25 +491,41 @@ func params(n int) *structpb.Struct {
 	return p
 }
 
-// task places the intent's order under its operation key, and reconciles
-// by asking the merchant for that key.
+// task is orderTask for worker worker of this load: after the merchant
+// answered it calls cfg.Executed, then takes cfg.ExecuteDelay (cut short
+// when the lease is lost: the report is then UNKNOWN).
 func (l *Load) task(worker int, key string, shop *Shop) client.Task {
+	return orderTask(key, shop, l.cfg.WaitInProgress, func(ctx context.Context, att *client.Attempt) error {
+		if l.cfg.Executed != nil {
+			l.cfg.Executed(worker, att.Key)
+		}
+		if d := l.cfg.ExecuteDelay; d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err() // the lease was lost: report UNKNOWN
+			case <-time.After(d):
+			}
+		}
+		return nil
+	})
+}
+
+// orderTask places the intent's order under its operation key, and
+// reconciles by asking the merchant for that key. afterEffect, if set,
+// runs once the merchant answered, before the result is reported; its
+// error is Execute's.
+func orderTask(key string, shop *Shop, waitInProgress time.Duration, afterEffect func(context.Context, *client.Attempt) error) client.Task {
 	return client.Task{
 		Key:            key,
-		WaitInProgress: l.cfg.WaitInProgress,
+		WaitInProgress: waitInProgress,
 		Execute: func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
 			o, err := shop.Place(ctx, att.OperationKey("create-order"), att.Key)
 			if err != nil {
 				return nil, err
 			}
-			if l.cfg.Executed != nil {
-				l.cfg.Executed(worker, att.Key)
-			}
-			if d := l.cfg.ExecuteDelay; d > 0 {
-				select {
-				case <-ctx.Done():
-					return nil, ctx.Err() // the lease was lost: report UNKNOWN
-				case <-time.After(d):
+			if afterEffect != nil {
+				if err := afterEffect(ctx, att); err != nil {
+					return nil, err
 				}
 			}
 			return &intentv1.Result{ExternalRefs: map[string]string{RefOrder: o.ID}}, nil

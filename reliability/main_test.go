@@ -22,9 +22,13 @@ var bins Binaries
 var report = &Report{}
 
 // TestMain builds cmd/intentd, finds or builds etcd, runs the suite and
-// prints the reliability report.
+// prints the reliability report. A worker process (envWorkerProcess set)
+// builds nothing: it only runs TestWorkerProcess.
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if os.Getenv(envWorkerProcess) != "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "intentd-reliability-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reliability:", err)

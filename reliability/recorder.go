@@ -105,6 +105,24 @@ func (r *Recorder) Conn(cc grpc.ClientConnInterface) (grpc.ClientConnInterface, 
 	return &recordingConn{r: r, cc: cc, client: id}, id
 }
 
+// Client reserves a client id for calls recorded with Add: a worker
+// process's connection, whose calls are made elsewhere.
+func (r *Recorder) Client() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.clients
+	r.clients++
+	return id
+}
+
+// Add records a call made outside this process (by a worker process); its
+// Start and End are offsets in this history already (At).
+func (r *Recorder) Add(c Call) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, c)
+}
+
 // Calls returns a copy of the history so far, in the order calls ended.
 func (r *Recorder) Calls() []Call {
 	r.mu.Lock()
@@ -124,9 +142,7 @@ func (c *recordingConn) Invoke(ctx context.Context, method string, args, reply a
 	end := c.r.Since()
 	call := describe(method, args, reply, err)
 	call.Client, call.Start, call.End = c.client, start, end
-	c.r.mu.Lock()
-	c.r.calls = append(c.r.calls, call)
-	c.r.mu.Unlock()
+	c.r.Add(call)
 	return err
 }
 
