@@ -26,6 +26,10 @@
 //	x/zr/<until ns>/<tenant>/<key>      tombstones by end of their retention
 //	x/o/<registered ns>/<tenant>/<key>  intents not final yet, by age
 //	janitor/                            the janitor's election
+//	installation                        this installation's random id, written
+//	                                    once (create-if-absent) and never
+//	                                    changed: a snapshot restore keeps it,
+//	                                    a new cluster gets a new one
 //
 // Index keys are a function of the record alone (indexKeys). Every
 // transition writes the keys its new version gains and deletes those it
@@ -57,6 +61,21 @@
 // The acquiring write cannot know its own revision, so it stores token 0,
 // meaning "the mod revision of this version"; the next write of the record
 // stores the number. Tokens are opaque to clients.
+//
+// # Revision floor
+//
+// Because tokens are revisions, an etcd whose revision goes back (restored
+// from a snapshot without --bump-revision) would hand out tokens that
+// workers and fencing gateways have already seen. The store refuses every
+// etcd answer below the highest revision it has seen or been told of
+// (RaiseFloor), with an error matching both ErrRevisionWentBack and
+// intent.ErrUnavailable, and from then on refuses every call before it
+// reaches etcd. The check is on answers, so the one write that discovers
+// the problem may have been applied by the etcd that went back; nothing of
+// it reaches anyone, and a lease it granted lapses unanswered. A process
+// that restarts learns its floor from what it persisted (HighestRevision),
+// per installation (Installation), so that a new cluster is not held to an
+// old one's revisions.
 //
 // # Failure modes
 //

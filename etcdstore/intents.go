@@ -264,7 +264,7 @@ func (s *Store) sessionExpiry(ctx context.Context, id string) time.Time {
 	if err != nil || resp.TTL < 0 {
 		return time.Time{}
 	}
-	return time.Now().Add(time.Duration(resp.TTL) * time.Second)
+	return s.cfg.Now().Add(time.Duration(resp.TTL) * time.Second)
 }
 
 // currentToken is the newest token issued for the intent, 0 if none.

@@ -268,6 +268,14 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 	if q.StartRevision > 0 {
 		opts = append(opts, clientv3.WithRev(q.StartRevision))
 	}
+	// The created notification carries etcd's revision at once, so that a
+	// watch on an etcd whose revision went back is refused before it waits
+	// for events (a watch from a future revision would just wait).
+	opts = append(opts, clientv3.WithCreatedNotify())
+	before, err := s.floor.admit()
+	if err != nil {
+		return err
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for resp := range s.watcher.Watch(wctx, key, opts...) {
@@ -280,6 +288,13 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 			}
 			return unavailable(err)
 		}
+		// One watch stream's headers only grow, except when the client
+		// resumes it on another member: hold each to the floor at the
+		// start and to the stream's own highest, and confirm a lower one.
+		if err := s.confirmFloor(ctx, before, resp.Header); err != nil {
+			return err
+		}
+		before = max(before, resp.Header.GetRevision())
 		for _, ev := range resp.Events {
 			e, ok, err := watchEvent(ev, &filter)
 			if err != nil {

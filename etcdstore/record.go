@@ -53,6 +53,10 @@ func (k keys) retentions() string     { return k.prefix + "x/r/" }
 func (k keys) tombRetentions() string { return k.prefix + "x/zr/" }
 func (k keys) election() string       { return k.prefix + "janitor/" }
 
+// installation is the key of the installation's identity (see
+// Store.Installation).
+func (k keys) installation() string { return k.prefix + "installation" }
+
 // timeKey is a fixed-width, byte-ordered spelling of t.
 func timeKey(t time.Time) string { return fmt.Sprintf("%020d", t.UnixNano()) }
 

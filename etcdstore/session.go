@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -19,6 +20,9 @@ import (
 // TTL (rounded up to whole seconds, as etcd leases are). Every intent the
 // worker acquires under it lives as long as the session.
 func (s *Store) OpenSession(ctx context.Context, tenant, worker string, ttl time.Duration) (*intent.Session, error) {
+	if _, err := s.floor.admit(); err != nil {
+		return nil, err // etcd went back: grant it no lease at all
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
 	defer cancel()
 	secs := int64(math.Ceil(ttl.Seconds()))
@@ -109,12 +113,20 @@ func (s *Store) CloseSession(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
+	before, err := s.floor.admit()
+	if err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	if _, err := s.leases.Revoke(rctx, sess.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	resp, err := s.leases.Revoke(rctx, sess.lease)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return unavailable(err)
 	}
 	s.sessions.Remove(id)
+	if err == nil {
+		return s.confirmFloor(ctx, before, (*pb.LeaseRevokeResponse)(resp).GetHeader())
+	}
 	return nil
 }
 
@@ -127,6 +139,10 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 	if err != nil {
 		return 0, err
 	}
+	before, err := s.floor.admit()
+	if err != nil {
+		return 0, err
+	}
 	kctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	ka, err := s.leases.KeepAliveOnce(kctx, sess.lease)
 	cancel()
@@ -136,6 +152,11 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 			return 0, intent.ErrSessionNotFound
 		}
 		return 0, unavailable(err)
+	}
+	// A restored etcd restores its leases too: a keep-alive it answers
+	// must not tell the worker its leases are fine.
+	if err := s.confirmFloor(ctx, before, ka.ResponseHeader); err != nil {
+		return 0, err
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
 	current, err := s.currentTokens(ctx, tenant, held)

@@ -101,6 +101,9 @@ type Store struct {
 	sessions *lru.Cache[string, session]
 
 	stats stats
+	// floor refuses etcd answers below the highest revision seen: see
+	// flooredKV.
+	floor revisionFloor
 }
 
 // stats counts what the store did, for metrics.
@@ -162,7 +165,10 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	return &Store{cfg: cfg, keys: keys{cfg.Prefix}, kv: kv, leases: leases, watcher: watcher, records: records, sessions: sessions}, nil
+	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions}
+	// Every key-space call goes through the floor, in this one place.
+	s.kv = flooredKV{kv: kv, floor: &s.floor}
+	return s, nil
 }
 
 // Ping reads from etcd linearizably: it succeeds only while a quorum
@@ -170,10 +176,8 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	if _, err := s.kv.Get(ctx, s.cfg.Prefix+"ping", clientv3.WithCountOnly()); err != nil {
-		return fmt.Errorf("%w: %v", intent.ErrUnavailable, err)
-	}
-	return nil
+	_, err := s.kv.Get(ctx, s.cfg.Prefix+"ping", clientv3.WithCountOnly())
+	return unavailable(err)
 }
 
 func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
@@ -311,6 +315,9 @@ func (s *Store) remember(tenant, key string, rec *record, rev int64) {
 // finalFromCache returns a cached final record: final records never change
 // state or result, so a replay needs no etcd round trip.
 func (s *Store) finalFromCache(tenant, key string) (*cached, bool) {
+	if s.floor.refused.Load() != nil {
+		return nil, false // etcd went back: answer nothing, not even from memory
+	}
 	c, ok := s.records.Get(cacheKey(tenant, key))
 	if !ok || !c.rec.State.Final() || !s.cfg.Now().Before(c.rec.RetainUntil) {
 		// Past its retention the record may be gone: ask etcd.
@@ -380,6 +387,12 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 		if errors.Is(err, rpctypes.ErrNoSpace) {
 			full, v = true, nil // reads are still served
 			continue
+		}
+		if errors.Is(err, ErrRevisionWentBack) {
+			// Refused, not ambiguous: the write may have been applied by
+			// the etcd that went back, but nothing of it reaches the
+			// caller, and trying again would be refused the same way.
+			return err
 		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// etcd refused the request whole: nothing was written, and
@@ -462,6 +475,9 @@ func opsBytes(ops []clientv3.Op) int {
 // caller's context ended, or the operation ran out of time (then the store
 // is unavailable, and the caller may retry the same call safely).
 func (s *Store) backoff(ctx context.Context, attempt int, cause error) error {
+	if errors.Is(cause, ErrRevisionWentBack) {
+		return cause // every retry would be refused the same way
+	}
 	d := min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
@@ -483,8 +499,8 @@ func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) {
-		return err
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrRevisionWentBack) {
+		return err // a refusal below the floor is already ErrUnavailable
 	}
 	if errors.Is(err, rpctypes.ErrNoSpace) {
 		return fmt.Errorf("%w: %v", intent.ErrStoreFull, err)

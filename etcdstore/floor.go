@@ -1,0 +1,275 @@
+package etcdstore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// ErrRevisionWentBack reports that etcd answered at a revision below one
+// the store had already seen or been told of: the cluster was most likely
+// restored from an older snapshot without a revision bump. Fencing tokens
+// are etcd revisions, so such a store would hand out tokens equal to or
+// lower than tokens already held by workers and seen by gateways. Every
+// error that matches it also matches intent.ErrUnavailable: nothing was
+// decided, and the gRPC layer answers UNAVAILABLE.
+var ErrRevisionWentBack = errors.New("etcdstore: etcd's revision went back")
+
+// RevisionWentBackError is the refusal of an etcd response below the
+// store's revision floor. It matches ErrRevisionWentBack and
+// intent.ErrUnavailable.
+type RevisionWentBackError struct {
+	// Revision is the revision etcd answered at.
+	Revision int64
+	// Floor is the highest revision the store had seen or been told of
+	// when it sent the call.
+	Floor int64
+}
+
+func (e *RevisionWentBackError) Error() string {
+	return fmt.Sprintf("etcdstore: etcd answered at revision %d, below revision %d already seen: "+
+		"it was probably restored from an older snapshot without a revision bump, and fencing tokens would go backwards", e.Revision, e.Floor)
+}
+
+// Is makes the refusal match both ErrRevisionWentBack and
+// intent.ErrUnavailable, so that callers that only know the latter still
+// treat it as "nothing was decided".
+func (e *RevisionWentBackError) Is(target error) bool {
+	return target == ErrRevisionWentBack || target == intent.ErrUnavailable
+}
+
+// revisionFloor is the lowest etcd revision the store still accepts: the
+// highest it was told of (RaiseFloor) or saw in a response. Once it refuses
+// a response it latches: every later call is refused before it reaches
+// etcd, so that a store that found its etcd behind sends it no more
+// writes (see flooredKV for the one write that may slip through).
+type revisionFloor struct {
+	max     atomic.Int64
+	refused atomic.Pointer[RevisionWentBackError]
+}
+
+func (f *revisionFloor) raise(rev int64) {
+	for {
+		cur := f.max.Load()
+		if rev <= cur || f.max.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// admit returns the floor a call about to be sent must answer at or above,
+// or the refusal if the store already found etcd behind.
+func (f *revisionFloor) admit() (int64, error) {
+	if e := f.refused.Load(); e != nil {
+		return 0, e
+	}
+	return f.max.Load(), nil
+}
+
+// check holds the header of a response to a call sent while the floor was
+// before. Comparing with the floor as it was when the call was sent, not
+// as it is now, is what keeps concurrent calls from refusing each other: a
+// read that etcd served at revision 99 may reach us after a write that
+// committed at 100 raised the floor, and both are linearizable. A
+// linearizable call sent after we saw revision R is answered at R or later
+// by every member of a healthy cluster; an answer below R means the
+// cluster's history went back.
+func (f *revisionFloor) check(before int64, h *pb.ResponseHeader) error {
+	if h == nil {
+		return nil
+	}
+	if h.Revision < before {
+		e := &RevisionWentBackError{Revision: h.Revision, Floor: before}
+		f.refused.CompareAndSwap(nil, e)
+		return e
+	}
+	f.raise(h.Revision)
+	return nil
+}
+
+// RaiseFloor tells the store the highest etcd revision known to have been
+// seen before it started (by an earlier run of this replica, say): from
+// then on it refuses every etcd response below rev with
+// ErrRevisionWentBack. The floor never goes down.
+func (s *Store) RaiseFloor(rev int64) { s.floor.raise(rev) }
+
+// HighestRevision returns the highest etcd revision the store has seen or
+// been told of, for persisting across restarts and handing to RaiseFloor.
+func (s *Store) HighestRevision() int64 { return s.floor.max.Load() }
+
+// confirmFloor holds to the floor the header of a response that did not
+// come through the store's KV (a watch, a lease keep-alive). Those are not
+// linearizable reads: a watch on a member that applies a little behind the
+// leader, or a keep-alive the leader answers before it applied a write a
+// follower already acknowledged, may carry a revision below the floor in a
+// healthy cluster. So a low header is confirmed by a linearizable read,
+// which is refused only if etcd's history really went back.
+func (s *Store) confirmFloor(ctx context.Context, before int64, h *pb.ResponseHeader) error {
+	if h == nil {
+		return nil
+	}
+	if h.Revision >= before {
+		s.floor.raise(h.Revision)
+		return nil
+	}
+	return s.Ping(ctx)
+}
+
+// flooredKV is the store's only way to etcd's key space: it refuses every
+// response whose header revision is below the floor, and raises the floor
+// to every revision it accepts. It checks responses, not requests, because
+// a request cannot know the revision it will be answered at: a refused
+// transaction that wrote may therefore have been applied by the etcd that
+// went back. That is safe: the store returns no record, no token and no
+// outcome from it to anyone, so a lease it granted lapses like any
+// Acquire whose answer was lost, and the latch in revisionFloor keeps any
+// further call from reaching that etcd.
+type flooredKV struct {
+	kv    clientv3.KV
+	floor *revisionFloor
+}
+
+func floored[R any](f *revisionFloor, call func() (R, error), header func(R) *pb.ResponseHeader) (R, error) {
+	var zero R
+	before, err := f.admit()
+	if err != nil {
+		return zero, err
+	}
+	resp, err := call()
+	if err != nil {
+		return resp, err
+	}
+	if err := f.check(before, header(resp)); err != nil {
+		return zero, err
+	}
+	return resp, nil
+}
+
+func (k flooredKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	return floored(k.floor, func() (*clientv3.PutResponse, error) { return k.kv.Put(ctx, key, val, opts...) },
+		func(r *clientv3.PutResponse) *pb.ResponseHeader { return (*pb.PutResponse)(r).GetHeader() })
+}
+
+func (k flooredKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return floored(k.floor, func() (*clientv3.GetResponse, error) { return k.kv.Get(ctx, key, opts...) },
+		func(r *clientv3.GetResponse) *pb.ResponseHeader { return (*pb.RangeResponse)(r).GetHeader() })
+}
+
+// errStreamUnchecked refuses GetStream: its header comes only on the last
+// chunk, after the caller may have used the others, and a refusal cannot
+// be put into the stream from outside clientv3. The store does not use it.
+var errStreamUnchecked = errors.New("etcdstore: GetStream cannot be held to the revision floor; use Get")
+
+func (k flooredKV) GetStream(context.Context, string, ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
+	return nil, errStreamUnchecked
+}
+
+func (k flooredKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	return floored(k.floor, func() (*clientv3.DeleteResponse, error) { return k.kv.Delete(ctx, key, opts...) },
+		func(r *clientv3.DeleteResponse) *pb.ResponseHeader { return (*pb.DeleteRangeResponse)(r).GetHeader() })
+}
+
+func (k flooredKV) Compact(ctx context.Context, rev int64, opts ...clientv3.CompactOption) (*clientv3.CompactResponse, error) {
+	return floored(k.floor, func() (*clientv3.CompactResponse, error) { return k.kv.Compact(ctx, rev, opts...) },
+		func(r *clientv3.CompactResponse) *pb.ResponseHeader { return (*pb.CompactionResponse)(r).GetHeader() })
+}
+
+func (k flooredKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	return floored(k.floor, func() (clientv3.OpResponse, error) { return k.kv.Do(ctx, op) }, opHeader)
+}
+
+func opHeader(r clientv3.OpResponse) *pb.ResponseHeader {
+	switch {
+	case r.Get() != nil:
+		return (*pb.RangeResponse)(r.Get()).GetHeader()
+	case r.Put() != nil:
+		return (*pb.PutResponse)(r.Put()).GetHeader()
+	case r.Del() != nil:
+		return (*pb.DeleteRangeResponse)(r.Del()).GetHeader()
+	case r.Txn() != nil:
+		return (*pb.TxnResponse)(r.Txn()).GetHeader()
+	}
+	return nil
+}
+
+func (k flooredKV) Txn(ctx context.Context) clientv3.Txn {
+	return &flooredTxn{txn: k.kv.Txn(ctx), floor: k.floor}
+}
+
+// flooredTxn checks the response of Commit; the floor a transaction must
+// answer at is taken when it is sent, not when it is built.
+type flooredTxn struct {
+	txn   clientv3.Txn
+	floor *revisionFloor
+}
+
+func (t *flooredTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.txn = t.txn.If(cs...)
+	return t
+}
+
+func (t *flooredTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.txn = t.txn.Then(ops...)
+	return t
+}
+
+func (t *flooredTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.txn = t.txn.Else(ops...)
+	return t
+}
+
+func (t *flooredTxn) Commit() (*clientv3.TxnResponse, error) {
+	return floored(t.floor, t.txn.Commit, func(r *clientv3.TxnResponse) *pb.ResponseHeader { return (*pb.TxnResponse)(r).GetHeader() })
+}
+
+// Installation returns the random id of this intentd installation: the
+// value of the key <prefix>installation, created by the first call on a
+// new cluster and read by every later one. A snapshot restore keeps it and
+// a brand-new cluster gets a new one, so a revision floor persisted per
+// installation holds a restored store to the revisions its original
+// reached, and does not hold a new store to an unrelated one's.
+func (s *Store) Installation(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	k := s.keys.installation()
+	id := rand.Text()
+	for attempt := 0; ; attempt++ {
+		// Create-if-absent: a retry after an ambiguous commit, or a
+		// replica racing us, reads the id that won.
+		rctx, rcancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		resp, err := s.kv.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+			Then(clientv3.OpPut(k, id)).
+			Else(clientv3.OpGet(k)).
+			Commit()
+		rcancel()
+		if err != nil {
+			if werr := s.backoff(ctx, attempt, err); werr != nil {
+				return "", werr
+			}
+			continue
+		}
+		if resp.Succeeded {
+			return id, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		switch {
+		case len(kvs) == 0:
+			// Deleted between compare and read (by hand): create it again.
+			if werr := s.backoff(ctx, attempt, errors.New("installation key deleted")); werr != nil {
+				return "", werr
+			}
+		case len(kvs[0].Value) == 0:
+			return "", fmt.Errorf("%w: %s is empty", errCorrupt, k)
+		default:
+			return string(kvs[0].Value), nil
+		}
+	}
+}
