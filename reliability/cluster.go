@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,10 +22,15 @@ type ClusterConfig struct {
 	// Heartbeat and Election are etcd's raft timings, short so that a
 	// lost leader is replaced within a second (default 50ms and 500ms).
 	Heartbeat, Election time.Duration
+	// PeerProxies puts a peer proxy in front of every member's peer port
+	// too, so that members can be partitioned from each other
+	// (Cluster.Partition). Off, peers talk directly.
+	PeerProxies bool
 }
 
 // Cluster is an etcd cluster of bin/etcd processes on loopback. Clients
-// reach each member through its Proxy; peers talk directly.
+// reach each member through its Proxy; peers talk directly, or with
+// ClusterConfig.PeerProxies through each member's PeerProxy.
 type Cluster struct {
 	t       testing.TB
 	bin     string
@@ -38,9 +44,15 @@ type Member struct {
 	Name      string
 	DataDir   string
 	ClientURL string // the member's own client URL (tests and Status only)
-	PeerURL   string
+	// PeerURL is the peer URL the member advertises (its PeerProxy's when
+	// there is one); peerListen is where it listens.
+	PeerURL    string
+	peerListen string
 	// Proxy is what clients of the cluster connect to instead of ClientURL.
 	Proxy *Proxy
+	// PeerProxy, with ClusterConfig.PeerProxies, is what the other members
+	// connect to instead of the member's peer port.
+	PeerProxy *Proxy
 
 	c    *Cluster
 	args []string
@@ -78,18 +90,26 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 			t.Fatal(err)
 		}
 		m := &Member{
-			Name:      fmt.Sprintf("m%d", i),
-			DataDir:   t.TempDir(),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", cport),
-			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", pport),
-			c:         c,
-			logs:      &lineLog{},
+			Name:       fmt.Sprintf("m%d", i),
+			DataDir:    t.TempDir(),
+			ClientURL:  fmt.Sprintf("http://127.0.0.1:%d", cport),
+			peerListen: fmt.Sprintf("http://127.0.0.1:%d", pport),
+			c:          c,
+			logs:       &lineLog{},
 		}
+		m.PeerURL = m.peerListen
 		m.Proxy, err = NewProxy(strings.TrimPrefix(m.ClientURL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = m.Proxy.Close() })
+		if cfg.PeerProxies {
+			if m.PeerProxy, err = NewPeerProxy(strings.TrimPrefix(m.peerListen, "http://")); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.PeerProxy.Close() })
+			m.PeerURL = "http://" + m.PeerProxy.Addr()
+		}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
 	}
@@ -101,7 +121,7 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 			// Clients that ask the cluster for its members learn the
 			// proxies, never a way around them.
 			"--advertise-client-urls", "http://" + m.Proxy.Addr(),
-			"--listen-peer-urls", m.PeerURL,
+			"--listen-peer-urls", m.peerListen,
 			"--initial-advertise-peer-urls", m.PeerURL,
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-state", "new",
@@ -290,6 +310,51 @@ func (c *Cluster) WaitLeader(ctx context.Context) (*Member, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Partition cuts m off from the other members (both ways, on their peer
+// links only: clients still reach every member) until HealPartition. It
+// needs ClusterConfig.PeerProxies and every member's id (known once the
+// cluster had a leader).
+func (c *Cluster) Partition(m *Member) error {
+	var others []string
+	for _, o := range c.Members {
+		if o.PeerProxy == nil {
+			return errors.New("reliability: Partition needs ClusterConfig.PeerProxies")
+		}
+		if o.memberID() == "" {
+			return fmt.Errorf("reliability: the id of etcd %s is not known yet", o.Name)
+		}
+		if o != m {
+			others = append(others, o.memberID())
+		}
+	}
+	m.PeerProxy.RefuseFrom(others...)
+	for _, o := range c.Members {
+		if o != m {
+			o.PeerProxy.RefuseFrom(m.memberID())
+		}
+	}
+	return nil
+}
+
+// HealPartition lets every member reach every other again.
+func (c *Cluster) HealPartition() {
+	for _, m := range c.Members {
+		if m.PeerProxy != nil {
+			m.PeerProxy.RefuseFrom()
+		}
+	}
+}
+
+// memberID is the member's id as its peers name it (hex), once known.
+func (m *Member) memberID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.id == 0 {
+		return ""
+	}
+	return strconv.FormatUint(m.id, 16)
 }
 
 // Followers returns the members other than leader.

@@ -189,6 +189,13 @@ type FinishOptions struct {
 	// random plan may pick faults a run does not feel, such as killing a
 	// follower nobody was talking to).
 	AnySeen bool
+	// Noticed, when set, counts further evidence that a fault was seen:
+	// a fault no call feels as an error or a slow answer (a clock jump)
+	// counts as seen when Noticed finds some.
+	Noticed func(FaultEvent, []Call) int
+	// FaultAfter says the run's fault comes after Finish (a restore from a
+	// snapshot, checked by the test itself): no fault proof here.
+	FaultAfter bool
 }
 
 // Finish stops issuing, lets every intent complete, reads them all back
@@ -231,7 +238,19 @@ func (e *Env) Finish(load *Load, opt FinishOptions) RunFigures {
 
 	events := e.Faults.Events()
 	proof := ProveFaults(calls, events, opt.Grace)
-	for _, p := range proof.Problems(opt.MinLoad, opt.AnySeen) {
+	var proofErrs []string
+	switch {
+	case opt.FaultAfter:
+	case opt.Noticed != nil:
+		extra := map[int]int{}
+		for i, ev := range events {
+			extra[i] = opt.Noticed(ev, calls)
+		}
+		proofErrs = proofProblems(proof, opt.MinLoad, extra)
+	default:
+		proofErrs = proof.Problems(opt.MinLoad, opt.AnySeen)
+	}
+	for _, p := range proofErrs {
 		t.Error("fault proof: " + p)
 	}
 

@@ -22,11 +22,14 @@ const EtcdVersion = "3.7.3"
 type Binaries struct {
 	Intentd string
 	Etcd    string
+	// Etcdutl restores snapshots (scenario 13).
+	Etcdutl string
 }
 
 // BuildBinaries builds cmd/intentd of the module at root into dir, and
 // finds etcd: $RELIABILITY_ETCD, else root/bin/etcd if it is EtcdVersion,
-// else a build from root/tools into dir.
+// else a build from root/tools into dir; etcdutl likewise (root/bin/etcdutl,
+// else a build).
 func BuildBinaries(root, dir string) (Binaries, error) {
 	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil || !bytes.Contains(mod, []byte("module github.com/intentd/intentd\n")) {
@@ -37,19 +40,31 @@ func BuildBinaries(root, dir string) (Binaries, error) {
 	if err := goBuild(root, b.Intentd, "./cmd/intentd"); err != nil {
 		return Binaries{}, err
 	}
-	if env := os.Getenv("RELIABILITY_ETCD"); env != "" {
-		b.Etcd = env
-		return b, checkEtcd(env)
+	if b.Etcd, err = findTool(root, dir, "etcd", "go.etcd.io/etcd/server/v3", os.Getenv("RELIABILITY_ETCD")); err != nil {
+		return Binaries{}, err
 	}
-	b.Etcd = filepath.Join(root, "bin", "etcd")
-	if checkEtcd(b.Etcd) == nil {
-		return b, nil
+	if b.Etcdutl, err = findTool(root, dir, "etcdutl", "go.etcd.io/etcd/etcdutl/v3", ""); err != nil {
+		return Binaries{}, err
 	}
-	b.Etcd = filepath.Join(dir, "etcd")
-	if err := goBuild(filepath.Join(root, "tools"), b.Etcd, "go.etcd.io/etcd/server/v3"); err != nil {
-		return Binaries{}, fmt.Errorf("%w (run scripts/install-tools.sh to build bin/etcd once)", err)
+	return b, nil
+}
+
+// findTool returns given if set, else root/bin/name if it is EtcdVersion,
+// else a build of pkg from root/tools into dir; each checked to be
+// EtcdVersion.
+func findTool(root, dir, name, pkg, given string) (string, error) {
+	if given != "" {
+		return given, checkEtcd(given)
 	}
-	return b, checkEtcd(b.Etcd)
+	bin := filepath.Join(root, "bin", name)
+	if checkEtcd(bin) == nil {
+		return bin, nil
+	}
+	bin = filepath.Join(dir, name)
+	if err := goBuild(filepath.Join(root, "tools"), bin, pkg); err != nil {
+		return "", fmt.Errorf("%w (run scripts/install-tools.sh to build bin/%s once)", err, name)
+	}
+	return bin, checkEtcd(bin)
 }
 
 func goBuild(dir, out, pkg string) error {
@@ -67,13 +82,18 @@ func goBuild(dir, out, pkg string) error {
 	return nil
 }
 
-// checkEtcd runs bin --version and wants EtcdVersion.
+// checkEtcd asks bin (etcd or etcdutl) for its version and wants
+// EtcdVersion.
 func checkEtcd(bin string) error {
-	out, err := exec.Command(bin, "--version").Output()
-	if err != nil {
-		return fmt.Errorf("reliability: %s --version: %w", bin, err)
+	arg := "--version"
+	if filepath.Base(bin) == "etcdutl" {
+		arg = "version"
 	}
-	if !strings.Contains(string(out), "etcd Version: "+EtcdVersion+"\n") {
+	out, err := exec.Command(bin, arg).Output()
+	if err != nil {
+		return fmt.Errorf("reliability: %s %s: %w", bin, arg, err)
+	}
+	if !strings.Contains(string(out), "ersion: "+EtcdVersion+"\n") {
 		return fmt.Errorf("reliability: %s is not etcd %s:\n%s", bin, EtcdVersion, out)
 	}
 	return nil
@@ -87,6 +107,9 @@ type IntentdConfig struct {
 	// operation with its retries: what a caller waits at most for an
 	// UNAVAILABLE while etcd does not answer (defaults 1s and 3s).
 	RequestTimeout, OperationTimeout time.Duration
+	// InjectedClock starts intentd with a wall clock the test can move
+	// (Intentd.SetClock).
+	InjectedClock bool
 }
 
 // Intentd is an intentd process serving on a fixed loopback port, so that
@@ -98,6 +121,13 @@ type Intentd struct {
 	Addr string
 	// Config is what it was started with.
 	Config IntentdConfig
+	// DataDir is its own data directory, kept across restarts: it holds
+	// the highest etcd revision the replica has seen (a store restored
+	// behind it is refused).
+	DataDir string
+	// ClockFile holds the offset added to its wall clock (SetClock), with
+	// IntentdConfig.InjectedClock.
+	ClockFile string
 
 	bin  string
 	args []string
@@ -124,8 +154,11 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 	// Every call is logged at info; the failure report wants the rest.
 	quiet := func(line string) bool { return strings.Contains(line, `"msg":"finished call"`) }
 	d := &Intentd{Name: name, Addr: fmt.Sprintf("127.0.0.1:%d", port), Config: cfg, bin: bin, logs: &lineLog{skip: quiet}}
+	d.DataDir = t.TempDir()
+	d.ClockFile = filepath.Join(d.DataDir, "clock-offset")
 	d.args = []string{
 		"--listen", d.Addr,
+		"--data-dir", d.DataDir,
 		"--etcd-endpoints", strings.Join(cfg.Endpoints, ","),
 		"--request-timeout", cfg.RequestTimeout.String(),
 		"--operation-timeout", cfg.OperationTimeout.String(),
@@ -136,6 +169,9 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 		"--rate-per-principal", "0",
 		"--rate-per-tenant", "0",
 		"--log-format", "json",
+	}
+	if cfg.InjectedClock {
+		d.args = append(d.args, "--fault-clock-offset-file", d.ClockFile)
 	}
 	t.Cleanup(func() {
 		d.mu.Lock()
@@ -185,6 +221,26 @@ func (d *Intentd) Restart() error {
 		p.kill()
 		return fmt.Errorf("reliability: intentd %s did not serve within 30s:\n%s", d.Name, d.logs.tail(20))
 	}
+}
+
+// Stop sends SIGTERM and waits until the process is gone (SIGKILL after
+// 5s); it reports whether the process ended on SIGTERM.
+func (d *Intentd) Stop() bool {
+	d.mu.Lock()
+	p := d.proc
+	d.mu.Unlock()
+	return p == nil || p.terminate(5*time.Second)
+}
+
+// SetClock makes the replica's wall clock run offset away from the
+// machine's from now on (0: back to the machine's). intentd rereads the
+// file within 100ms.
+func (d *Intentd) SetClock(offset time.Duration) error {
+	tmp := d.ClockFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(offset.String()+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, d.ClockFile)
 }
 
 // Kill sends SIGKILL and waits until the process is gone.

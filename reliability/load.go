@@ -27,7 +27,8 @@ type LoadConfig struct {
 	// Workers is the number of worker goroutines (default 6).
 	Workers int
 	// Every is how often the approver registers a new intent (default
-	// 25ms); Max bounds how many (0: until StopIssuing).
+	// 25ms); Max bounds how many (0: until StopIssuing; negative: none,
+	// the test hands the workers keys with Adopt).
 	Every time.Duration
 	Max   int
 	// Redeliver is the percentage of intents the queue delivers twice, so

@@ -1,8 +1,12 @@
 package reliability
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"net"
+	"net/textproto"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,11 +85,16 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 
-	mu     sync.Mutex
-	faults [2]Fault
-	cut    bool
-	closed bool
-	links  map[*link]struct{}
+	// peer: the proxy sits on an etcd peer link and tells senders apart
+	// (RefuseFrom).
+	peer bool
+
+	mu      sync.Mutex
+	faults  [2]Fault
+	cut     bool
+	closed  bool
+	refused []string // senders RefuseFrom refuses
+	links   map[*link]struct{}
 
 	wg    sync.WaitGroup
 	stats struct {
@@ -105,6 +114,43 @@ func NewProxy(target string) (*Proxy, error) {
 	p.wg.Add(1)
 	go p.accept() // exits when Close closes the listener
 	return p, nil
+}
+
+// NewPeerProxy is NewProxy for an etcd member's peer port: it reads which
+// member each connection comes from, so that RefuseFrom can partition
+// members from each other through their proxies alone.
+func NewPeerProxy(target string) (*Proxy, error) {
+	p, err := NewProxy(target)
+	if err == nil {
+		p.mu.Lock()
+		p.peer = true
+		p.mu.Unlock()
+	}
+	return p, err
+}
+
+// RefuseFrom refuses, from now on, the connections of the named etcd
+// members (member ids in hex, as etcd's peers name themselves in the
+// X-Server-From header of every raft request) and closes theirs that are
+// open; with no names it refuses nobody. While it refuses anyone it also
+// refuses connections that do not name their sender: a member's HTTP
+// client reuses a connection opened for another request (GET /members)
+// for raft messages. Only for a NewPeerProxy.
+func (p *Proxy) RefuseFrom(senders ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused = slices.Clone(senders)
+	for l := range p.links {
+		if p.refuses(l.sender) {
+			l.close(&p.stats.reset)
+		}
+	}
+}
+
+// refuses reports whether a peer connection from sender is refused. The
+// caller holds p.mu.
+func (p *Proxy) refuses(sender string) bool {
+	return len(p.refused) > 0 && (sender == "" || slices.Contains(p.refused, sender))
 }
 
 // Addr is the proxy's host:port.
@@ -210,6 +256,7 @@ func (p *Proxy) accept() {
 // link is one proxied connection: the client's and the one to the target.
 type link struct {
 	client, server net.Conn
+	sender         string // the etcd member it comes from (peer proxies)
 	once           sync.Once
 	tainted        [2]atomic.Bool // the direction discarded bytes
 }
@@ -227,15 +274,22 @@ func (l *link) close(n *atomic.Int64) {
 
 func (p *Proxy) serve(c net.Conn) {
 	defer p.wg.Done()
+	p.mu.Lock()
+	peer := p.peer
+	p.mu.Unlock()
+	var sender string
+	if peer {
+		c, sender = readSender(c)
+	}
 	s, err := net.DialTimeout("tcp", p.target, 2*time.Second)
 	if err != nil {
 		p.stats.refused.Add(1)
 		_ = c.Close()
 		return
 	}
-	l := &link{client: c, server: s}
+	l := &link{client: c, server: s, sender: sender}
 	p.mu.Lock()
-	if p.cut || p.closed {
+	if p.cut || p.closed || (peer && p.refuses(sender)) {
 		p.mu.Unlock()
 		p.stats.refused.Add(1)
 		l.close(nil)
@@ -313,3 +367,40 @@ func (p *Proxy) pump(l *link, d Direction, src, dst net.Conn) {
 		}
 	}
 }
+
+// readSender reads the head of the first HTTP request on c (without
+// consuming it) and returns c, still holding those bytes, and the request's
+// X-Server-From header: the etcd member that opened the connection. A
+// connection that says nothing within a second, or is not a peer's, has no
+// sender.
+func readSender(c net.Conn) (net.Conn, string) {
+	br := bufio.NewReaderSize(c, 16<<10)
+	pc := &peekedConn{Conn: c, r: br}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
+	for want := 1; want <= br.Size(); {
+		head, err := br.Peek(want)
+		if err != nil {
+			return pc, ""
+		}
+		if end := bytes.Index(head, []byte("\r\n\r\n")); end >= 0 {
+			tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head[:end+4])))
+			if _, err := tp.ReadLine(); err != nil { // the request line
+				return pc, ""
+			}
+			h, _ := tp.ReadMIMEHeader()
+			return pc, h.Get("X-Server-From")
+		}
+		// Look at whatever else has arrived, or wait for one more byte.
+		want = max(len(head)+1, br.Buffered())
+	}
+	return pc, ""
+}
+
+// peekedConn is a connection whose first bytes were read ahead into r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }

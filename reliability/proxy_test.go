@@ -174,3 +174,64 @@ func TestProxyCut(t *testing.T) {
 func isTimeout(err error) bool {
 	return errors.Is(err, os.ErrDeadlineExceeded)
 }
+
+// A peer proxy tells etcd members apart by the X-Server-From header of the
+// first request on each connection: RefuseFrom refuses the named ones (and
+// closes their open connections), and while it refuses anyone, connections
+// that name nobody too; everyone else passes.
+func TestPeerProxyRefuseFrom(t *testing.T) {
+	p, err := NewPeerProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	// The echo server sends the request head back: a reply proves that the
+	// connection reached it.
+	request := func(from string) string {
+		head := "GET /raft/stream/message/1 HTTP/1.1\r\nHost: x\r\n"
+		if from != "" {
+			head += "X-Server-From: " + from + "\r\n"
+		}
+		return head + "\r\n"
+	}
+	open := func(from string) (net.Conn, error) {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		req := request(from)
+		if _, err := io.WriteString(c, req); err != nil {
+			return nil, err
+		}
+		got := make([]byte, len(req))
+		if _, err := io.ReadFull(c, got); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	a, err := open("a")
+	if err != nil {
+		t.Fatalf("a before any refusal: %v", err)
+	}
+	p.RefuseFrom("a")
+	if _, err := a.Read(make([]byte, 1)); err == nil {
+		t.Error("a's open connection survived RefuseFrom(a)")
+	}
+	for _, tc := range []struct {
+		from string
+		pass bool
+	}{{"a", false}, {"", false}, {"b", true}} {
+		_, err := open(tc.from)
+		if (err == nil) != tc.pass {
+			t.Errorf("from %q while refusing a: err %v, want pass=%v", tc.from, err, tc.pass)
+		}
+	}
+	p.RefuseFrom()
+	for _, from := range []string{"a", "", "b"} {
+		if _, err := open(from); err != nil {
+			t.Errorf("from %q after the heal: %v", from, err)
+		}
+	}
+}
