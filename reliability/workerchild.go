@@ -51,6 +51,10 @@ const (
 	lineEffect = "effect"
 	// lineResult: what Run returned for a key.
 	lineResult = "result"
+	// lineAnswerHeld: a call armed with "hold-answer <Method>" on stdin
+	// was answered OK; the process keeps the answer to itself (no end
+	// line) and waits for its end: the parent kills it there.
+	lineAnswerHeld = "answer-held"
 )
 
 // workerLine is one line of a worker process's stdout.
@@ -97,6 +101,10 @@ type reportingConn struct {
 	cc   grpc.ClientConnInterface
 	out  *lineWriter
 	next atomic.Int64
+	// hold is the method whose next OK answer is held (lineAnswerHeld)
+	// until stop is closed.
+	hold atomic.Pointer[string]
+	stop <-chan struct{}
 }
 
 func (c *reportingConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
@@ -106,6 +114,10 @@ func (c *reportingConn) Invoke(ctx context.Context, method string, args, reply a
 	err := c.cc.Invoke(ctx, method, args, reply, opts...)
 	at := time.Now().UnixNano()
 	call := describe(method, args, reply, err)
+	if m := c.hold.Load(); err == nil && m != nil && *m == call.Method && c.hold.CompareAndSwap(m, nil) {
+		c.out.send(workerLine{Ev: lineAnswerHeld, ID: id, At: at, Key: call.In.Key, Token: call.In.Token})
+		<-c.stop
+	}
 	c.out.send(workerLine{Ev: lineEnd, ID: id, At: at, Call: &call})
 	return err
 }
@@ -119,9 +131,10 @@ func (c *reportingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, me
 // every key the parent sends ("run <key>" on stdin), one at a time,
 // writing what each Run returned. After the merchant answered an Execute
 // it writes an effect line and waits for "go <key>" before it reports: the
-// parent can stop or kill it in between. It returns when stdin closes,
-// after the Run in progress (whose context ends then) and closing its
-// session.
+// parent can stop or kill it in between. "hold-answer <Method>" makes it
+// keep the next OK answer of that method to itself (lineAnswerHeld). It
+// returns when stdin closes, after the Run in progress (whose context ends
+// then) and closing its session.
 func runWorkerProcess(spec workerSpec, stdin io.Reader, stdout io.Writer) error {
 	out := &lineWriter{w: stdout}
 	cc, err := Dial(spec.Addrs...)
@@ -129,28 +142,31 @@ func runWorkerProcess(spec workerSpec, stdin io.Reader, stdout io.Writer) error 
 		return err
 	}
 	defer cc.Close()
-	c := workerClient(&reportingConn{cc: cc, out: out}, spec.CallTimeout)
+	ctx, cancel := context.WithCancel(context.Background()) // ends when stdin closes
+	defer cancel()
+	conn := &reportingConn{cc: cc, out: out, stop: ctx.Done()}
+	c := workerClient(conn, spec.CallTimeout)
 	shop := &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: spec.Merchant}
 	defer shop.HTTP.CloseIdleConnections()
 
-	ctx, cancel := context.WithCancel(context.Background()) // ends when stdin closes
-	defer cancel()
 	runs, gates := make(chan string, 64), make(chan string, 64)
 	go func() { // exits when stdin closes
 		defer cancel()
 		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
-			verb, key, _ := strings.Cut(sc.Text(), " ")
+			verb, arg, _ := strings.Cut(sc.Text(), " ")
 			switch verb {
 			case "run":
-				runs <- key
+				runs <- arg
 			case "go":
-				gates <- key
+				gates <- arg
+			case "hold-answer":
+				conn.hold.Store(&arg)
 			}
 		}
 	}()
 	afterEffect := func(_ context.Context, att *client.Attempt) error {
-		out.send(workerLine{Ev: lineEffect, Key: att.Key, Token: uint64(att.Token)})
+		out.send(workerLine{Ev: lineEffect, At: time.Now().UnixNano(), Key: att.Key, Token: uint64(att.Token)})
 		// The answer is in hand: once let go, it is reported whatever
 		// became of the lease meanwhile, as a worker that was stopped
 		// here would.

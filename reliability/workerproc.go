@@ -154,9 +154,10 @@ type WorkerProc struct {
 	ws   *WorkerProcs
 	logs *lineLog
 
-	mu   sync.Mutex
-	life *procLife
-	hold chan Effect // armed by HoldNextEffect
+	mu         sync.Mutex
+	life       *procLife
+	hold       chan Effect // armed by HoldNextEffect
+	holdAnswer chan Effect // armed by HoldNextAnswer
 	// clients are the recorder ids of its lives, in order.
 	clients []int
 	// The counters of WorkerProcStats.
@@ -338,6 +339,23 @@ func (w *WorkerProc) HoldNextEffect() <-chan Effect {
 	return ch
 }
 
+// HoldNextAnswer makes the process keep to itself the next OK answer of a
+// call of method ("Complete") and wait for its end: the channel gets the
+// call's key and token. Killed there, the process leaves a call that took
+// effect at intentd and that nobody saw end: an unknown outcome in the
+// history.
+func (w *WorkerProc) HoldNextAnswer(method string) (<-chan Effect, error) {
+	life := w.current()
+	if life == nil {
+		return nil, fmt.Errorf("reliability: worker process %s never started", w.Name)
+	}
+	ch := make(chan Effect, 1)
+	w.mu.Lock()
+	w.holdAnswer = ch
+	w.mu.Unlock()
+	return ch, life.send("hold-answer " + method)
+}
+
 // Release lets the process report the effect of key, which it holds.
 func (w *WorkerProc) Release(key string) error {
 	life := w.current()
@@ -384,6 +402,14 @@ func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
 			w.mu.Unlock()
 		case lineEffect:
 			w.effect(life, Effect{Key: l.Key, Token: l.Token, Client: life.client, At: w.ws.rec.At(time.Unix(0, l.At))})
+		case lineAnswerHeld:
+			w.mu.Lock()
+			held := w.holdAnswer
+			w.holdAnswer = nil
+			w.mu.Unlock()
+			if held != nil {
+				held <- Effect{Key: l.Key, Token: l.Token, Client: life.client, At: w.ws.rec.At(time.Unix(0, l.At))}
+			}
 		case lineResult:
 			if l.Run == nil {
 				continue
