@@ -6,15 +6,19 @@
 // (bin/etcd, built from tools/go.mod at a pinned version), each member's
 // client port reached through a fault-injecting TCP Proxy; one or two intentd
 // processes built from cmd/intentd and pointed at the proxies; worker
-// goroutines that run client.Session.Run against an effect-counting Merchant.
+// goroutines, and worker processes (WorkerProcs: the test binary
+// re-executed, so that a worker can be SIGKILLed or SIGSTOPped), that run
+// client.Session.Run against an effect-counting Merchant.
 // Nothing here imports the server side of intentd: it is a black box reached
 // over gRPC, exactly as a worker fleet reaches it.
 //
 // Every gRPC call a worker, approver or reader makes goes through a Recorder,
 // which keeps its input, its output or error, and when it started and ended.
 // A call that ends UNAVAILABLE or DEADLINE_EXCEEDED (or in any other way that
-// does not say whether intentd acted) is recorded as an unknown outcome. The
-// history is then checked three ways:
+// does not say whether intentd acted) is recorded as an unknown outcome. A
+// worker process writes each call's start and end to its stdout and the
+// parent records them; a call the process died in is an unknown outcome too.
+// The history is then checked three ways:
 //
 //   - linearizability, with porcupine, against Model: one intent's state
 //     machine, partitioned by intent key (see Model for the invariants it
@@ -43,6 +47,7 @@
 //	6  TestIntentdReplicaKilled      one of two replicas killed
 //	7  TestReplicaCutOff             one of two replicas cut off from etcd: no split brain
 //	8  TestSlowLinkLateHeartbeats    slow links, then late heartbeats: lapse, stale Complete refused
+//	   TestWorkerProcessesKilledAndPaused  worker processes SIGKILLed between effect and report, SIGSTOPped past their TTL
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
 // What this package cannot prove: faults it does not cause (disk corruption,
