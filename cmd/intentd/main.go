@@ -50,7 +50,7 @@ func newCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (comma-separated); empty runs an embedded etcd")
-	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory of the embedded etcd")
+	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory: the revision floor file (also with --etcd-endpoints; one per replica) and the embedded etcd's data")
 	f.StringVar(&cfg.EmbedClientURL, "embed-client-url", cfg.EmbedClientURL, "client URL of the embedded etcd")
 	f.StringVar(&cfg.EmbedPeerURL, "embed-peer-url", cfg.EmbedPeerURL, "peer URL of the embedded etcd")
 	f.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "etcd key prefix of this installation")
@@ -81,6 +81,8 @@ func newCommand() *cobra.Command {
 	f.DurationVar(&cfg.ReloadInterval, "reload-interval", cfg.ReloadInterval, "how often the tokens and TLS files are checked for changes")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
+	f.StringVar(&cfg.ClockOffsetFile, "fault-clock-offset-file", "", "testing only (fault injection): file holding a Go duration (5m, -5m) added to intentd's wall clock, re-read every 100ms")
+	_ = f.MarkHidden("fault-clock-offset-file") // not for production use
 	return cmd
 }
 

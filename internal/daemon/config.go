@@ -23,7 +23,10 @@ type Config struct {
 	// EtcdEndpoints, when set, use an external etcd cluster instead of the
 	// embedded one.
 	EtcdEndpoints []string
-	// DataDir holds the embedded etcd's data.
+	// DataDir holds the revision floor file (FloorFileName), in both
+	// modes, and with the embedded etcd also its data (DataDir/etcd).
+	// External-etcd replicas on one machine should each have their own,
+	// or share one knowingly: the file is merged, never lowered.
 	DataDir string
 	// EmbedClientURL and EmbedPeerURL are where the embedded etcd listens
 	// (loopback; port 0 picks a free one).
@@ -78,6 +81,14 @@ type Config struct {
 	// ReloadInterval is how often the tokens and TLS files are checked for
 	// changes (SIGHUP reloads at once).
 	ReloadInterval time.Duration
+
+	// ClockOffsetFile is for testing only (fault injection): a file holding
+	// a Go duration ("5m", "-5m"; missing or empty: 0) added to the wall
+	// clock intentd writes into history timestamps and uses for retention
+	// and lease-expiry estimates. It is re-read every 100 ms, so a test can
+	// jump the clock of a running replica. Lease liveness is etcd's and is
+	// not affected. Empty: the real clock.
+	ClockOffsetFile string
 }
 
 // DefaultDataDir is where the embedded etcd keeps its data unless told
@@ -151,10 +162,10 @@ func (c Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		bad("--listen %q: %v", c.Listen, err)
 	}
+	if c.DataDir == "" {
+		bad("--data-dir: required: it holds the revision floor, and the embedded etcd's data")
+	}
 	if c.Embedded() {
-		if c.DataDir == "" {
-			bad("--data-dir: required with the embedded etcd")
-		}
 		for flag, u := range map[string]string{"--embed-client-url": c.EmbedClientURL, "--embed-peer-url": c.EmbedPeerURL} {
 			if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || pu.Host == "" {
 				bad("%s %q: want http://host:port", flag, u)

@@ -206,7 +206,7 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string // substring; empty means valid
 	}{
 		{"defaults", func(*daemon.Config) {}, ""},
-		{"external etcd needs no data dir", func(c *daemon.Config) { c.EtcdEndpoints = []string{"http://10.0.0.1:2379"}; c.DataDir = "" }, ""},
+		{"external etcd needs a data dir too (revision floor)", func(c *daemon.Config) { c.EtcdEndpoints = []string{"http://10.0.0.1:2379"}; c.DataDir = "" }, "--data-dir"},
 		{"bad listen", func(c *daemon.Config) { c.Listen = "7650" }, "--listen"},
 		{"embedded without data dir", func(c *daemon.Config) { c.DataDir = "" }, "--data-dir"},
 		{"embed url not http", func(c *daemon.Config) { c.EmbedClientURL = "unix:///x" }, "--embed-client-url"},
@@ -235,7 +235,7 @@ func TestConfigValidate(t *testing.T) {
 // An external etcd that does not answer is reported at start, naming it,
 // within the dial timeout: intentd never serves without its store.
 func TestUnreachableEtcdFailsAtStart(t *testing.T) {
-	cfg := testConfig("")
+	cfg := testConfig(t.TempDir())
 	cfg.EtcdEndpoints = []string{"http://127.0.0.1:1"}
 	cfg.DialTimeout = time.Second
 	err := daemon.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)

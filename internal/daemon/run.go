@@ -43,6 +43,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// Ends the goroutines Run starts before the server (the fault clock)
+	// when Run returns.
+	rctx, cancelRun := context.WithCancel(ctx)
+	var background sync.WaitGroup
+	defer background.Wait()
+	defer cancelRun()
+	now := time.Now
+	if cfg.ClockOffsetFile != "" {
+		clock := newOffsetClock(cfg.ClockOffsetFile, log)
+		log.Warn("fault injection: the wall clock is shifted by the duration in the clock offset file; testing only",
+			"file", cfg.ClockOffsetFile, "offset", time.Duration(clock.offset.Load()))
+		background.Go(func() { clock.run(rctx) }) // exits when Run returns
+		now = clock.Now
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
+	}
 	endpoints := cfg.EtcdEndpoints
 	if cfg.Embedded() {
 		e, err := startEmbedded(cfg, log)
@@ -79,6 +96,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	scfg.DefaultRetention = cfg.DefaultRetention
 	scfg.MaxRetention = cfg.MaxRetention
 	scfg.TombstoneRetention = cfg.TombstoneRetention
+	scfg.Now = now
 	store, err := etcdstore.New(cli, scfg)
 	if err != nil {
 		return err
@@ -88,6 +106,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	cancel()
 	if err != nil {
 		return fmt.Errorf("intentd: etcd at %v does not answer: %w", endpoints, err)
+	}
+	floors, err := holdToFloor(ctx, cfg, store, log)
+	if err != nil {
+		return err
 	}
 
 	var tokens *access.Source
@@ -137,9 +159,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 
 	hctx, stopHealth := context.WithCancel(ctx)
 	healthDone := make(chan struct{})
-	go func() { // exits when hctx ends
+	wentBack := make(chan error, 1)
+	go func() { // exits when hctx ends, or when etcd's revision went back
 		defer close(healthDone)
-		watchHealth(hctx, store, hs, cfg.HealthInterval, log)
+		if err := watchHealth(hctx, store, hs, floors, cfg.HealthInterval, log); err != nil {
+			wentBack <- err
+		}
 	}()
 	metricsDone := make(chan struct{})
 	go func() { // exits when hctx ends
@@ -172,11 +197,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		})
 	}()
 
-	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", dataDirOrNone(cfg))
+	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
+		"installation", floors.installation, "revision", store.HighestRevision())
 	if ready != nil {
 		ready(lis.Addr().String())
 	}
 
+	var runErr error
 	select {
 	case <-ctx.Done():
 	case err := <-served:
@@ -185,7 +212,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		<-janitorDone
 		<-reloadDone
 		<-metricsDone
+		persistFloor(store, floors, log)
 		return fmt.Errorf("intentd: serve: %w", err)
+	case err := <-wentBack:
+		// The store refuses every call already; stop serving, so that a
+		// supervisor's restart meets the check at start.
+		runErr = wentBackFrom(err, store, floors, true)
+		log.Error("etcd's revision went back; stopping", "err", runErr)
 	}
 	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
 	stopHealth()
@@ -206,14 +239,64 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		<-stopped
 	}
 	<-served
-	return nil
+	persistFloor(store, floors, log)
+	return runErr
 }
 
-func dataDirOrNone(cfg Config) string {
-	if cfg.Embedded() {
-		return cfg.DataDir
+// holdToFloor makes the store refuse etcd answers below the highest
+// revision this replica saw of the installation before (the floor file),
+// and refuses to start if etcd is already below it: it was most likely
+// restored from an older snapshot without a revision bump, and the tokens
+// it would hand out are revisions, equal to or lower than tokens workers
+// and gateways already hold.
+func holdToFloor(ctx context.Context, cfg Config, store *etcdstore.Store, log *slog.Logger) (*floorKeeper, error) {
+	ictx, cancel := context.WithTimeout(ctx, cfg.OperationTimeout)
+	defer cancel()
+	id, err := store.Installation(ictx)
+	if err != nil {
+		return nil, fmt.Errorf("intentd: read the installation id from etcd: %w", err)
 	}
-	return ""
+	k := &floorKeeper{path: floorPath(cfg.DataDir), installation: id}
+	saved, err := readFloors(k.path)
+	if err != nil {
+		return nil, fmt.Errorf("intentd: %w", err)
+	}
+	k.saved = saved[id]
+	store.RaiseFloor(k.saved)
+	if err := store.Ping(ictx); err != nil {
+		if errors.Is(err, etcdstore.ErrRevisionWentBack) {
+			err = wentBackFrom(err, store, k, false)
+			log.Error("etcd's revision went back; refusing to start", "err", err)
+			return nil, err
+		}
+		return nil, fmt.Errorf("intentd: etcd does not answer: %w", err)
+	}
+	persistFloor(store, k, log)
+	return k, nil
+}
+
+// wentBackFrom explains a refusal of the store to the operator.
+func wentBackFrom(err error, store *etcdstore.Store, k *floorKeeper, running bool) error {
+	var back *etcdstore.RevisionWentBackError
+	if !errors.As(err, &back) {
+		return fmt.Errorf("intentd: %w", err)
+	}
+	return fmt.Errorf("intentd: %w", &wentBackError{back: back, highest: store.HighestRevision(), installation: k.installation, file: k.path, running: running})
+}
+
+// persistFloor writes the store's highest revision to the floor file if it
+// grew. A failure is logged (once until it works again), not fatal: the
+// floor in memory still holds while this process runs.
+func persistFloor(store *etcdstore.Store, k *floorKeeper, log *slog.Logger) {
+	_, err := k.persist(store)
+	switch {
+	case err != nil && !k.failing:
+		k.failing = true
+		log.Warn("cannot persist the revision floor; a restart will not notice an etcd restored from an older snapshot until it works", "file", k.path, "err", err)
+	case err == nil && k.failing:
+		k.failing = false
+		log.Info("revision floor persisted again", "file", k.path)
+	}
 }
 
 // reload keeps the tokens file and the TLS files current: on change (polled)
@@ -284,16 +367,21 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, opts ...gr
 	return grpc.NewServer(opts...), nil
 }
 
-// watchHealth reports SERVING only while etcd answers a linearizable read.
-func watchHealth(ctx context.Context, store *etcdstore.Store, hs *health.Server, every time.Duration, log *slog.Logger) {
+// watchHealth reports SERVING only while etcd answers a linearizable read,
+// and persists the revision floor when it grew (so at most once per
+// interval, not per call). It returns nil when ctx ends, and the store's
+// refusal, after turning health NOT_SERVING, when etcd's revision went back
+// (whichever call noticed first: the store refuses everything after).
+func watchHealth(ctx context.Context, store *etcdstore.Store, hs *health.Server, floors *floorKeeper, every time.Duration, log *slog.Logger) error {
 	last := healthpb.HealthCheckResponse_UNKNOWN
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		st := healthpb.HealthCheckResponse_SERVING
-		if err := store.Ping(ctx); err != nil {
+		err := store.Ping(ctx)
+		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			st = healthpb.HealthCheckResponse_NOT_SERVING
 		}
@@ -303,9 +391,13 @@ func watchHealth(ctx context.Context, store *etcdstore.Store, hs *health.Server,
 		}
 		hs.SetServingStatus("", st)
 		hs.SetServingStatus(intentv1.IntentService_ServiceDesc.ServiceName, st)
+		if errors.Is(err, etcdstore.ErrRevisionWentBack) {
+			return err
+		}
+		persistFloor(store, floors, log)
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 	}
