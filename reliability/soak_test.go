@@ -26,7 +26,10 @@ type soak struct {
 	e       *Env
 	rng     *rand.Rand
 	workers []*Proxy // the links of the first workers to intentd
+	procs   *WorkerProcs
 }
+
+func (s *soak) proc() *WorkerProc { return s.procs.Procs[s.rng.IntN(len(s.procs.Procs))] }
 
 func (s *soak) member() *Member { return s.e.Cluster.Members[s.rng.IntN(len(s.e.Cluster.Members))] }
 
@@ -91,6 +94,28 @@ var soakFaults = []soakFault{
 		p.DropReplies()
 		return fmt.Sprintf("worker %d's link to intentd", i), p.Heal
 	}},
+	{"kill-worker-process", 2, 0, func(s *soak) (string, func()) {
+		// Whatever it was doing: the key it ran goes back to the queue,
+		// a call it was in is an unknown outcome.
+		w := s.proc()
+		w.Kill()
+		return "worker process " + w.Name + ", SIGKILL, restarted at the heal", func() {
+			if err := w.Start(); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+	}},
+	{"pause-worker-process", 2, 4 * time.Second, func(s *soak) (string, func()) {
+		w := s.proc()
+		if err := w.Stop(); err != nil {
+			s.t.Fatal(err)
+		}
+		return "worker process " + w.Name + ", SIGSTOP past its session TTL", func() {
+			if err := w.Cont(); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+	}},
 	{"quorum-loss", 1, 0, func(s *soak) (string, func()) {
 		m := leader(s.t, s.e.Cluster)
 		f := s.e.Cluster.Followers(m)[s.rng.IntN(2)]
@@ -116,12 +141,13 @@ func (s *soak) pick() soakFault {
 }
 
 // Scenario 14. A seeded mixed-fault soak: two intentd replicas, eight
-// workers (the first two behind links of their own), intents delivered
-// twice a third of the time, and one fault after another drawn from the
-// plan above — etcd members killed, paused and cut off, replies lost on
-// either side of intentd, replicas killed, workers paused past their
-// session TTL, quorum lost — each held for 1–3s (a paused worker 4s), then
-// healed. CI runs 20s of it; -soak runs -soak-duration (an hour by
+// worker goroutines (the first two behind links of their own) and two
+// worker processes, intents delivered twice a third of the time, and one
+// fault after another drawn from the plan above — etcd members killed,
+// paused and cut off, replies lost on either side of intentd, replicas
+// killed, workers paused past their session TTL (a blackholed link, or a
+// SIGSTOPped process), worker processes killed, quorum lost — each held
+// for 1–3s (a paused worker 4s), then healed. CI runs 20s of it; -soak runs -soak-duration (an hour by
 // default). At the end the merchant holds exactly one order per intent,
 // every acknowledged transition is present, and porcupine passes.
 func TestSoak(t *testing.T) {
@@ -152,6 +178,7 @@ func TestSoak(t *testing.T) {
 			return Dial(addrs...)
 		},
 	})
+	s.procs = s.e.StartWorkerProcs(load, 2)
 	s.e.WaitOK(100, 20*time.Second)
 
 	end := time.Now().Add(duration)
@@ -175,4 +202,5 @@ func TestSoak(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	s.e.Finish(load, FinishOptions{Drain: time.Minute, AnySeen: true})
+	t.Logf("worker processes: %s", s.procs.Stats())
 }
