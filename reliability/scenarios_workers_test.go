@@ -9,14 +9,14 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
-// awaitEffect waits for the effect w was told to hold.
+// awaitEffect waits for the effect (or answer) w was told to hold.
 func awaitEffect(t *testing.T, w *WorkerProc, held <-chan Effect) Effect {
 	t.Helper()
 	select {
 	case ef := <-held:
 		return ef
 	case <-time.After(20 * time.Second):
-		t.Fatalf("worker process %s placed no order within 20s; its last lines:\n%s", w.Name, w.Logs())
+		t.Fatalf("worker process %s held nothing within 20s; its last lines:\n%s", w.Name, w.Logs())
 		return Effect{}
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -95,7 +95,7 @@ func TestWorkerCallLines(t *testing.T) {
 			t.Errorf("%s: [%v, %v] after t0, want [%v, %v]", got.Method, got.Start-base, got.End-base, tc.start, tc.end)
 		}
 		got.Client, got.Start, got.End, got.Reason = 0, 0, 0, want.Reason
-		if fmt.Sprint(got) != fmt.Sprint(want) {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s came through as\n%+v\nwant\n%+v", want.Method, got, want)
 		}
 	}
