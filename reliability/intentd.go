@@ -243,6 +243,22 @@ func (d *Intentd) SetClock(offset time.Duration) error {
 	return os.Rename(tmp, d.ClockFile)
 }
 
+// Exited reports whether the process ended on its own within wait.
+func (d *Intentd) Exited(wait time.Duration) bool {
+	d.mu.Lock()
+	p := d.proc
+	d.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
 // Kill sends SIGKILL and waits until the process is gone.
 func (d *Intentd) Kill() {
 	d.mu.Lock()
