@@ -341,8 +341,8 @@ func (r *reconciler) runAll(t *testing.T, e *Env, addr string, keys []string, wo
 	return left
 }
 
-// Scenario 12. Many leases expire at once: 32 workers, each with a 2s
-// session, hold 25 intents apiece (800 in all) — and then all crash at
+// Scenario 12. Many leases expire at once: 40 workers, each with a 2s
+// session, hold 50 intents apiece (2,000 in all) — and then all crash at
 // once: their link to intentd is cut and nobody closes their sessions, so
 // every lease lapses in etcd within the same TTL. Half of them had placed
 // their order before the crash, half had not. A reconciler fleet then runs
@@ -351,7 +351,7 @@ func (r *reconciler) runAll(t *testing.T, e *Env, addr string, keys []string, wo
 // absence, and the intent completes — the merchant holds exactly one order
 // per intent: no intent executed twice.
 func TestManyLeasesExpireAtOnce(t *testing.T) {
-	const sessions, perSession = 32, 25
+	const sessions, perSession = 40, 50
 	const n = sessions * perSession
 	e := NewEnv(t, bins, report, EnvConfig{})
 	addr := e.Intentds[0].Addr
@@ -370,7 +370,7 @@ func TestManyLeasesExpireAtOnce(t *testing.T) {
 	registerAll(t, approver, keys, func(i int) *intentv1.RegisterRequest { return &intentv1.RegisterRequest{Params: params(i)} })
 	t.Logf("registered %d intents in %v", n, time.Since(start).Round(time.Millisecond))
 
-	// The doomed workers: a session each (TTL 2s) through crashLink, 25
+	// The doomed workers: a session each (TTL 2s) through crashLink, 50
 	// leases each; the even intents' orders are placed, the odd ones' not.
 	shop := &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: e.MerchantURL}
 	start = time.Now()
