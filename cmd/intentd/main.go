@@ -105,7 +105,8 @@ func fromEnv(fs *pflag.FlagSet) error {
 
 func report(err error) error {
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "intentd:", err)
+		// Errors from the daemon name intentd already.
+		fmt.Fprintln(os.Stderr, "intentd: "+strings.TrimPrefix(err.Error(), "intentd: "))
 	}
 	return err
 }
