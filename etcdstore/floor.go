@@ -239,6 +239,13 @@ func (s *Store) Installation(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
 	defer cancel()
 	k := s.keys.installation()
+	// Read first: a transaction that could write is refused outright by an
+	// etcd whose backend is full, and intentd must still start on one.
+	if resp, err := s.get(ctx, k, 0); err != nil {
+		return "", err
+	} else if len(resp.Kvs) > 0 && len(resp.Kvs[0].Value) > 0 {
+		return string(resp.Kvs[0].Value), nil
+	}
 	id := rand.Text()
 	for attempt := 0; ; attempt++ {
 		// Create-if-absent: a retry after an ambiguous commit, or a

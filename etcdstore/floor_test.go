@@ -8,9 +8,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/etcdtest"
 )
 
 // rawRevision is etcd's current revision, read past every store.
@@ -293,5 +295,39 @@ func TestFloorAdmitsConcurrentCalls(t *testing.T) {
 	}
 	if got, want := s.HighestRevision(), rawRevision(t, c); got != want {
 		t.Errorf("HighestRevision() = %d, want etcd's revision %d", got, want)
+	}
+}
+
+// A full etcd refuses every transaction that could write, even one whose
+// compare would send it to a read: the installation id is read first, so
+// that intentd still starts (and serves reads) on a full store.
+func TestInstallationOnAFullStore(t *testing.T) {
+	srv := etcdtest.StartWith(t, t.TempDir(), func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 })
+	cli := srv.Client(t)
+	s, err := etcdstore.New(cli, etcdstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.Installation(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 60<<10)
+	for i := 0; ; i++ {
+		params, _ := intent.Canonical(map[string]any{"note": big, "n": float64(i)})
+		_, _, err := s.Register(ctx(t), intent.Registration{Tenant: "default", Key: fmt.Sprintf("fill-%d", i), Params: params})
+		if errors.Is(err, intent.ErrStoreFull) {
+			break
+		}
+		if err != nil || i > 400 {
+			t.Fatalf("filling the store: %v after %d registrations", err, i)
+		}
+	}
+	restarted, err := etcdstore.New(cli, etcdstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := restarted.Installation(ctx(t)); err != nil || got != id {
+		t.Fatalf("Installation() on a full store = %q, %v; want %q", got, err, id)
 	}
 }
