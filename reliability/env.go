@@ -208,12 +208,6 @@ func (e *Env) Finish(load *Load, opt FinishOptions) RunFigures {
 	if opt.Drain == 0 {
 		opt.Drain = 45 * time.Second
 	}
-	if opt.MinLoad == 0 {
-		opt.MinLoad = 50
-	}
-	if opt.Grace == 0 {
-		opt.Grace = 2 * time.Second
-	}
 	drainStart := time.Now()
 	left := load.Drain(opt.Drain)
 	drained := time.Since(drainStart)
@@ -224,34 +218,52 @@ func (e *Env) Finish(load *Load, opt FinishOptions) RunFigures {
 	for _, p := range load.Problems() {
 		t.Error(p)
 	}
+	run, _ := e.verify(load.Keys(), opt)
+	st := load.Stats()
+	t.Logf("drained in %v; workers: runs=%d completed=%d executed=%d replayed=%d in-progress=%d left-unknown=%d superseded=%d errors=%d sessions=%d lost-sessions=%d",
+		drained.Round(time.Millisecond), st.Runs, st.Completed, st.Executed, st.Replayed, st.InProgress, st.LeftUnknown, st.Superseded, st.RunErrors, st.Sessions, st.SessionsLost)
+	return run
+}
 
-	finals := e.readBack(load.Keys())
+// verify reads keys back and checks the run's history: the world and the
+// acknowledged past (Analyze), the fault proof (unless opt.FaultAfter) and
+// linearizability with porcupine. It adds the run to the report and
+// returns its figures and the intents as read back.
+func (e *Env) verify(keys []string, opt FinishOptions) (RunFigures, map[string]*intentv1.Intent) {
+	t := e.T
+	t.Helper()
+	if opt.MinLoad == 0 {
+		opt.MinLoad = 50
+	}
+	if opt.Grace == 0 {
+		opt.Grace = 2 * time.Second
+	}
+	finals := e.readBack(keys)
 	calls := e.Rec.Calls()
 	f := Analyze(calls, finals, e.Merchant.ByReference(), RefOrder)
-	for i, p := range f.Problems {
-		if i == 25 {
-			t.Errorf("... and %d more problems", len(f.Problems)-i)
-			break
-		}
-		t.Error(p)
+	reportProblems(t, f.Problems)
+	if f.CreatedMisreported > 0 {
+		t.Errorf("%d intents were created by a Register that answered created=false: a read-back after a lost reply must recognize its own request id", f.CreatedMisreported)
 	}
 
 	events := e.Faults.Events()
 	proof := ProveFaults(calls, events, opt.Grace)
-	var proofErrs []string
-	switch {
-	case opt.FaultAfter:
-	case opt.Noticed != nil:
-		extra := map[int]int{}
+	extra := map[int]int{}
+	if opt.Noticed != nil {
 		for i, ev := range events {
 			extra[i] = opt.Noticed(ev, calls)
 		}
-		proofErrs = proofProblems(proof, opt.MinLoad, extra)
-	default:
-		proofErrs = proof.Problems(opt.MinLoad, opt.AnySeen)
 	}
-	for _, p := range proofErrs {
-		t.Error("fault proof: " + p)
+	if !opt.FaultAfter {
+		var problems []string
+		if opt.Noticed != nil {
+			problems = proofProblems(proof, opt.MinLoad, extra)
+		} else {
+			problems = proof.Problems(opt.MinLoad, opt.AnySeen)
+		}
+		for _, p := range problems {
+			t.Error("fault proof: " + p)
+		}
 	}
 
 	lin, err := CheckLinearizable(calls, e.Artifacts, t.Name(), time.Minute)
@@ -272,24 +284,30 @@ func (e *Env) Finish(load *Load, opt FinishOptions) RunFigures {
 		Findings: f, Proof: proof, Violations: violations, Duration: time.Since(e.started),
 	}
 	e.report.Add(run)
-	st := load.Stats()
 	var seen []string
-	for _, ep := range proof.Events {
-		seen = append(seen, fmt.Sprintf("%s@%v–%v (%s): errors=%d unavailable=%d slow=%d max=%v recovery=%v",
+	for i, ep := range proof.Events {
+		seen = append(seen, fmt.Sprintf("%s@%v–%v (%s): errors=%d unavailable=%d slow=%d noticed=%d max=%v recovery=%v",
 			ep.Kind, ep.Injected.Round(time.Millisecond), ep.Healed.Round(time.Millisecond), ep.Detail,
-			ep.Errors, ep.Unavailable, ep.Slow, ep.MaxLatency.Round(time.Millisecond), ep.Recovery.Round(time.Millisecond)))
+			ep.Errors, ep.Unavailable, ep.Slow, extra[i], ep.MaxLatency.Round(time.Millisecond), ep.Recovery.Round(time.Millisecond)))
 	}
-	t.Logf("run: %d calls, %d intents, %d orders, load before fault %d, drained in %v; porcupine %s on %d ops",
-		len(calls), len(finals), f.Orders, proof.LoadBefore, drained.Round(time.Millisecond), lin.Result, lin.Operations)
+	t.Logf("run: %d calls, %d intents, %d orders, load before fault %d; porcupine %s on %d ops",
+		len(calls), len(finals), f.Orders, proof.LoadBefore, lin.Result, lin.Operations)
 	t.Logf("faults: %s", strings.Join(seen, "; "))
-	t.Logf("workers: runs=%d completed=%d executed=%d replayed=%d in-progress=%d left-unknown=%d superseded=%d errors=%d sessions=%d lost-sessions=%d",
-		st.Runs, st.Completed, st.Executed, st.Replayed, st.InProgress, st.LeftUnknown, st.Superseded, st.RunErrors, st.Sessions, st.SessionsLost)
-	if f.CreatedMisreported > 0 {
-		t.Errorf("%d intents were created by a Register that answered created=false: a read-back after a lost reply must recognize its own request id", f.CreatedMisreported)
-	}
 	t.Logf("findings: unknown=%d resolved=%d took-effect=%d lapsed=%d stale-reports-refused=%d (completes %d) duplicates=%d lost=%d other=%d",
 		f.Unknown, f.Resolved, f.TookEffect, f.Lapsed, f.StaleReports, f.StaleRefused, f.Duplicates, f.Lost, f.Other)
-	return run
+	return run, finals
+}
+
+// reportProblems fails the test with each problem, the first 25 of them.
+func reportProblems(t *testing.T, problems []string) {
+	t.Helper()
+	for i, p := range problems {
+		if i == 25 {
+			t.Errorf("... and %d more problems", len(problems)-i)
+			return
+		}
+		t.Error(p)
+	}
 }
 
 // keepHint tells how to keep an artifact that a t.TempDir() will lose.

@@ -447,7 +447,7 @@ func TestManyLeasesExpireAtOnce(t *testing.T) {
 	if len(left) > 0 {
 		t.Errorf("%d intents not COMPLETED by the reconcilers (first %v)", len(left), left[:min(5, len(left))])
 	}
-	_, finals := e.FinishKeys(keys, FinishOptions{}, nil)
+	_, finals := e.FinishKeys(keys, FinishOptions{})
 
 	found, absent, executed := 0, 0, 0
 	for i, k := range keys {
@@ -733,5 +733,5 @@ func TestEtcdBackendQuotaExhausted(t *testing.T) {
 		t.Errorf("%d intents did not complete after the recovery (first %v)", len(left), left[:min(5, len(left))])
 	}
 	t.Logf("%d large intents filled the quota; %d reads served while full; every one of %d intents COMPLETED after recovery", filled, reads, len(keys))
-	e.FinishKeys(keys, FinishOptions{MinLoad: 50}, refusedWith(codes.ResourceExhausted, "STORE_FULL"))
+	e.FinishKeys(keys, FinishOptions{MinLoad: 50, Noticed: refusedWith(codes.ResourceExhausted, "STORE_FULL")})
 }

@@ -283,13 +283,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	}
 	finals := readAll(t, e, keys)
 	f := Analyze(calls, finals, e.Merchant.ByReference(), RefOrder)
-	for i, p := range f.Problems {
-		if i == 25 {
-			t.Errorf("... and %d more problems", len(f.Problems)-i)
-			break
-		}
-		t.Error(p)
-	}
+	reportProblems(t, f.Problems)
 	if f.Orders != len(keys) {
 		t.Errorf("the merchant holds %d orders for %d intents", f.Orders, len(keys))
 	}
