@@ -38,11 +38,11 @@ func (e *RevisionWentBackError) Error() string {
 		"it was probably restored from an older snapshot without a revision bump, and fencing tokens would go backwards", e.Revision, e.Floor)
 }
 
-// Is makes the refusal match both ErrRevisionWentBack and
-// intent.ErrUnavailable, so that callers that only know the latter still
+// Is makes the refusal match ErrRevisionWentBack, intent.ErrStoreRolledBack
+// and intent.ErrUnavailable, so that callers that only know the latter still
 // treat it as "nothing was decided".
 func (e *RevisionWentBackError) Is(target error) bool {
-	return target == ErrRevisionWentBack || target == intent.ErrUnavailable
+	return target == ErrRevisionWentBack || target == intent.ErrStoreRolledBack || target == intent.ErrUnavailable
 }
 
 // revisionFloor is the lowest etcd revision the store still accepts: the

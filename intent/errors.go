@@ -27,6 +27,11 @@ var (
 	// ErrUnavailable: the store could not be reached or did not answer in
 	// time. Retrying the same call is safe.
 	ErrUnavailable = errors.New("intent: store unavailable")
+	// ErrStoreRolledBack: etcd answered at a revision below one this
+	// replica already saw (restored from a snapshot without a revision
+	// bump): fencing tokens would repeat, so nothing is decided until an
+	// operator restores with a bump. It also matches ErrUnavailable.
+	ErrStoreRolledBack = errors.New("intent: store rolled back")
 	// ErrInvalid: the request is malformed; see InvalidError for the field.
 	ErrInvalid = errors.New("intent: invalid argument")
 	// ErrTooLarge: the change would exceed what one etcd transaction may

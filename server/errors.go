@@ -51,6 +51,7 @@ const (
 	ReasonRevisionCompacted   = "REVISION_COMPACTED"
 	ReasonTooLarge            = "TOO_LARGE"
 	ReasonStoreFull           = "STORE_FULL"
+	ReasonStoreRolledBack     = "STORE_ROLLED_BACK"
 	ReasonInternal            = "INTERNAL"
 )
 
@@ -105,6 +106,9 @@ func toStatus(log *slog.Logger, err error) error {
 		return withDetails(codes.NotFound, "intent: not found", ReasonIntentNotFound, nil)
 	case errors.Is(err, intent.ErrSessionNotFound):
 		return withDetails(codes.NotFound, "session not found: it expired, was closed, or belongs elsewhere; open a new one", ReasonSessionNotFound, nil)
+	case errors.Is(err, intent.ErrStoreRolledBack):
+		log.Error("etcd's revision went back: refusing to decide anything", "err", err)
+		return withDetails(codes.Unavailable, "etcd's revision went back below one this replica already saw (restored from a snapshot without a revision bump?): this replica decides nothing until an operator restores with a bump; another replica may serve", ReasonStoreRolledBack, nil)
 	case errors.Is(err, intent.ErrUnavailable):
 		log.Warn("store unavailable", "err", err)
 		return withDetails(codes.Unavailable, "etcd did not answer in time; retrying the same call is safe", ReasonStoreUnavailable, nil)

@@ -1128,3 +1128,29 @@ func TestStoreUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// An etcd whose revision went back below one the replica saw (a restore
+// without a revision bump) is refused as UNAVAILABLE / STORE_ROLLED_BACK,
+// which names the cause, and nothing is decided.
+func TestStoreRolledBack(t *testing.T) {
+	e := etcdtest.Start(t)
+	store, c := serveStore(t, e, etcdstore.DefaultConfig())
+	f := newFx(t, c)
+	f.register("before", lamp(1))
+	store.RaiseFloor(store.HighestRevision() + 1000)
+	for name, call := range map[string]func() error{
+		"Get": func() error {
+			_, err := c.Get(f.ctx, &intentv1.GetRequest{Key: "before"})
+			return err
+		},
+		"Register": func() error {
+			_, err := c.Register(f.ctx, &intentv1.RegisterRequest{Key: "after", Params: mustStruct(t, lamp(1))})
+			return err
+		},
+	} {
+		d := detailsOf(t, call())
+		if d.code != codes.Unavailable || d.info.GetReason() != server.ReasonStoreRolledBack {
+			t.Errorf("%s on a rolled-back store: %v %s, want UNAVAILABLE %s", name, d.code, d.info.GetReason(), server.ReasonStoreRolledBack)
+		}
+	}
+}

@@ -34,10 +34,11 @@
 //   RESOURCE_EXHAUSTED  TOO_LARGE              a change too large for one etcd transaction
 //   RESOURCE_EXHAUSTED  STORE_FULL             etcd's backend quota is exhausted; reads still served
 //   UNAVAILABLE         STORE_UNAVAILABLE      etcd did not answer in time; retrying the same call is safe
+//   UNAVAILABLE         STORE_ROLLED_BACK      etcd's revision went back (a restore without a revision bump); nothing decided
+//   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
 //
 // Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
 // Statement detail: what became of the intent, in words an agent can use.
-//   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
 //
 // Every request field carries its limits as protovalidate rules
 // (buf.validate), checked before a handler runs; the comments say the same
