@@ -21,6 +21,7 @@ import (
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // fault is what goes wrong on an intent's first execution.
@@ -102,7 +103,7 @@ type chaos struct {
 	cfg   chaosConfig
 	w     *world
 	shop  *shop
-	cut   *CutReply
+	cut   *fakes.CutReply
 	keys  []string
 	terms []*structpb.Struct
 	plan  []fault
@@ -166,9 +167,9 @@ func runChaos(t *testing.T, cfg chaosConfig) {
 	for _, d := range first {
 		ch.queue <- d
 	}
-	ch.cut = &CutReply{}
+	ch.cut = &fakes.CutReply{}
 	if len(cutKeys) > 0 {
-		ch.cut.Cut = CutFirst(http.MethodPost, "/orders", cutKeys...)
+		ch.cut.Cut = fakes.CutFirst(http.MethodPost, "/orders", cutKeys...)
 	}
 	ch.shop = w.shop(ch.cut)
 	t.Logf("chaos: seed=%d intents=%d workers=%d first deliveries=%d (intents delivered twice: %d)",
@@ -469,7 +470,7 @@ func (ch *chaos) reportStuck(remaining int) {
 func (ch *chaos) verify(took time.Duration) {
 	t := ch.t
 	orders := ch.w.merchant.Orders()
-	byKey := map[string]Order{}
+	byKey := map[string]fakes.Order{}
 	for _, o := range orders {
 		byKey[o.Key] = o
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/fencing"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // The providers are the scenarios' measuring instruments: these tests pin
@@ -17,8 +18,8 @@ import (
 // TestPaymentsIdempotency walks the payment provider through Stripe's
 // idempotency rules, one step after another.
 func TestPaymentsIdempotency(t *testing.T) {
-	clock := &Clock{}
-	p := NewPayments(24*time.Hour, clock)
+	clock := &fakes.Clock{}
+	p := fakes.NewPayments(24*time.Hour, clock)
 	url := serve(t, p).URL
 	ctx := testCtx(t, 30*time.Second)
 	acctA := &shop{payments: url, account: "acct_A"}
@@ -75,7 +76,7 @@ func TestPaymentsIdempotency(t *testing.T) {
 	started, release := p.HoldNext()
 	defer release()
 	type answer struct {
-		a   Authorization
+		a   fakes.Authorization
 		err error
 	}
 	held := make(chan answer, 1)
@@ -115,10 +116,10 @@ func TestPaymentsIdempotency(t *testing.T) {
 // TestMerchantIdempotency checks one order per key, its lookup, and the
 // duplicate count by reference.
 func TestMerchantIdempotency(t *testing.T) {
-	m := NewMerchant()
+	m := fakes.NewMerchant()
 	s := &shop{merchant: serve(t, m).URL}
 	ctx := testCtx(t, 30*time.Second)
-	req := OrderRequest{Reference: "p1", Item: "lamp", Quantity: 1}
+	req := fakes.OrderRequest{Reference: "p1", Item: "lamp", Quantity: 1}
 
 	a, err := s.createOrder(ctx, "k1", req)
 	if err != nil {
@@ -127,7 +128,7 @@ func TestMerchantIdempotency(t *testing.T) {
 	if b, err := s.createOrder(ctx, "k1", req); err != nil || b.ID != a.ID {
 		t.Errorf("same key: %+v %v, want order %s again", b, err, a.ID)
 	}
-	if _, err := s.createOrder(ctx, "k1", OrderRequest{Reference: "p1", Item: "lamp", Quantity: 2}); httpStatus(err) != http.StatusUnprocessableEntity {
+	if _, err := s.createOrder(ctx, "k1", fakes.OrderRequest{Reference: "p1", Item: "lamp", Quantity: 2}); httpStatus(err) != http.StatusUnprocessableEntity {
 		t.Errorf("same key, other order: %v, want 422", err)
 	}
 	if o, found, err := s.findOrder(ctx, "k1"); err != nil || !found || o.ID != a.ID {
@@ -150,11 +151,11 @@ func TestMerchantIdempotency(t *testing.T) {
 // TestGatewayFencing checks that the gateway forwards a call only under a
 // token no older than one it admitted for the same intent.
 func TestGatewayFencing(t *testing.T) {
-	courier := &Courier{}
-	g := NewGateway(serve(t, courier).URL)
+	courier := &fakes.Courier{}
+	g := fakes.NewGateway(serve(t, courier).URL)
 	s := &shop{gateway: serve(t, g).URL}
 	ctx := testCtx(t, 30*time.Second)
-	p := Pickup{Parcel: "P-1", Address: "Dock 4"}
+	p := fakes.Pickup{Parcel: "P-1", Address: "Dock 4"}
 
 	steps := []struct {
 		key        string
@@ -188,16 +189,16 @@ func TestGatewayFencing(t *testing.T) {
 }
 
 // TestCutReply checks that a cut request reaches the provider and its
-// caller gets ErrReplyCut, once per key.
+// caller gets fakes.ErrReplyCut, once per key.
 func TestCutReply(t *testing.T) {
-	m := NewMerchant()
-	cut := &CutReply{Cut: CutFirst(http.MethodPost, "/orders", "k1")}
+	m := fakes.NewMerchant()
+	cut := &fakes.CutReply{Cut: fakes.CutFirst(http.MethodPost, "/orders", "k1")}
 	s := &shop{http: &http.Client{Transport: cut}, merchant: serve(t, m).URL}
 	ctx := context.Background()
-	req := OrderRequest{Reference: "p1", Item: "lamp", Quantity: 1}
+	req := fakes.OrderRequest{Reference: "p1", Item: "lamp", Quantity: 1}
 
-	if _, err := s.createOrder(ctx, "k1", req); !errors.Is(err, ErrReplyCut) {
-		t.Fatalf("first k1: %v, want ErrReplyCut", err)
+	if _, err := s.createOrder(ctx, "k1", req); !errors.Is(err, fakes.ErrReplyCut) {
+		t.Fatalf("first k1: %v, want fakes.ErrReplyCut", err)
 	}
 	if m.Count() != 1 {
 		t.Fatalf("the cut request did not reach the merchant: %d orders", m.Count())

@@ -20,6 +20,7 @@ import (
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // Scenario 1. The merchant creates the order, and its reply is lost on the
@@ -34,7 +35,7 @@ func TestLostReplyAfterOrderCreated(t *testing.T) {
 	const key = "s1-purchase-lamp"
 	w.register(t, key, purchase("desk lamp", 1, 8900))
 
-	cut := &CutReply{Cut: CutFirst(http.MethodPost, "/orders")}
+	cut := &fakes.CutReply{Cut: fakes.CutFirst(http.MethodPost, "/orders")}
 	s := w.shop(cut)
 	var executes atomic.Int32
 	var foundOrder string
@@ -65,7 +66,7 @@ func TestLostReplyAfterOrderCreated(t *testing.T) {
 			}
 			switch {
 			case ordered && paid:
-				var a Authorization
+				var a fakes.Authorization
 				if rec.InFlight || rec.Status/100 != 2 || json.Unmarshal(rec.Body, &a) != nil {
 					return client.Undecided(fmt.Sprintf("order %s, and under %s a payment that is in flight or failed (HTTP %d)", o.ID, payKey, rec.Status)), nil
 				}
@@ -83,7 +84,7 @@ func TestLostReplyAfterOrderCreated(t *testing.T) {
 	sess := openSession(t, w.c, "s1-worker", 10*time.Second)
 
 	out, err := sess.Run(ctx, task)
-	if !errors.Is(err, ErrReplyCut) || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
+	if !errors.Is(err, fakes.ErrReplyCut) || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
 		t.Fatalf("first Run: want the cut reply's error and UNKNOWN, got %s", outcomeOf(out, err))
 	}
 	if got := w.merchant.Count(); got != 1 {
@@ -383,7 +384,7 @@ func TestChangedQuantityEscalated(t *testing.T) {
 // forgets keys retention after first use, and no attempt is older than the
 // intent, so once the intent is older than retention (by the provider's
 // clock) the provider's silence proves nothing and a human decides.
-func (s *shop) reconcilePayment(clock *Clock, retention time.Duration, inFlight func()) func(context.Context, *client.Attempt) (client.Evidence, error) {
+func (s *shop) reconcilePayment(clock *fakes.Clock, retention time.Duration, inFlight func()) func(context.Context, *client.Attempt) (client.Evidence, error) {
 	return func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
 		opKey := att.OperationKey("authorize-payment")
 		for {
@@ -494,7 +495,7 @@ func TestRetentionPassedNeedsReview(t *testing.T) {
 	const key = "s7-purchase-printer"
 	w.register(t, key, purchase("printer", 1, 19900))
 
-	s := w.shop(&CutReply{Cut: CutFirst(http.MethodPost, "/v1/payment_intents")})
+	s := w.shop(&fakes.CutReply{Cut: fakes.CutFirst(http.MethodPost, "/v1/payment_intents")})
 	var executes atomic.Int32
 	task := client.Task{
 		Key: key,
@@ -507,7 +508,7 @@ func TestRetentionPassedNeedsReview(t *testing.T) {
 	sess := openSession(t, w.c, "s7-worker", 10*time.Second)
 
 	out, err := sess.Run(ctx, task)
-	if !errors.Is(err, ErrReplyCut) || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
+	if !errors.Is(err, fakes.ErrReplyCut) || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
 		t.Fatalf("first Run: want the cut reply and UNKNOWN, got %s", outcomeOf(out, err))
 	}
 	w.clock.Advance(paymentRetention + time.Hour)
@@ -556,7 +557,7 @@ func TestOrderCreatedPaymentUncertain(t *testing.T) {
 		return p
 	}
 
-	s := w.shop(&CutReply{Cut: CutFirst(http.MethodPost, "/v1/payment_intents")})
+	s := w.shop(&fakes.CutReply{Cut: fakes.CutFirst(http.MethodPost, "/v1/payment_intents")})
 	sess := openSession(t, w.c, "s8-worker", 10*time.Second)
 	out, err := sess.Run(ctx, client.Task{
 		Key: parent,
@@ -572,7 +573,7 @@ func TestOrderCreatedPaymentUncertain(t *testing.T) {
 	order := mustComplete(t, "create-order", out, err)[refOrder]
 	payTask := client.Task{Key: payKey, Execute: s.executePayment, Reconcile: s.reconcilePayment(w.clock, paymentRetention, nil)}
 	out, err = sess.Run(ctx, payTask)
-	if !errors.Is(err, ErrReplyCut) || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
+	if !errors.Is(err, fakes.ErrReplyCut) || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
 		t.Fatalf("authorize-payment: want the cut reply and UNKNOWN, got %s", outcomeOf(out, err))
 	}
 
@@ -613,7 +614,7 @@ func TestOrderCreatedPaymentUncertain(t *testing.T) {
 // executePickup is an Execute that books the attempt's pickup through the
 // gateway under its token.
 func (s *shop) executePickup(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
-	p, err := s.bookPickup(ctx, att.Key, att.Token, Pickup{Parcel: att.Key, Address: "Dock 4"})
+	p, err := s.bookPickup(ctx, att.Key, att.Token, fakes.Pickup{Parcel: att.Key, Address: "Dock 4"})
 	if httpStatus(err) == http.StatusConflict {
 		return nil, client.NotAttempted(err) // refused at the gateway: never reached the courier
 	}
@@ -636,7 +637,7 @@ func (s *shop) reconcilePickup(ctx context.Context, att *client.Attempt) (client
 		return client.Absent(fmt.Sprintf("the gateway forwarded no call for %s and refuses tokens below %s from now on", att.Key, att.Token)), nil
 	}
 	for _, c := range calls {
-		var p Pickup
+		var p fakes.Pickup
 		if c.Status/100 == 2 && json.Unmarshal(c.Body, &p) == nil {
 			return client.Found(refs(refPickup, p.ID)), nil
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // shop is a worker's side of the providers: HTTP calls that carry the
@@ -79,7 +80,7 @@ func (s *shop) do(ctx context.Context, op, method, u string, hdr http.Header, bo
 		return fmt.Errorf("%s: reading the answer: %w", op, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e apiError
+		var e fakes.APIError
 		_ = json.Unmarshal(b, &e)
 		return &providerError{Op: op, Status: resp.StatusCode, Type: e.Error.Type, Code: e.Error.Code, Message: e.Error.Message}
 	}
@@ -92,67 +93,67 @@ func (s *shop) do(ctx context.Context, op, method, u string, hdr http.Header, bo
 }
 
 // createOrder places an order under the idempotency key opKey.
-func (s *shop) createOrder(ctx context.Context, opKey string, o OrderRequest) (Order, error) {
+func (s *shop) createOrder(ctx context.Context, opKey string, o fakes.OrderRequest) (fakes.Order, error) {
 	body, _ := json.Marshal(o)
-	var out Order
+	var out fakes.Order
 	err := s.do(ctx, "merchant create order", http.MethodPost, s.merchant+"/orders",
-		http.Header{IdempotencyKeyHeader: {opKey}, "Content-Type": {"application/json"}}, bytes.NewReader(body), &out)
+		http.Header{fakes.IdempotencyKeyHeader: {opKey}, "Content-Type": {"application/json"}}, bytes.NewReader(body), &out)
 	return out, err
 }
 
 // findOrder asks the merchant for the order under opKey.
-func (s *shop) findOrder(ctx context.Context, opKey string) (Order, bool, error) {
-	var out Order
+func (s *shop) findOrder(ctx context.Context, opKey string) (fakes.Order, bool, error) {
+	var out fakes.Order
 	err := s.do(ctx, "merchant find order", http.MethodGet, s.merchant+"/orders?key="+url.QueryEscape(opKey), nil, nil, &out)
 	if httpStatus(err) == http.StatusNotFound {
-		return Order{}, false, nil
+		return fakes.Order{}, false, nil
 	}
 	return out, err == nil, err
 }
 
 // authorize authorizes a payment under the idempotency key opKey.
-func (s *shop) authorize(ctx context.Context, opKey string, amount int, currency, reference string) (Authorization, error) {
+func (s *shop) authorize(ctx context.Context, opKey string, amount int, currency, reference string) (fakes.Authorization, error) {
 	form := url.Values{"amount": {strconv.Itoa(amount)}, "currency": {currency}, "reference": {reference}}
-	hdr := http.Header{IdempotencyKeyHeader: {opKey}, "Content-Type": {"application/x-www-form-urlencoded"}}
+	hdr := http.Header{fakes.IdempotencyKeyHeader: {opKey}, "Content-Type": {"application/x-www-form-urlencoded"}}
 	if s.account != "" {
-		hdr.Set(AccountHeader, s.account)
+		hdr.Set(fakes.AccountHeader, s.account)
 	}
-	var out Authorization
+	var out fakes.Authorization
 	err := s.do(ctx, "payments authorize", http.MethodPost, s.payments+"/v1/payment_intents", hdr, bytes.NewReader([]byte(form.Encode())), &out)
 	return out, err
 }
 
 // lookupPayment asks the payment provider what it holds under opKey.
-func (s *shop) lookupPayment(ctx context.Context, opKey string) (IdempotencyRecord, bool, error) {
+func (s *shop) lookupPayment(ctx context.Context, opKey string) (fakes.IdempotencyRecord, bool, error) {
 	hdr := http.Header{}
 	if s.account != "" {
-		hdr.Set(AccountHeader, s.account)
+		hdr.Set(fakes.AccountHeader, s.account)
 	}
-	var out IdempotencyRecord
+	var out fakes.IdempotencyRecord
 	err := s.do(ctx, "payments lookup", http.MethodGet, s.payments+"/v1/idempotency_keys?key="+url.QueryEscape(opKey), hdr, nil, &out)
 	if httpStatus(err) == http.StatusNotFound {
-		return IdempotencyRecord{}, false, nil
+		return fakes.IdempotencyRecord{}, false, nil
 	}
 	return out, err == nil, err
 }
 
 // bookPickup books a courier pickup for intent key through the gateway,
 // under token.
-func (s *shop) bookPickup(ctx context.Context, key string, token fencing.Token, p Pickup) (Pickup, error) {
+func (s *shop) bookPickup(ctx context.Context, key string, token fencing.Token, p fakes.Pickup) (fakes.Pickup, error) {
 	body, _ := json.Marshal(p)
-	hdr := http.Header{IntentKeyHeader: {key}, "Content-Type": {"application/json"}}
+	hdr := http.Header{fakes.IntentKeyHeader: {key}, "Content-Type": {"application/json"}}
 	fencing.SetHeader(hdr, token)
-	var out Pickup
+	var out fakes.Pickup
 	err := s.do(ctx, "gateway book pickup", http.MethodPost, s.gateway+"/pickups", hdr, bytes.NewReader(body), &out)
 	return out, err
 }
 
 // forwarded asks the gateway, under token, which calls it passed on for
 // intent key.
-func (s *shop) forwarded(ctx context.Context, key string, token fencing.Token) ([]Forwarded, error) {
+func (s *shop) forwarded(ctx context.Context, key string, token fencing.Token) ([]fakes.Forwarded, error) {
 	hdr := http.Header{}
 	fencing.SetHeader(hdr, token)
-	var out []Forwarded
+	var out []fakes.Forwarded
 	err := s.do(ctx, "gateway lookup", http.MethodGet, s.gateway+"/pickups?intent="+url.QueryEscape(key), hdr, nil, &out)
 	if httpStatus(err) == http.StatusNotFound {
 		return nil, nil
@@ -175,13 +176,13 @@ func purchase(item string, quantity, amountCents int) *structpb.Struct {
 // orderOf is the merchant order an attempt's approved terms ask for. Its
 // reference is the purchase the intent belongs to: the "purchase" param of
 // a sub-operation, else the intent itself.
-func orderOf(att *client.Attempt) OrderRequest {
+func orderOf(att *client.Attempt) fakes.OrderRequest {
 	f := att.Intent.GetParams().GetFields()
 	ref := f["purchase"].GetStringValue()
 	if ref == "" {
 		ref = att.Key
 	}
-	return OrderRequest{Reference: ref, Item: f["item"].GetStringValue(), Quantity: int(f["quantity"].GetNumberValue())}
+	return fakes.OrderRequest{Reference: ref, Item: f["item"].GetStringValue(), Quantity: int(f["quantity"].GetNumberValue())}
 }
 
 // amountOf is the approved amount and currency of an attempt.
@@ -251,11 +252,11 @@ func (s *shop) executePayment(ctx context.Context, att *client.Attempt) (*intent
 // executed the request and will replay that answer, not authorize: Absent
 // would only re-send the same key and get the same answer, so a human
 // decides.
-func paymentEvidence(rec IdempotencyRecord) (client.Evidence, error) {
+func paymentEvidence(rec fakes.IdempotencyRecord) (client.Evidence, error) {
 	if rec.Status/100 != 2 {
 		return client.Undecided(fmt.Sprintf("the provider stored HTTP %d under %s: %s", rec.Status, rec.Key, rec.Body)), nil
 	}
-	var a Authorization
+	var a fakes.Authorization
 	if err := json.Unmarshal(rec.Body, &a); err != nil {
 		return client.Evidence{}, err
 	}

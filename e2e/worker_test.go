@@ -12,6 +12,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // Worker child modes (envWorkerMode).
@@ -109,7 +110,7 @@ func runWorker(ctx context.Context, mode string) error {
 			}
 			// A stopped process's request was already on its way: it does
 			// not see its lease's end before it sends.
-			p, err := s.bookPickup(context.WithoutCancel(ctx), att.Key, att.Token, Pickup{Parcel: att.Key, Address: "Dock 4"})
+			p, err := s.bookPickup(context.WithoutCancel(ctx), att.Key, att.Token, fakes.Pickup{Parcel: att.Key, Address: "Dock 4"})
 			code := httpStatus(err)
 			if err == nil {
 				code = 201

@@ -12,6 +12,7 @@ import (
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // paymentRetention is how long the fake payment provider keeps keys, as
@@ -24,11 +25,11 @@ type world struct {
 	// c is the approver's and reader's client.
 	c *client.Client
 
-	merchant *Merchant
-	payments *Payments
-	clock    *Clock // the payment provider's
-	courier  *Courier
-	gateway  *Gateway
+	merchant *fakes.Merchant
+	payments *fakes.Payments
+	clock    *fakes.Clock // the payment provider's
+	courier  *fakes.Courier
+	gateway  *fakes.Gateway
 
 	merchantURL, paymentsURL, gatewayURL string
 }
@@ -37,11 +38,11 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	d := startIntentd(t)
-	w := &world{intentd: d, c: d.client(t), merchant: NewMerchant(), clock: &Clock{}, courier: &Courier{}}
-	w.payments = NewPayments(paymentRetention, w.clock)
+	w := &world{intentd: d, c: d.client(t), merchant: fakes.NewMerchant(), clock: &fakes.Clock{}, courier: &fakes.Courier{}}
+	w.payments = fakes.NewPayments(paymentRetention, w.clock)
 	w.merchantURL = serve(t, w.merchant).URL
 	w.paymentsURL = serve(t, w.payments).URL
-	w.gateway = NewGateway(serve(t, w.courier).URL)
+	w.gateway = fakes.NewGateway(serve(t, w.courier).URL)
 	w.gatewayURL = serve(t, w.gateway).URL
 	return w
 }

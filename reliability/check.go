@@ -11,6 +11,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // Operations turns recorded calls into porcupine operations on intents. A
@@ -200,7 +201,7 @@ func leaseIssued(c Call) bool {
 // finals are the intents read back (with history), orders the merchant's
 // orders by reference (intent key), refKey the external ref naming the
 // order in a result.
-func Analyze(calls []Call, finals map[string]*intentv1.Intent, orders map[string][]Order, refKey string) Findings {
+func Analyze(calls []Call, finals map[string]*intentv1.Intent, orders map[string][]fakes.Order, refKey string) Findings {
 	var f Findings
 	f.Intents = len(finals)
 	for _, os := range orders {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 // EnvConfig shapes a run's topology.
@@ -45,7 +46,7 @@ type Env struct {
 	// Links are each replica's links to the members: the members' own
 	// proxies, or with PrivateLinks proxies of its own.
 	Links    [][]*Proxy
-	Merchant *Merchant
+	Merchant *fakes.Merchant
 	// MerchantURL is the merchant's base URL.
 	MerchantURL string
 	// Artifacts is where failure artifacts (porcupine's visualization) go.
@@ -62,7 +63,7 @@ func NewEnv(t *testing.T, bins Binaries, report *Report, cfg EnvConfig) *Env {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	e := &Env{T: t, report: report, started: time.Now(), Merchant: NewMerchant()}
+	e := &Env{T: t, report: report, started: time.Now(), Merchant: fakes.NewMerchant()}
 	e.Artifacts = os.Getenv("RELIABILITY_ARTIFACTS")
 	if e.Artifacts == "" {
 		e.Artifacts = t.TempDir()

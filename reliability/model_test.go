@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/fakes"
 )
 
 const key = "k"
@@ -227,18 +228,18 @@ func TestAnalyze(t *testing.T) {
 	lapsed := func(tok uint64, s string) *intentv1.HistoryEntry {
 		return entry(intentv1.HistoryEntry_KIND_LEASE_LAPSED, tok, s)
 	}
-	one := map[string][]Order{key: {{ID: "SO-1", Reference: key}}}
+	one := map[string][]fakes.Order{key: {{ID: "SO-1", Reference: key}}}
 	for _, tc := range []struct {
 		name   string
 		calls  h
 		final  *intentv1.Intent
-		orders map[string][]Order
+		orders map[string][]fakes.Order
 		want   string // "" for no problem, else a piece of the message
 	}{
 		{"clean", happy(), history(regd, acq(10, "s1"), done(10)), one, ""},
 		{"an acknowledged completion missing", happy(), history(regd, acq(10, "s1")), one, "not in the final history"},
 		{"a second order", happy(), history(regd, acq(10, "s1"), done(10)),
-			map[string][]Order{key: {{ID: "SO-1", Reference: key}, {ID: "SO-2", Reference: key}}}, "a second effect"},
+			map[string][]fakes.Order{key: {{ID: "SO-1", Reference: key}, {ID: "SO-2", Reference: key}}}, "a second effect"},
 		{"tokens backwards in real time", register(nil, 0, 1).
 			add(1, 2, 3, acquire("s1", "a"), leased(execute, 10, "s1")).
 			add(1, 4, 5, fenced(OpMarkUnknown, 10, ""), ok).

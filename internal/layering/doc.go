@@ -8,7 +8,7 @@
 //	client      ──► gen, intent, fencing, grpc        (no server, no etcdstore)
 //	intent      ──► fencing, standard library         (the domain model every layer speaks)
 //	fencing     ──► standard library only             (a downstream resource imports it without etcd or gRPC)
-//	e2e         ──► client, gen, fencing              (black box: no server, etcdstore or daemon)
+//	e2e         ──► client, gen, fencing, fakes       (black box: no server, etcdstore or daemon)
 //	intentctl   ──► client, gen, intent, access       (an operator's tool: talks to intentd only over gRPC)
 //	access      ──► intent, standard library          (principals and the tokens file; no gRPC, no etcd)
 //

@@ -1,10 +1,7 @@
-// Package e2e holds intentd's end-to-end tests: they build cmd/intentd,
-// start it as a process with its own embedded etcd, and drive it only
-// through package client, as a worker fleet would. What they assert is the
-// world: how many orders, authorizations and pickups the fake providers of
-// this file actually hold, not what a status field says.
-//
-// The providers run on loopback (httptest) and count effects:
+// Package fakes holds the effect-counting providers the end-to-end and
+// reliability suites measure the world with: they run on loopback
+// (httptest) and count effects, so that a test asserts how many orders,
+// authorizations and pickups really exist, not what a status field says.
 //
 //   - Merchant creates one order per Idempotency-Key and can be asked for
 //     the order of a key.
@@ -18,7 +15,10 @@
 //
 // CutReply is the network fault that matters most: the request reaches the
 // provider, the effect happens, and the answer never comes back.
-package e2e
+//
+// e2e's fakes_test.go pins down that each behaves as documented, through
+// the same client code the scenarios use.
+package fakes
 
 import (
 	"bytes"
@@ -75,9 +75,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// apiError is the error body every provider here answers with, shaped like
+// APIError is the error body every provider here answers with, shaped like
 // Stripe's.
-type apiError struct {
+type APIError struct {
 	Error struct {
 		Type    string `json:"type"`
 		Code    string `json:"code,omitempty"`
@@ -86,7 +86,7 @@ type apiError struct {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, code, format string, args ...any) {
-	var e apiError
+	var e APIError
 	e.Error.Type, e.Error.Code, e.Error.Message = typ, code, fmt.Sprintf(format, args...)
 	writeJSON(w, status, e)
 }
@@ -202,6 +202,17 @@ func (m *Merchant) Orders() []Order {
 	out := make([]Order, len(m.orders))
 	for i, o := range m.orders {
 		out[i] = *o
+	}
+	return out
+}
+
+// ByReference returns every order of each reference, oldest first.
+func (m *Merchant) ByReference() map[string][]Order {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]Order{}
+	for _, o := range m.orders {
+		out[o.Reference] = append(out[o.Reference], *o)
 	}
 	return out
 }
@@ -430,14 +441,14 @@ func (p *Payments) authorize(w http.ResponseWriter, r *http.Request) {
 func (p *Payments) execute(acct string, form url.Values) (int, []byte) {
 	if p.failures > 0 {
 		p.failures--
-		var e apiError
+		var e APIError
 		e.Error.Type, e.Error.Message = "api_error", "An unknown error occurred"
 		b, _ := json.Marshal(e)
 		return http.StatusInternalServerError, b
 	}
 	amount, err := strconv.Atoi(form.Get("amount"))
 	if err != nil || amount <= 0 {
-		var e apiError
+		var e APIError
 		e.Error.Type, e.Error.Code, e.Error.Message = "invalid_request_error", "parameter_invalid_integer", "amount must be a positive integer"
 		b, _ := json.Marshal(e)
 		return http.StatusBadRequest, b
@@ -660,7 +671,7 @@ func (g *Gateway) Refused() int {
 
 // ErrReplyCut is the error CutReply returns in place of a response that
 // the provider did send.
-var ErrReplyCut = errors.New("e2e: connection reset after the request was sent (reply cut)")
+var ErrReplyCut = errors.New("fakes: connection reset after the request was sent (reply cut)")
 
 // CutReply is an http.RoundTripper for a worker's HTTP client that lets a
 // chosen request reach the provider, waits for the provider's answer, and
