@@ -1,7 +1,6 @@
 package access
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -13,9 +12,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 // Tokens of the test files and their hashes, as an operator would compute
@@ -271,24 +271,6 @@ func TestPrincipalRolesAndTenants(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination that tests read while a goroutine writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // writeFile replaces path and moves its modification time on, so that a
 // watcher comparing times notices even on a coarse clock.
 func writeFile(t *testing.T, path, content string, at time.Time) {
@@ -369,7 +351,7 @@ func TestSourceWatch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens.json")
 	base := time.Now().Add(-time.Hour)
 	writeFile(t, path, fileWith("alice"), base)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	s, err := Open(path, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("Open: %v", err)

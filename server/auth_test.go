@@ -26,6 +26,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testlog"
 	"github.com/intentd/intentd/server"
 )
 
@@ -63,31 +64,13 @@ func directory(t *testing.T, members ...member) *access.Directory {
 	return d
 }
 
-// lockedBuffer collects a logger's output for a test to search.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serveGuarded starts one intentd replica with the guard in front of the
 // IntentService, principals from dir and the given rate limits; the guard
 // logs into the returned buffer. The client sends no credentials of its
 // own: calls carry them in their context (asMember).
-func serveGuarded(t *testing.T, e *etcdtest.Server, dir *access.Directory, rates server.RateLimits) (intentv1.IntentServiceClient, *lockedBuffer) {
+func serveGuarded(t *testing.T, e *etcdtest.Server, dir *access.Directory, rates server.RateLimits) (intentv1.IntentServiceClient, *testlog.Buffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	guard, err := server.NewGuard(func() *access.Directory { return dir }, rates, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatalf("NewGuard: %v", err)

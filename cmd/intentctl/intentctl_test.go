@@ -19,6 +19,7 @@ import (
 	"github.com/intentd/intentd/access"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 func decode[M proto.Message](t *testing.T, out string, m M) M {
@@ -339,10 +340,10 @@ func TestWatch(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	exited := make(chan int, 1)
 	go func() { // exits when ctx is cancelled
-		exited <- run(ctx, []string{"watch", key, "--from", "1"}, strings.NewReader(""), out, &syncBuffer{}, func(k string) (string, bool) {
+		exited <- run(ctx, []string{"watch", key, "--from", "1"}, strings.NewReader(""), out, &testlog.Buffer{}, func(k string) (string, bool) {
 			if k == envAddr {
 				return addr, true
 			}

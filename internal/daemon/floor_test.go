@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 // copyDir copies an etcd data directory (stopped) file by file, keeping
@@ -63,31 +62,13 @@ func restoreDir(t *testing.T, copied, dir string) {
 	copyDir(t, copied, dir)
 }
 
-// syncBuffer is a log sink safe for the daemon's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runToExit runs intentd expecting it to refuse to start, and returns why
 // and what it logged.
 func runToExit(t *testing.T, cfg daemon.Config) (error, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	err := daemon.Run(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)), func(addr string) {
 		t.Errorf("intentd started serving on %s, want a refusal", addr)
 		cancel()

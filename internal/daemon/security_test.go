@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,31 +34,14 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
 	"github.com/intentd/intentd/internal/devcerts"
+	"github.com/intentd/intentd/internal/testlog"
 )
-
-// logBuffer is intentd's log in a test, searched while intentd writes.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // runLogged runs intentd in-process with cfg until the test ends and
 // returns its gRPC address and its log.
-func runLogged(t *testing.T, cfg daemon.Config) (string, *logBuffer) {
+func runLogged(t *testing.T, cfg daemon.Config) (string, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan error, 1)
 	ready := make(chan string, 1)
