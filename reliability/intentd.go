@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -133,9 +134,16 @@ type Intentd struct {
 	args []string
 	logs *lineLog
 
+	// served counts the calls it logged as finished, over its restarts.
+	served atomic.Int64
+
 	mu   sync.Mutex
 	proc *process
 }
+
+// Served is how many calls the replica has answered (its "finished call"
+// log lines), over all its runs: proof that it carried load.
+func (d *Intentd) Served() int64 { return d.served.Load() }
 
 // StartIntentd starts intentd from bin against cfg.Endpoints and waits until
 // it serves. It is stopped when the test ends.
@@ -203,6 +211,10 @@ func (d *Intentd) Restart() error {
 	p, err := startProcess("intentd "+d.Name, d.bin, d.args, d.logs, func(line string) {
 		var rec struct {
 			Msg string `json:"msg"`
+		}
+		if strings.Contains(line, `"msg":"finished call"`) {
+			d.served.Add(1)
+			return
 		}
 		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "intentd serving" {
 			once.Do(func() { close(serving) })
