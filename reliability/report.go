@@ -89,7 +89,7 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  lost acknowledged transitions        %d\n", lost)
 	fmt.Fprintf(&b, "  linearizability violations           %d\n", viol)
 	fmt.Fprintf(&b, "  other invariant violations           %d\n", other)
-	fmt.Fprintf(&b, "  known issue: created=false for own    %d (Register after an ambiguous commit)\n", misreported)
+	fmt.Fprintf(&b, "  own Register answered created=false  %d (must be 0: a lost reply read back)\n", misreported)
 	fmt.Fprintf(&b, "  longest recovery after heal          %v (%s)\n", longest.Round(time.Millisecond), longestRun)
 	for _, run := range r.runs {
 		var seen []string
