@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 var (
@@ -97,43 +97,12 @@ func buildIntentd(dir string) (string, error) {
 	return bin, nil
 }
 
-// lineLog keeps the lines a process wrote, for the failure report.
-type lineLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *lineLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, s)
-}
-
-// tail returns the last n lines.
-func (l *lineLog) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := l.lines
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Write makes a lineLog an io.Writer of whole or partial lines.
-func (l *lineLog) Write(p []byte) (int, error) {
-	for _, s := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		l.add(s)
-	}
-	return len(p), nil
-}
-
 // intentd is a running intentd process.
 type intentd struct {
 	// Addr is its gRPC address.
 	Addr   string
 	cmd    *exec.Cmd
-	logs   *lineLog
+	logs   *testlog.Lines
 	exited chan struct{}
 }
 
@@ -160,7 +129,7 @@ func startIntentd(t *testing.T) *intentd {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start intentd: %v", err)
 	}
-	d := &intentd{cmd: cmd, logs: &lineLog{}, exited: make(chan struct{})}
+	d := &intentd{cmd: cmd, logs: &testlog.Lines{}, exited: make(chan struct{})}
 	addr := make(chan string, 1)
 	go func() { // exits when intentd closes stderr (it exited)
 		sc := bufio.NewScanner(stderr)
@@ -168,7 +137,7 @@ func startIntentd(t *testing.T) *intentd {
 		found := false
 		for sc.Scan() {
 			line := sc.Text()
-			d.logs.add(line)
+			d.logs.Add(line)
 			if found {
 				continue
 			}
@@ -190,9 +159,9 @@ func startIntentd(t *testing.T) *intentd {
 	case d.Addr = <-addr:
 		return d
 	case <-d.exited:
-		t.Fatalf("intentd exited before serving:\n%s", d.logs.tail(40))
+		t.Fatalf("intentd exited before serving:\n%s", d.logs.Tail(40))
 	case <-time.After(30 * time.Second):
-		t.Fatalf("intentd did not log \"intentd serving\" within 30s:\n%s", d.logs.tail(40))
+		t.Fatalf("intentd did not log \"intentd serving\" within 30s:\n%s", d.logs.Tail(40))
 	}
 	return nil
 }
@@ -212,7 +181,7 @@ func (d *intentd) stop(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("intentd log (last lines):\n%s", d.logs.tail(30))
+		t.Logf("intentd log (last lines):\n%s", d.logs.Tail(30))
 	}
 }
 
@@ -318,7 +287,7 @@ type child struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string // closed when stdout closes
-	out    *lineLog
+	out    *testlog.Lines
 	exited chan struct{}
 }
 
@@ -337,7 +306,7 @@ func startChild(t *testing.T, mode string, env ...string) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lineLog{}
+	out := &testlog.Lines{}
 	cmd.Stderr = out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start worker child: %v", err)
@@ -346,7 +315,7 @@ func startChild(t *testing.T, mode string, env ...string) *child {
 	go func() { // exits when the child closes stdout (it exited)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			out.add(sc.Text())
+			out.Add(sc.Text())
 			c.lines <- sc.Text()
 		}
 		close(c.lines)
@@ -362,7 +331,7 @@ func startChild(t *testing.T, mode string, env ...string) *child {
 			<-c.exited
 		}
 		if t.Failed() {
-			t.Logf("worker child %s output:\n%s", mode, out.tail(40))
+			t.Logf("worker child %s output:\n%s", mode, out.Tail(40))
 		}
 	})
 	return c
@@ -378,7 +347,7 @@ func (c *child) expect(prefix string, within time.Duration) string {
 		select {
 		case line, ok := <-c.lines:
 			if !ok {
-				c.t.Fatalf("worker child exited before printing %q:\n%s", prefix, c.out.tail(40))
+				c.t.Fatalf("worker child exited before printing %q:\n%s", prefix, c.out.Tail(40))
 			}
 			if strings.HasPrefix(line, "error ") {
 				c.t.Fatalf("worker child: %s", line)
@@ -387,7 +356,7 @@ func (c *child) expect(prefix string, within time.Duration) string {
 				return strings.TrimSpace(rest)
 			}
 		case <-timer.C:
-			c.t.Fatalf("worker child printed no %q within %v:\n%s", prefix, within, c.out.tail(40))
+			c.t.Fatalf("worker child printed no %q within %v:\n%s", prefix, within, c.out.Tail(40))
 		}
 	}
 }
@@ -414,7 +383,7 @@ func (c *child) wait(within time.Duration) {
 	select {
 	case <-c.exited:
 	case <-time.After(within):
-		c.t.Fatalf("worker child still running after %v:\n%s", within, c.out.tail(40))
+		c.t.Fatalf("worker child still running after %v:\n%s", within, c.out.Tail(40))
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 // ClusterConfig shapes an etcd cluster for a test.
@@ -56,7 +58,7 @@ type Member struct {
 
 	c    *Cluster
 	args []string
-	logs *lineLog
+	logs *testlog.Lines
 
 	mu      sync.Mutex
 	proc    *process
@@ -95,7 +97,7 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 			ClientURL:  fmt.Sprintf("http://127.0.0.1:%d", cport),
 			peerListen: fmt.Sprintf("http://127.0.0.1:%d", pport),
 			c:          c,
-			logs:       &lineLog{},
+			logs:       &testlog.Lines{},
 		}
 		m.PeerURL = m.peerListen
 		m.Proxy, err = NewProxy(strings.TrimPrefix(m.ClientURL, "http://"))
@@ -145,7 +147,7 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 			}
 			m.mu.Unlock()
 			if t.Failed() {
-				t.Logf("etcd %s log (last lines):\n%s", m.Name, m.logs.tail(15))
+				t.Logf("etcd %s log (last lines):\n%s", m.Name, m.logs.Tail(15))
 			}
 		}
 	})

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 // EtcdVersion is the etcd release the suite runs: the one tools/go.mod pins
@@ -132,7 +134,7 @@ type Intentd struct {
 
 	bin  string
 	args []string
-	logs *lineLog
+	logs *testlog.Lines
 
 	// served counts the calls it logged as finished, over its restarts.
 	served atomic.Int64
@@ -161,7 +163,7 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 	}
 	// Every call is logged at info; the failure report wants the rest.
 	quiet := func(line string) bool { return strings.Contains(line, `"msg":"finished call"`) }
-	d := &Intentd{Name: name, Addr: fmt.Sprintf("127.0.0.1:%d", port), Config: cfg, bin: bin, logs: &lineLog{skip: quiet}}
+	d := &Intentd{Name: name, Addr: fmt.Sprintf("127.0.0.1:%d", port), Config: cfg, bin: bin, logs: &testlog.Lines{Skip: quiet}}
 	d.DataDir = t.TempDir()
 	d.ClockFile = filepath.Join(d.DataDir, "clock-offset")
 	d.args = []string{
@@ -189,7 +191,7 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 			t.Errorf("intentd %s ignored SIGTERM for 5s; killed", name)
 		}
 		if t.Failed() {
-			t.Logf("intentd %s log (last lines):\n%s", name, d.logs.tail(20))
+			t.Logf("intentd %s log (last lines):\n%s", name, d.logs.Tail(20))
 		}
 	})
 	if err := d.Restart(); err != nil {
@@ -228,10 +230,10 @@ func (d *Intentd) Restart() error {
 	case <-serving:
 		return nil
 	case <-p.exited:
-		return fmt.Errorf("reliability: intentd %s exited before serving:\n%s", d.Name, d.logs.tail(20))
+		return fmt.Errorf("reliability: intentd %s exited before serving:\n%s", d.Name, d.logs.Tail(20))
 	case <-time.After(30 * time.Second):
 		p.kill()
-		return fmt.Errorf("reliability: intentd %s did not serve within 30s:\n%s", d.Name, d.logs.tail(20))
+		return fmt.Errorf("reliability: intentd %s did not serve within 30s:\n%s", d.Name, d.logs.Tail(20))
 	}
 }
 

@@ -7,57 +7,25 @@ import (
 	"math/rand/v2"
 	"net"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/intentd/intentd/internal/testlog"
 )
-
-// lineLog keeps the last lines a process wrote, for failure reports.
-type lineLog struct {
-	// skip, if set, leaves out lines not worth keeping.
-	skip  func(string) bool
-	mu    sync.Mutex
-	lines []string
-}
-
-const keepLines = 400
-
-func (l *lineLog) add(s string) {
-	if l.skip != nil && l.skip(s) {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, s)
-	if len(l.lines) > 2*keepLines {
-		l.lines = append([]string(nil), l.lines[len(l.lines)-keepLines:]...)
-	}
-}
-
-// tail returns the last n lines.
-func (l *lineLog) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := l.lines
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 // process is one run of a child process whose stderr is read line by line.
 // It is killed (SIGKILL) if the test binary dies first (Pdeathsig).
 type process struct {
 	name   string
 	cmd    *exec.Cmd
-	logs   *lineLog
+	logs   *testlog.Lines
 	exited chan struct{} // closed once the process exited and was reaped
 }
 
 // startProcess starts bin with args; onLine, if not nil, sees every line of
 // its stderr (from a goroutine that exits when the process does).
-func startProcess(name, bin string, args []string, logs *lineLog, onLine func(string)) (*process, error) {
+func startProcess(name, bin string, args []string, logs *testlog.Lines, onLine func(string)) (*process, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
@@ -73,7 +41,7 @@ func startProcess(name, bin string, args []string, logs *lineLog, onLine func(st
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			logs.add(line)
+			logs.Add(line)
 			if onLine != nil {
 				onLine(line)
 			}

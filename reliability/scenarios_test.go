@@ -22,6 +22,20 @@ func leader(t *testing.T, c *Cluster) *Member {
 	return m
 }
 
+// cutFor cuts links for d, heals them, and returns when the cut ended (as
+// an offset in the history).
+func (e *Env) cutFor(links []*Proxy, d time.Duration) time.Duration {
+	for _, p := range links {
+		p.Cut()
+	}
+	time.Sleep(d)
+	until := e.Rec.Since()
+	for _, p := range links {
+		p.Heal()
+	}
+	return until
+}
+
 // restart starts m again, failing the test if it cannot.
 func restart(t *testing.T, m *Member) {
 	t.Helper()
@@ -172,14 +186,7 @@ func TestEtcdUnreachable(t *testing.T) {
 	e.WaitOK(100, 20*time.Second)
 
 	ev := e.Faults.Inject("cut-etcd-links", "every link from intentd to etcd cut for 4s")
-	for _, p := range e.Links[0] {
-		p.Cut()
-	}
-	time.Sleep(4 * time.Second)
-	cutUntil := e.Rec.Since()
-	for _, p := range e.Links[0] {
-		p.Heal()
-	}
+	cutUntil := e.cutFor(e.Links[0], 4*time.Second)
 	e.Faults.Heal(ev)
 	time.Sleep(2 * time.Second)
 	e.Finish(load, FinishOptions{})
@@ -293,14 +300,7 @@ func TestReplicaCutOff(t *testing.T) {
 	e.WaitOK(100, 20*time.Second)
 
 	ev := e.Faults.Inject("cut-off-replica", "replica r1's links to etcd cut for 4s; r0 keeps its own")
-	for _, p := range e.Links[1] {
-		p.Cut()
-	}
-	time.Sleep(4 * time.Second)
-	cutUntil := e.Rec.Since()
-	for _, p := range e.Links[1] {
-		p.Heal()
-	}
+	cutUntil := e.cutFor(e.Links[1], 4*time.Second)
 	e.Faults.Heal(ev)
 	time.Sleep(3 * time.Second)
 	e.Finish(load, FinishOptions{})

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/intentd/intentd/internal/testlog"
 )
 
 // WorkerProcs are worker processes serving a Load's deliveries next to its
@@ -47,7 +49,7 @@ func (e *Env) StartWorkerProcs(load *Load, n int) *WorkerProcs {
 	}}
 	e.T.Cleanup(ws.kill)
 	for i := range n {
-		w := &WorkerProc{Name: fmt.Sprintf("p%d", i), ws: ws, logs: &lineLog{}}
+		w := &WorkerProc{Name: fmt.Sprintf("p%d", i), ws: ws, logs: &testlog.Lines{}}
 		ws.Procs = append(ws.Procs, w)
 		if err := w.Start(); err != nil {
 			e.T.Fatal(err)
@@ -152,7 +154,7 @@ type WorkerProc struct {
 	Name string
 
 	ws   *WorkerProcs
-	logs *lineLog
+	logs *testlog.Lines
 
 	mu         sync.Mutex
 	life       *procLife
@@ -244,7 +246,7 @@ func (w *WorkerProc) ClientIDs() []int {
 
 // Logs returns the last lines the process wrote besides its reports (its
 // stderr and the test binary's own output), for failure messages.
-func (w *WorkerProc) Logs() string { return w.logs.tail(40) }
+func (w *WorkerProc) Logs() string { return w.logs.Tail(40) }
 
 // Start starts a new life of the process (a fresh session, a fresh client
 // id), taking deliveries from the load.
@@ -375,7 +377,7 @@ func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			w.logs.add(sc.Text())
+			w.logs.Add(sc.Text())
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
@@ -385,7 +387,7 @@ func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
 	for sc.Scan() {
 		var l workerLine
 		if b := sc.Bytes(); len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &l) != nil {
-			w.logs.add(sc.Text())
+			w.logs.Add(sc.Text())
 			continue
 		}
 		switch l.Ev {
@@ -396,7 +398,7 @@ func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
 				w.mu.Unlock()
 			}
 		case lineSession:
-			w.logs.add("session " + l.Session)
+			w.logs.Add("session " + l.Session)
 			w.mu.Lock()
 			w.sessions++
 			w.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/internal/netaddr"
 )
 
 // DefaultAddr is where intentd listens when started without flags.
@@ -124,23 +124,10 @@ func (g *globals) check() error {
 			return usagef("--token: must be printable ASCII without spaces")
 		}
 	}
-	if g.token != "" && !g.useTLS() && !loopback(g.addr) {
+	if g.token != "" && !g.useTLS() && !netaddr.Loopback(g.addr) {
 		return usagef("--token: refusing to send a bearer token in plain text to %s; use --tls (plaintext is for loopback only)", g.addr)
 	}
 	return nil
-}
-
-// loopback reports whether addr is host:port on this machine.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (g *globals) tlsConfig() (*tls.Config, error) {

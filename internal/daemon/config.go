@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/intentd/intentd/internal/netaddr"
 )
 
 // Config is intentd's configuration. Start from DefaultConfig.
@@ -137,20 +139,6 @@ func DefaultConfig() Config {
 // TLS reports whether the gRPC listener serves TLS.
 func (c Config) TLS() bool { return c.TLSCert != "" }
 
-// loopback reports whether a listen address can only be reached from this
-// machine.
-func loopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // Embedded reports whether intentd runs its own etcd.
 func (c Config) Embedded() bool { return len(c.EtcdEndpoints) == 0 }
 
@@ -200,10 +188,10 @@ func (c Config) Validate() error {
 	if c.TLSClientAuth != "require" && c.TLSClientAuth != "optional" {
 		bad("--tls-client-auth %q: want require or optional", c.TLSClientAuth)
 	}
-	if !c.TLS() && !c.Insecure && !loopback(c.Listen) {
+	if !c.TLS() && !c.Insecure && !netaddr.Loopback(c.Listen) {
 		bad("--listen %s: without TLS intentd serves loopback only; give --tls-cert and --tls-key, or --insecure to serve plaintext anyway", c.Listen)
 	}
-	if c.TokensFile == "" && !c.Insecure && !loopback(c.Listen) {
+	if c.TokensFile == "" && !c.Insecure && !netaddr.Loopback(c.Listen) {
 		bad("--listen %s: without --tokens-file every caller is an anonymous admin, which intentd allows on loopback only; give --tokens-file, or --insecure to serve without authentication anyway", c.Listen)
 	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {

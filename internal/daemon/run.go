@@ -32,6 +32,7 @@ import (
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/netaddr"
 	"github.com/intentd/intentd/server"
 )
 
@@ -137,7 +138,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverCerts.config())))
 	} else {
-		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", loopback(cfg.Listen))
+		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
 	}
 	m := newMetrics(store)
 	srv, err := newGRPCServer(log, guard, m, opts...)
