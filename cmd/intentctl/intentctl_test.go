@@ -304,6 +304,8 @@ func TestUsageErrors(t *testing.T) {
 		{"derive-key field twice", []string{"derive-key", "purchase", "a=1", "a=2"}, nil, "given twice"},
 		{"derive-key rounded number", []string{"derive-key", "purchase", "id=12345678901234567890"}, nil, "quote it"},
 		{"zero timeout", []string{"get", "k", "--timeout", "0s"}, nil, "--timeout"},
+		{"bad timeout says what a duration is", []string{"get", "k", "--timeout", "abc"}, nil, `--timeout "abc": not valid, want a duration such as 500ms`},
+		{"bad page size says what it wants", []string{"list", "--page-size", "x"}, nil, `--page-size "x": not valid, want a whole number`},
 		{"cert without key", []string{"get", "k", "--cert", "c.pem"}, nil, "--cert and --key"},
 		{"token in plaintext off loopback", []string{"get", "k", "--addr", "intentd.example:7650", "--token", "itd_x"}, nil, "plain text"},
 		{"token from env in plaintext off loopback", []string{"get", "k"}, map[string]string{envAddr: "10.1.2.3:7650", envToken: "itd_x"}, "plain text"},

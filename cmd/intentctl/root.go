@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/internal/cliflag"
 	"github.com/intentd/intentd/internal/netaddr"
 )
 
@@ -63,7 +64,7 @@ code, reason, field and statement on stderr and exit 1 (2 for usage errors).`,
 			return g.fromEnv(cmd, env)
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: err.Error()} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: cliflag.Explain(err).Error()} })
 	f := root.PersistentFlags()
 	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address (env "+envAddr+")")
 	f.StringVar(&g.tenant, "tenant", "", `tenant of the request; empty means intentd's "default"`)

@@ -6,10 +6,16 @@
 // instead. Every flag can also be set as an INTENTD_* environment variable:
 // --etcd-endpoints is INTENTD_ETCD_ENDPOINTS. A flag given on the command
 // line wins over the environment.
+//
+// Exit status: 0 after a clean stop, 1 when intentd fails while starting or
+// serving (etcd unreachable, port taken), 2 for a bad flag, environment
+// variable or argument (nothing was started).
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,35 +24,92 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/intentd/intentd/internal/cliflag"
 	"github.com/intentd/intentd/internal/daemon"
 )
 
+// Exit statuses.
+const (
+	exitFailure = 1
+	exitUsage   = 2
+)
+
 func main() {
-	if err := newCommand().Execute(); err != nil {
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stderr))
 }
 
-func newCommand() *cobra.Command {
+// run executes intentd with args and returns its exit status. Every error
+// is printed here, once, on stderr: cobra finds bad flags before RunE runs,
+// so printing only in RunE would exit silently on them.
+func run(args []string, stderr io.Writer) int {
+	cmd := newCommand(stderr)
+	cmd.SetArgs(args)
+	cmd.SetOut(os.Stdout)
+	cmd.SetErr(stderr)
+	err := cmd.Execute()
+	if err == nil {
+		return 0
+	}
+	// Errors from the daemon name intentd already.
+	fmt.Fprintln(stderr, "intentd: "+strings.TrimPrefix(err.Error(), "intentd: "))
+	var u *usageError
+	if errors.As(err, &u) {
+		fmt.Fprintln(stderr, "Run 'intentd --help' for usage.")
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// usageError is an error in how intentd was called: a flag, environment
+// variable or argument. Nothing was started; it exits 2.
+type usageError struct{ err error }
+
+func (u *usageError) Error() string { return u.err.Error() }
+func (u *usageError) Unwrap() error { return u.err }
+
+// envName is the environment variable of a flag: --etcd-endpoints is
+// INTENTD_ETCD_ENDPOINTS.
+func envName(flag string) string {
+	return "INTENTD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func newCommand(stderr io.Writer) *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	cmd := &cobra.Command{
-		Use:           "intentd",
-		Short:         "Durable, fenced records of approved business intents, on etcd",
-		Args:          cobra.NoArgs,
+		Use:   "intentd",
+		Short: "Durable, fenced records of approved business intents, on etcd",
+		Long: `intentd serves the intent.v1.IntentService API: the durable, fenced record
+of approved business intents, on an embedded or external etcd.
+
+Every flag can also be set by the environment variable named after it; a
+flag on the command line wins. Exit status: 0 after a clean stop, 1 when
+intentd fails while starting or serving, 2 for a bad flag, environment
+variable or argument.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return &usageError{err: fmt.Errorf("unexpected argument %q: intentd takes flags only", args[0])}
+			}
+			return nil
+		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := fromEnv(cmd.Flags()); err != nil {
-				return report(err)
+				return &usageError{err: err}
 			}
 			if err := cfg.Validate(); err != nil {
-				return report(err)
+				return &usageError{err: err}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return report(daemon.Run(ctx, cfg, cfg.Logger(), nil))
+			var ready func(addr string)
+			if cfg.LogFormat == "text" {
+				ready = func(addr string) { fmt.Fprint(stderr, nextSteps(addr, cfg)) }
+			}
+			return daemon.Run(ctx, cfg, cfg.Logger(), ready)
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: cliflag.Explain(err)} })
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (comma-separated); empty runs an embedded etcd")
@@ -83,7 +146,21 @@ func newCommand() *cobra.Command {
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
 	f.StringVar(&cfg.ClockOffsetFile, "fault-clock-offset-file", "", "testing only (fault injection): file holding a Go duration (5m, -5m) added to intentd's wall clock, re-read every 100ms")
 	_ = f.MarkHidden("fault-clock-offset-file") // not for production use
+	f.VisitAll(func(fl *pflag.Flag) { fl.Usage += " (env " + envName(fl.Name) + ")" })
 	return cmd
+}
+
+// nextSteps is what a person who just started intentd by hand reads once it
+// serves: where, and what to try. Only with text logs: a JSON log stays
+// JSON for the machines that read it.
+func nextSteps(addr string, cfg daemon.Config) string {
+	ctl := "intentctl --addr " + addr
+	if cfg.TLS() {
+		ctl += " --cacert <ca.pem>"
+	}
+	return fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s review-queue`.\n"+
+		"intentd: Ctrl-C or SIGTERM stops it. `go run` does not pass SIGTERM on: beyond a first try, `go build -o bin/intentd ./cmd/intentd` and run that.\n",
+		addr, ctl)
 }
 
 // fromEnv sets every flag not given on the command line from its INTENTD_*
@@ -91,22 +168,14 @@ func newCommand() *cobra.Command {
 func fromEnv(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		name := "INTENTD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		v, ok := os.LookupEnv(name)
 		if !ok || f.Changed || err != nil {
 			return
 		}
-		if serr := fs.Set(f.Name, v); serr != nil {
-			err = fmt.Errorf("%s=%q: %w", name, v, serr)
+		if fs.Set(f.Name, v) != nil {
+			err = cliflag.BadValue(fmt.Sprintf("%s (--%s)", name, f.Name), v, f)
 		}
 	})
-	return err
-}
-
-func report(err error) error {
-	if err != nil {
-		// Errors from the daemon name intentd already.
-		fmt.Fprintln(os.Stderr, "intentd: "+strings.TrimPrefix(err.Error(), "intentd: "))
-	}
 	return err
 }

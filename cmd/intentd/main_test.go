@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// intentdBin is this package built as a binary: these tests run intentd
+// as a user does, exit status and stderr included.
+var intentdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "intentd-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	intentdBin = filepath.Join(dir, "intentd")
+	if out, err := exec.Command("go", "build", "-o", intentdBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runIntentd runs the binary to its end (it must end within 30s) and
+// returns its stderr and exit status.
+func runIntentd(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, intentdBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stderr.String(), 0
+	case errors.As(err, &exit):
+		return stderr.String(), exit.ExitCode()
+	default:
+		t.Fatalf("run intentd %v: %v", args, err)
+		return "", 0
+	}
+}
+
+// A bad flag, an unknown flag or a stray argument used to exit 1 with no
+// output at all: cobra found it before RunE, and errors were silenced.
+// Each must print one line naming the flag (or argument) and the problem,
+// then the usage hint, and exit 2; nothing is started. A failure while
+// starting is still exit 1, with its message.
+func TestBadFlagIsNotSilent(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		env       []string
+		args      []string
+		wantCode  int
+		wantFirst string // the first line of stderr
+	}{
+		{"bad duration", nil, []string{"--retention", "bogus"}, exitUsage,
+			`intentd: --retention "bogus": not valid, want a duration such as 500ms, 90s, 15m or 720h`},
+		{"bad duration, = form", nil, []string{"--request-timeout=abc"}, exitUsage,
+			`intentd: --request-timeout "abc": not valid, want a duration such as 500ms, 90s, 15m or 720h`},
+		{"bad number", nil, []string{"--rate-per-principal", "abc"}, exitUsage,
+			`intentd: --rate-per-principal "abc": not valid, want a number such as 500 or 0.5`},
+		{"bad integer", nil, []string{"--max-recv-msg-size", "x"}, exitUsage,
+			`intentd: --max-recv-msg-size "x": not valid, want a whole number`},
+		{"bad bool", nil, []string{"--insecure=maybe"}, exitUsage,
+			`intentd: --insecure "maybe": not valid, want true or false`},
+		{"unknown flag", nil, []string{"--foo"}, exitUsage,
+			`intentd: unknown flag: --foo`},
+		{"flag without its value", nil, []string{"--listen"}, exitUsage,
+			`intentd: flag needs an argument: --listen`},
+		{"stray argument", nil, []string{"serve"}, exitUsage,
+			`intentd: unexpected argument "serve": intentd takes flags only`},
+		{"value out of range", nil, []string{"--retention", "-1h"}, exitUsage,
+			`intentd: --retention -1h0m0s: must be positive`},
+		{"bad environment variable", []string{"INTENTD_RETENTION=bogus"}, nil, exitUsage,
+			`intentd: INTENTD_RETENTION (--retention) "bogus": not valid, want a duration such as 500ms, 90s, 15m or 720h`},
+		{"etcd unreachable is a runtime failure", nil, []string{
+			"--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "1s",
+			"--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "",
+		}, exitFailure, `intentd: etcd at [http://127.0.0.1:1] does not answer`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stderr, code := runIntentd(t, tc.env, tc.args...)
+			if code != tc.wantCode {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", code, tc.wantCode, stderr)
+			}
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+			if !strings.HasPrefix(lines[0], tc.wantFirst) {
+				t.Errorf("first line of stderr %q, want it to start with %q", lines[0], tc.wantFirst)
+			}
+			if tc.wantCode != exitUsage {
+				return
+			}
+			want := []string{lines[0], "Run 'intentd --help' for usage."}
+			if len(lines) != 2 || lines[1] != want[1] {
+				t.Errorf("stderr %q, want exactly %q", lines, want)
+			}
+		})
+	}
+}
+
+// intentd --help lists, for every flag, the environment variable that sets
+// it (it used to say so only in general, in the package doc).
+func TestHelpNamesEveryFlagsEnvironmentVariable(t *testing.T) {
+	out, err := exec.Command(intentdBin, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("intentd --help: %v\n%s", err, out)
+	}
+	cmd := newCommand(&bytes.Buffer{})
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		field := strings.Fields(line)
+		if len(field) == 0 || !strings.HasPrefix(field[0], "--") || field[0] == "--help" {
+			continue
+		}
+		n++
+		name := strings.TrimPrefix(field[0], "--")
+		if want := "(env " + envName(name) + ")"; !strings.Contains(line, want) {
+			t.Errorf("--help line %q lacks %s", line, want)
+		}
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("--help lists --%s, which is no flag", name)
+		}
+	}
+	if n < 20 {
+		t.Errorf("--help listed %d flags, want all of them (at least 20):\n%s", n, out)
+	}
+}
+
+// Started by hand, intentd used to say only a log line; once it serves it
+// now says where and what to try next, in one or two plain lines, and a
+// SIGTERM to the process stops it cleanly (exit 0).
+func TestServingSaysWhereAndWhatNext(t *testing.T) {
+	cmd := exec.Command(intentdBin,
+		"--listen", "127.0.0.1:0", "--data-dir", t.TempDir(),
+		"--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0",
+		"--metrics-listen", "")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 64)
+	go func() { // exits when intentd closes stderr
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	timeout := time.After(60 * time.Second)
+	var next []string
+	for len(next) < 2 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("intentd exited before saying it serves: %v", cmd.Wait())
+			}
+			if strings.HasPrefix(l, "intentd: ") {
+				next = append(next, l)
+			}
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			t.Fatal("intentd said nothing about serving within 60s")
+		}
+	}
+	if !strings.Contains(next[0], "serving on 127.0.0.1:") || !strings.Contains(next[0], "README.md") || !strings.Contains(next[0], "intentctl --addr 127.0.0.1:") {
+		t.Errorf("first plain line %q, want where intentd serves, the README tour and intentctl", next[0])
+	}
+	if !strings.Contains(next[1], "go build -o bin/intentd ./cmd/intentd") {
+		t.Errorf("second plain line %q, want how to stop it and how to build the binary", next[1])
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for range lines { // drain until intentd closes stderr
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("intentd after SIGTERM: %v, want exit 0", err)
+	}
+}
