@@ -144,6 +144,7 @@ variable or argument.`,
 	f.DurationVar(&cfg.ReloadInterval, "reload-interval", cfg.ReloadInterval, "how often the tokens and TLS files are checked for changes")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "text or json")
+	f.BoolVar(&cfg.AccessLog, "access-log", false, "log every call at INFO, health checks and reflection included (off: refused calls only)")
 	f.StringVar(&cfg.ClockOffsetFile, "fault-clock-offset-file", "", "testing only (fault injection): file holding a Go duration (5m, -5m) added to intentd's wall clock, re-read every 100ms")
 	_ = f.MarkHidden("fault-clock-offset-file") // not for production use
 	f.VisitAll(func(fl *pflag.Flag) { fl.Usage += " (env " + envName(fl.Name) + ")" })

@@ -57,6 +57,11 @@ type Config struct {
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
 	LogFormat string
+	// AccessLog logs every call, health checks and reflection included, at
+	// INFO. Off, a call is logged only when it is refused (at the level its
+	// code calls for); successful calls are DEBUG, and health checks and
+	// reflection are not logged.
+	AccessLog bool
 
 	// TLSCert and TLSKey turn on TLS for the gRPC listener; TLSClientCA
 	// verifies client certificates, which TLSClientAuth ("require" or

@@ -11,12 +11,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -141,7 +144,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
 	}
 	m := newMetrics(store)
-	srv, err := newGRPCServer(log, guard, m, opts...)
+	srv, err := newGRPCServer(log, guard, m, cfg.AccessLog, opts...)
 	if err != nil {
 		return err
 	}
@@ -339,7 +342,12 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 // (protovalidate rules in the proto), in that order. A panic becomes
 // INTERNAL with a generic message: the stack goes to the log, never to the
 // client.
-func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, opts ...grpc.ServerOption) (*grpc.Server, error) {
+//
+// Without accessLog the log is what an operator reads: refused calls at the
+// level their code calls for, successful ones at DEBUG, health checks and
+// reflection (a grpcurl session makes dozens of calls) not at all. With it,
+// every call is logged.
+func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog bool, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	validateUnary, validateStream, err := server.ValidationInterceptors()
 	if err != nil {
 		return nil, err
@@ -352,15 +360,27 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, opts ...gr
 		return status.Error(codes.Internal, "internal error")
 	})
 	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
+	logged := selector.MatchFunc(func(context.Context, interceptors.CallMeta) bool { return true })
+	if !accessLog {
+		logOpts = append(logOpts, logging.WithLevels(func(c codes.Code) logging.Level {
+			if c == codes.OK {
+				return logging.LevelDebug
+			}
+			return logging.DefaultServerCodeToLevel(c)
+		}))
+		logged = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+			return c.Service != healthpb.Health_ServiceDesc.ServiceName && !strings.HasPrefix(c.Service, "grpc.reflection.")
+		})
+	}
 	unary := append([]grpc.UnaryServerInterceptor{
 		m.grpc.UnaryServerInterceptor(),
-		logging.UnaryServerInterceptor(logger, logOpts...),
+		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(logger, logOpts...), logged),
 		recovery.UnaryServerInterceptor(onPanic),
 	}, guard.Unary()...)
 	unary = append(unary, validateUnary)
 	stream := append([]grpc.StreamServerInterceptor{
 		m.grpc.StreamServerInterceptor(),
-		logging.StreamServerInterceptor(logger, logOpts...),
+		selector.StreamServerInterceptor(logging.StreamServerInterceptor(logger, logOpts...), logged),
 		recovery.StreamServerInterceptor(onPanic),
 	}, guard.Stream()...)
 	stream = append(stream, validateStream)
