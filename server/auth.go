@@ -306,9 +306,16 @@ func (g *Guard) limit(p *access.Principal, tenant string) error {
 			for _, t := range taken {
 				t.Cancel()
 			}
-			return withDetails(codes.ResourceExhausted, fmt.Sprintf("rate limit of %s exceeded; retry in %v", b.key, d.Round(time.Millisecond)),
+			// The delay to the next token is often a fraction of a
+			// millisecond: rounded down it read "retry in 0s". Round up to
+			// whole milliseconds, the same in the text and the RetryInfo.
+			retry := d.Truncate(time.Millisecond)
+			if retry < d {
+				retry += time.Millisecond
+			}
+			return withDetails(codes.ResourceExhausted, fmt.Sprintf("rate limit of %s exceeded; retry in %v", b.key, retry),
 				ReasonRateLimited, map[string]string{"limit": b.key},
-				&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+				&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
 		}
 		taken = append(taken, res)
 	}

@@ -916,3 +916,40 @@ func TestPrincipalRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// A rate-limit refusal said "retry in 0s": the delay to the next token is
+// often under a millisecond, and the text rounded it down (the RetryInfo
+// said a few hundred microseconds). At 2,000 calls a second every delay is
+// under half a millisecond; each refusal must now say at least 1ms, in
+// whole milliseconds, the same in its text and its RetryInfo.
+func TestRateLimitRetryIsNotZero(t *testing.T) {
+	hasty := member{name: "hasty", tenants: []string{"acme"}, roles: []access.Role{access.RoleReader}, token: "tok-hasty-aa"}
+	c, _ := serveGuarded(t, etcdtest.Start(t), directory(t, hasty), server.RateLimits{PerPrincipal: 2000, PrincipalBurst: 1})
+	var mu sync.Mutex
+	var refusals []error
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 40 {
+				_, err := c.DeriveKey(callAs(t, hasty), &intentv1.DeriveKeyRequest{Action: "buy", Identity: mustStruct(t, map[string]any{"order": "1"})})
+				if status.Code(err) == codes.ResourceExhausted {
+					mu.Lock()
+					refusals = append(refusals, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(refusals) == 0 {
+		t.Fatal("320 calls at 2,000/s with a burst of 1 were never rate limited")
+	}
+	for _, err := range refusals {
+		delay := retryDelay(err)
+		_, text, _ := strings.Cut(status.Convert(err).Message(), "retry in ")
+		said, perr := time.ParseDuration(text)
+		if delay < time.Millisecond || delay%time.Millisecond != 0 || perr != nil || said != delay {
+			t.Fatalf("refusal %q with RetryInfo %v: want a whole number of milliseconds, at least 1ms, the same in the text", status.Convert(err).Message(), delay)
+		}
+	}
+}
