@@ -76,24 +76,35 @@ const paramsField = "params"
 //     JSON and are an error, as is a json.Number that does not parse as a
 //     finite double.
 //
-// Every number is a double, so integers beyond 2^53 (9007199254740992) lose
-// precision exactly as a float64 does: 123456789012345678 becomes
-// 123456789012345680, and 2^53+1 becomes 9007199254740992. Every JCS
-// implementation does the same, which keeps fingerprints portable, but it
-// means two such integers can share a canonical form. Write amounts in minor
-// units (cents) well below 2^53, and identifiers and exact decimals as strings.
+// Every number is a double, and beyond 2^53 (9007199254740992) doubles
+// cannot tell neighbouring integers apart: 9007199254740993 arrives as
+// 9007199254740992, so two different orders would share one canonical form,
+// one fingerprint, one derived key, and become one intent. Numbers of
+// magnitude 2^53 or more are therefore refused, never rounded: the range
+// accepted is the one I-JSON (RFC 7493, section 2.2) calls interoperable,
+// -(2^53-1) to 2^53-1. Every double that large is an integer, so the rule
+// covers 1e21 and 1e300 alike; fractions are only possible below it. (The
+// canonical spelling of the numbers accepted is still RFC 8785's, so any JCS
+// implementation computes the same fingerprint; they only never see a number
+// it would write in exponent notation above 1e21.) Send identifiers, large
+// amounts and exact decimals as strings; amounts in minor units (cents) fit.
 //
 // Nesting deeper than MaxDepth and canonical forms longer than MaxParamsBytes
-// are refused. Errors are *InvalidError values naming the field "params" and,
-// in the reason, where in v the problem is (as a path like $.items[2].price).
+// are refused. Errors are *InvalidError values whose field is "params"
+// followed by the JSON path of the offending value, such as
+// params.items[2].price or params["unit price"] (just "params" for the size
+// limit), so that a client can find it in what it sent.
 func Canonical(v any) ([]byte, error) {
-	return canonicalize(v, paramsField)
+	return canonicalize(v, paramsField, paramsField)
 }
 
 // CanonicalJSON parses the JSON text b and returns its canonical form, as
 // Canonical describes it. Numbers are read as their decimal text
 // (json.Number), so the text, not an intermediate float of some other
-// parser, is what gets normalized.
+// parser, is what gets normalized, and with the text at hand a number is
+// refused, as ExactNumber describes, when canonicalization would change its
+// value: 9007199254740993, 0.10000000000000000001 or 1e-400, each of which a
+// double holds only as a neighbour (that another text would share).
 //
 // The text must be one JSON value, optionally surrounded by whitespace, and
 // in the I-JSON subset RFC 8785 requires: valid UTF-8, no unpaired surrogate
@@ -102,7 +113,8 @@ func Canonical(v any) ([]byte, error) {
 // error rather than a silent choice, since a choice another parser could
 // make differently would give another fingerprint for the same text. Texts
 // longer than four times MaxParamsBytes are refused before parsing.
-// Errors are *InvalidError values naming the field "params".
+// Errors are *InvalidError values naming the field "params" (with the JSON
+// path of the value, as for Canonical).
 func CanonicalJSON(b []byte) ([]byte, error) {
 	if len(b) > maxJSONTextBytes {
 		return nil, Invalid(paramsField, "JSON text is %d bytes, more than the limit of %d", len(b), maxJSONTextBytes)
@@ -111,7 +123,7 @@ func CanonicalJSON(b []byte) ([]byte, error) {
 	if err != nil {
 		return nil, Invalid(paramsField, "%v", err)
 	}
-	return canonicalize(v, paramsField)
+	return canonicalize(v, paramsField, paramsField)
 }
 
 // Fingerprint returns the lowercase hex SHA-256 of canonical, which should be
@@ -137,9 +149,10 @@ func Fingerprint(canonical []byte) string {
 // make one approved action distinct from another (merchant, cart, the
 // business's own discriminator for legitimate repeats), never a per-attempt
 // id or a timestamp, or every retry would get a new key. identity must be a
-// non-empty object; its numbers follow Canonical's rules, so identifiers are
-// best sent as strings. Errors are *InvalidError values naming "action" or
-// "identity".
+// non-empty object; its numbers follow Canonical's rules (magnitude below
+// 2^53), so identifiers are best sent as strings. Errors are *InvalidError
+// values naming "action", or "identity" followed by the JSON path of the
+// offending value (identity.items[2].sku).
 func DeriveKey(action string, identity map[string]any) (key string, canonical []byte, err error) {
 	if err := validateAction(action); err != nil {
 		return "", nil, err
@@ -147,7 +160,9 @@ func DeriveKey(action string, identity map[string]any) (key string, canonical []
 	if len(identity) == 0 {
 		return "", nil, Invalid("identity", "must be a non-empty object")
 	}
-	canonical, err = canonicalize(map[string]any{"action": action, "identity": identity}, "identity")
+	// The path of a value starts at the object hashed, whose "identity"
+	// member is the request's field of that name.
+	canonical, err = canonicalize(map[string]any{"action": action, "identity": identity}, "", "identity")
 	if err != nil {
 		return "", nil, err
 	}
@@ -245,10 +260,16 @@ func describeByte(c byte) string {
 	return fmt.Sprintf("byte 0x%02x", c)
 }
 
-// canonicalize is Canonical with the request field its errors name.
-func canonicalize(v any, field string) ([]byte, error) {
-	e := &encoder{}
+// canonicalize is Canonical with the names its errors use: root names the
+// top-level value in a path (empty when the value's members are themselves
+// request fields), field names the whole value, for the size limit.
+func canonicalize(v any, root, field string) ([]byte, error) {
+	e := &encoder{root: root}
 	if err := e.value(v, 0); err != nil {
+		var ie *InvalidError
+		if errors.As(err, &ie) {
+			return nil, err
+		}
 		return nil, Invalid(field, "%v", err)
 	}
 	if len(e.buf) > MaxParamsBytes {
@@ -260,9 +281,10 @@ func canonicalize(v any, field string) ([]byte, error) {
 var errTooLarge = fmt.Errorf("canonical form is longer than the limit of %d bytes", MaxParamsBytes)
 
 // encoder writes the canonical form of a decoded JSON value. path records
-// where it is, for error messages only.
+// where it is, under root, for error messages only.
 type encoder struct {
 	buf  []byte
+	root string
 	path []pathElem
 }
 
@@ -274,26 +296,33 @@ type pathElem struct {
 	isKey bool
 }
 
-// errorf returns an error that says where in the value the encoder is.
+// maxPathKeyLen bounds how much of one object key a path repeats: the path
+// travels back in an error, and a key may be as long as the params.
+const maxPathKeyLen = 64
+
+// errorf returns an *InvalidError naming the value the encoder is at by its
+// path, such as params.items[2].price.
 func (e *encoder) errorf(format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	if len(e.path) == 0 {
-		return errors.New(msg)
-	}
 	var b strings.Builder
-	b.WriteString("$")
+	b.WriteString(e.root)
 	for _, p := range e.path {
 		switch {
 		case !p.isKey:
 			fmt.Fprintf(&b, "[%d]", p.index)
 		case isPathName(p.key):
-			b.WriteString(".")
+			if b.Len() > 0 {
+				b.WriteString(".")
+			}
 			b.WriteString(p.key)
 		default:
-			fmt.Fprintf(&b, "[%q]", p.key)
+			k := p.key
+			if len(k) > maxPathKeyLen {
+				k = k[:maxPathKeyLen] + "..."
+			}
+			fmt.Fprintf(&b, "[%q]", k) // %q: printable and valid UTF-8 whatever k holds
 		}
 	}
-	return fmt.Errorf("at %s: %s", b.String(), msg)
+	return Invalid(b.String(), format, args...)
 }
 
 // isPathName reports whether key can be written as .key in a path.
@@ -328,25 +357,25 @@ func (e *encoder) value(v any, depth int) error {
 	case json.Number:
 		return e.jsonNumber(v)
 	case int:
-		return e.number(float64(v))
+		return e.integer(int64(v))
 	case int8:
-		return e.number(float64(v))
+		return e.integer(int64(v))
 	case int16:
-		return e.number(float64(v))
+		return e.integer(int64(v))
 	case int32:
-		return e.number(float64(v))
+		return e.integer(int64(v))
 	case int64:
-		return e.number(float64(v))
+		return e.integer(int64(v))
 	case uint:
-		return e.number(float64(v))
+		return e.unsigned(uint64(v))
 	case uint8:
-		return e.number(float64(v))
+		return e.unsigned(uint64(v))
 	case uint16:
-		return e.number(float64(v))
+		return e.unsigned(uint64(v))
 	case uint32:
-		return e.number(float64(v))
+		return e.unsigned(uint64(v))
 	case uint64:
-		return e.number(float64(v))
+		return e.unsigned(uint64(v))
 	case map[string]any:
 		if v == nil {
 			e.buf = append(e.buf, "null"...)
@@ -421,26 +450,116 @@ func (e *encoder) string(s string) error {
 	return nil
 }
 
+// maxExactInteger is 2^53: from here on a double cannot hold every
+// integer, so a number of this magnitude or more may stand for another.
+const maxExactInteger = 1 << 53
+
 func (e *encoder) number(f float64) error {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return e.errorf("%v is not a JSON number", f)
+	}
+	if math.Abs(f) >= maxExactInteger {
+		return e.errorf("%s", errBeyondDouble(string(appendNumber(nil, f))))
 	}
 	e.buf = appendNumber(e.buf, f)
 	return nil
 }
 
-func (e *encoder) jsonNumber(n json.Number) error {
-	if l, ok := numberLen(string(n)); !ok || l != len(n) {
-		return e.errorf("%q is not a JSON number", string(n))
+// integer encodes a Go integer, refused from 2^53 on like any number (and
+// named as given, not as the double it would round to).
+func (e *encoder) integer(n int64) error {
+	if n >= maxExactInteger || n <= -maxExactInteger {
+		return e.errorf("%s", errBeyondDouble(strconv.FormatInt(n, 10)))
 	}
-	f, err := strconv.ParseFloat(string(n), 64)
+	return e.number(float64(n))
+}
+
+func (e *encoder) unsigned(n uint64) error {
+	if n >= maxExactInteger {
+		return e.errorf("%s", errBeyondDouble(strconv.FormatUint(n, 10)))
+	}
+	return e.number(float64(n))
+}
+
+func (e *encoder) jsonNumber(n json.Number) error {
+	f, err := ExactNumber(string(n))
 	if err != nil {
-		// The syntax was checked above, so this is a range error: the
-		// magnitude is beyond the largest double. (Too small rounds to 0,
-		// as in every JCS implementation, without an error.)
-		return e.errorf("number %s is out of the range of a double", string(n))
+		return e.errorf("%v", err)
 	}
 	return e.number(f)
+}
+
+func errBeyondDouble(n string) error {
+	return fmt.Errorf("number %s has a magnitude of 2^53 (9007199254740992) or more, where a double cannot tell neighbouring integers apart and two different values could become one intent: send identifiers and large amounts as strings", n)
+}
+
+// ExactNumber parses s, a JSON number (RFC 8259), and returns the double
+// Canonical writes for it. It refuses, rather than rounds, a number that
+// canonicalization would change: one whose value is not that of the double
+// written back (9007199254740993 becomes 9007199254740992, 1e-400 becomes
+// 0, 0.10000000000000000001 becomes 0.1), and, like Canonical, one of
+// magnitude 2^53 or more. So two texts ExactNumber accepts have the same
+// canonical form only if they spell the same number. Spellings are free:
+// 40, 40.0, 4e1 and 400e-1 are all 40; 0.1 is accepted because 0.1 is what
+// its double is written back as.
+func ExactNumber(s string) (float64, error) {
+	if l, ok := numberLen(s); !ok || l != len(s) {
+		return 0, fmt.Errorf("%q is not a JSON number", s)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		// The syntax was checked above, so this is a range error: the
+		// magnitude is beyond the largest double.
+		return 0, fmt.Errorf("number %s is out of the range of a double", s)
+	}
+	if math.Abs(f) >= maxExactInteger {
+		return 0, errBeyondDouble(s)
+	}
+	if back := strconv.FormatFloat(f, 'e', -1, 64); !sameDecimal(s, back) {
+		return 0, fmt.Errorf("number %s would be canonicalized to %s, another value, which other texts share: a double cannot hold it as written; send identifiers and exact decimals as strings", s, string(appendNumber(nil, f)))
+	}
+	return f, nil
+}
+
+// sameDecimal reports whether a and b, numbers in JSON syntax (b may have
+// a '+' exponent sign, as strconv writes it), have the same decimal value.
+func sameDecimal(a, b string) bool {
+	na, da, ea, oka := decimal(a)
+	nb, db, eb, okb := decimal(b)
+	if !oka || !okb {
+		return false
+	}
+	if da == "" || db == "" { // zero, whatever its sign
+		return da == db
+	}
+	return na == nb && da == db && ea == eb
+}
+
+// decimal splits a number into its sign, its significant digits (no leading
+// or trailing zeros; empty for zero) and the exponent e such that the value
+// is 0.digits × 10^e. ok is false when the exponent does not fit an int,
+// which for a nonzero value no double can match anyway.
+func decimal(s string) (neg bool, digits string, exp int, ok bool) {
+	if neg = strings.HasPrefix(s, "-"); neg {
+		s = s[1:]
+	}
+	mant, expText, hasExp := strings.Cut(strings.ToLower(s), "e")
+	if hasExp {
+		var err error
+		if exp, err = strconv.Atoi(expText); err != nil {
+			return neg, "", 0, strings.Trim(strings.ReplaceAll(mant, ".", ""), "0") == ""
+		}
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	exp += len(whole)
+	digits = whole + frac
+	trimmed := strings.TrimLeft(digits, "0")
+	exp -= len(digits) - len(trimmed)
+	digits = strings.TrimRight(trimmed, "0")
+	if digits == "" {
+		exp = 0
+	}
+	return neg, digits, exp, true
 }
 
 // compareUTF16 orders strings as RFC 8785 sorts object keys: as sequences of

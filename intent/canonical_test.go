@@ -34,23 +34,20 @@ func TestCanonicalJSONNumbers(t *testing.T) {
 		{"-0", "0"},
 		{"-0.0", "0"},
 		{"0e10", "0"},
-		{"1e20", "100000000000000000000"},
-		{"1e21", "1e+21"},
-		{"1e23", "1e+23"},
-		{"12345678901234567890123", "1.2345678901234568e+22"},
+		{"9007199254740991", "9007199254740991"},
+		{"-9007199254740991", "-9007199254740991"},
+		{"9007199254740991.0", "9007199254740991"},
+		{"90071992547409.91e2", "9007199254740991"},
+		{"4503599627370495.5", "4503599627370495.5"},
 		{"1e-5", "0.00001"},
 		{"1e-6", "0.000001"},
 		{"0.000001234", "0.000001234"},
 		{"1e-7", "1e-7"},
 		{"-1e-7", "-1e-7"},
 		{"1.5e-7", "1.5e-7"},
-		// Beyond 2^53 integers round to the nearest double.
-		{"123456789012345678", "123456789012345680"},
-		{"9007199254740993", "9007199254740992"},
 		{"5e-324", "5e-324"},
-		{"2.5e-324", "5e-324"},
-		{"1e-400", "0"},
-		{"1.7976931348623157e308", "1.7976931348623157e+308"},
+		{"0e-400", "0"},
+		{"-0e999999999999999999999", "0"},
 	}
 	for _, tt := range tests {
 		got, err := CanonicalJSON([]byte(tt.in))
@@ -64,7 +61,9 @@ func TestCanonicalJSONNumbers(t *testing.T) {
 	}
 }
 
-// TestCanonicalFloat64 uses the number samples of RFC 8785, Appendix B.
+// TestCanonicalFloat64 uses the number samples of RFC 8785, Appendix B:
+// appendNumber writes every one as ECMAScript does, and Canonical writes
+// those below 2^53 in magnitude and refuses the others.
 func TestCanonicalFloat64(t *testing.T) {
 	tests := []struct {
 		bits uint64
@@ -97,12 +96,18 @@ func TestCanonicalFloat64(t *testing.T) {
 	}
 	for _, tt := range tests {
 		f := math.Float64frombits(tt.bits)
-		got, err := Canonical(f)
-		if err != nil {
-			t.Errorf("Canonical(%#016x) error: %v", tt.bits, err)
-			continue
+		if got := appendNumber(nil, f); string(got) != tt.want {
+			t.Errorf("appendNumber(%#016x) = %s, want %s", tt.bits, got, tt.want)
 		}
-		if string(got) != tt.want {
+		got, err := Canonical(f)
+		switch {
+		case math.Abs(f) >= 1<<53:
+			if err == nil {
+				t.Errorf("Canonical(%#016x) = %s, want an error: 2^53 or more", tt.bits, got)
+			}
+		case err != nil:
+			t.Errorf("Canonical(%#016x) error: %v", tt.bits, err)
+		case string(got) != tt.want:
 			t.Errorf("Canonical(%#016x) = %s, want %s", tt.bits, got, tt.want)
 		}
 	}
@@ -116,8 +121,9 @@ func TestCanonicalGoNumbers(t *testing.T) {
 		{int(40), "40"},
 		{int8(-8), "-8"},
 		{uint8(255), "255"},
-		{int64(1<<53 + 1), "9007199254740992"},
-		{uint64(math.MaxUint64), "18446744073709552000"},
+		{int64(1<<53 - 1), "9007199254740991"},
+		{int64(-(1<<53 - 1)), "-9007199254740991"},
+		{uint64(1<<53 - 1), "9007199254740991"},
 		{json.Number("40.00"), "40"},
 		{json.Number("-0"), "0"},
 	}
@@ -386,7 +392,7 @@ func TestCanonicalJSONRejects(t *testing.T) {
 		{"encoded surrogate", "\"\xed\xa0\x80\"", "invalid UTF-8"},
 		{"invalid UTF-8 in key", "{\"\xc3\":1}", "invalid UTF-8"},
 		{"too large a number", `1e400`, "out of the range"},
-		{"too small a number", `[-1e400]`, "at $[0]: number -1e400 is out of the range"},
+		{"too small a number", `[-1e400]`, "number -1e400 is out of the range"},
 		{"too deep", deep, "nesting is deeper than 32 levels"},
 		{"too long", `"` + strings.Repeat(" ", 4*MaxParamsBytes) + `"`, "JSON text is"},
 	}
@@ -396,9 +402,13 @@ func TestCanonicalJSONRejects(t *testing.T) {
 			if err == nil {
 				t.Fatalf("CanonicalJSON(%+q) = %s, want an error", tt.in, got)
 			}
+			want := "params"
+			if tt.name == "too small a number" {
+				want = "params[0]" // the number's path; the other texts are not JSON at all
+			}
 			field, reason := invalidReason(t, err)
-			if field != "params" {
-				t.Errorf("field = %q, want %q", field, "params")
+			if field != want {
+				t.Errorf("field = %q, want %q", field, want)
 			}
 			if !strings.Contains(reason, tt.reason) {
 				t.Errorf("reason = %q, want it to contain %q", reason, tt.reason)
@@ -412,23 +422,25 @@ func TestCanonicalRejects(t *testing.T) {
 	tests := []struct {
 		name   string
 		in     any
+		field  string
 		reason string
 	}{
-		{"NaN", math.NaN(), "NaN is not a JSON number"},
-		{"+Inf", math.Inf(1), "+Inf is not a JSON number"},
-		{"-Inf in array", []any{1.0, math.Inf(-1)}, "at $[1]: -Inf is not a JSON number"},
-		{"NaN deep", map[string]any{"a": map[string]any{"b c": []any{math.NaN()}}}, `at $.a["b c"][0]: NaN`},
-		{"invalid UTF-8 string", map[string]any{"s": "\xff"}, "at $.s: string"},
-		{"invalid UTF-8 key", map[string]any{"\xff": 1.0}, "not valid UTF-8"},
-		{"float32", float32(1.5), "float32 is not a JSON value"},
-		{"struct", map[string]any{"x": custom{A: 1}}, "at $.x: intent.custom is not a JSON value"},
-		{"string map", map[string]string{"a": "b"}, "map[string]string is not a JSON value"},
-		{"hex json.Number", json.Number("0x10"), `"0x10" is not a JSON number`},
-		{"empty json.Number", json.Number(""), `"" is not a JSON number`},
-		{"json.Number with space", json.Number("1 "), `"1 " is not a JSON number`},
-		{"json.Number NaN", json.Number("NaN"), `"NaN" is not a JSON number`},
-		{"json.Number out of range", json.Number("-1e309"), "out of the range"},
-		{"too large", strings.Repeat("x", MaxParamsBytes-1), "longer than the limit of 65536 bytes"},
+		{"NaN", math.NaN(), "params", "NaN is not a JSON number"},
+		{"+Inf", math.Inf(1), "params", "+Inf is not a JSON number"},
+		{"-Inf in array", []any{1.0, math.Inf(-1)}, "params[1]", "-Inf is not a JSON number"},
+		{"NaN deep", map[string]any{"a": map[string]any{"b c": []any{math.NaN()}}}, `params.a["b c"][0]`, "NaN"},
+		{"invalid UTF-8 string", map[string]any{"s": "\xff"}, "params.s", "not valid UTF-8"},
+		{"invalid UTF-8 key", map[string]any{"\xff": 1.0}, "params", "not valid UTF-8"},
+		{"float32", float32(1.5), "params", "float32 is not a JSON value"},
+		{"struct", map[string]any{"x": custom{A: 1}}, "params.x", "intent.custom is not a JSON value"},
+		{"string map", map[string]string{"a": "b"}, "params", "map[string]string is not a JSON value"},
+		{"hex json.Number", json.Number("0x10"), "params", `"0x10" is not a JSON number`},
+		{"empty json.Number", json.Number(""), "params", `"" is not a JSON number`},
+		{"json.Number with space", json.Number("1 "), "params", `"1 " is not a JSON number`},
+		{"json.Number NaN", json.Number("NaN"), "params", `"NaN" is not a JSON number`},
+		{"json.Number out of range", json.Number("-1e309"), "params", "out of the range"},
+		{"long odd key", map[string]any{strings.Repeat("k ", 40): math.NaN()}, `params["` + strings.Repeat("k ", 32) + `..."]`, "NaN"},
+		{"too large", strings.Repeat("x", MaxParamsBytes-1), "params", "longer than the limit of 65536 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -437,13 +449,125 @@ func TestCanonicalRejects(t *testing.T) {
 				t.Fatalf("Canonical = %s, want an error", got)
 			}
 			field, reason := invalidReason(t, err)
-			if field != "params" {
-				t.Errorf("field = %q, want %q", field, "params")
+			if field != tt.field {
+				t.Errorf("field = %q, want %q", field, tt.field)
 			}
 			if !strings.Contains(reason, tt.reason) {
 				t.Errorf("reason = %q, want it to contain %q", reason, tt.reason)
 			}
 		})
+	}
+}
+
+// TestLargeIntegersAreRefusedNotMerged: numbers a double cannot hold apart
+// from their neighbours (magnitude 2^53 or more, or, in a JSON text, a value
+// canonicalization would change) are refused with the JSON path of the
+// number, never rounded into the canonical form of another value.
+func TestLargeIntegersAreRefusedNotMerged(t *testing.T) {
+	values := []struct {
+		name  string
+		in    any
+		field string
+	}{
+		{"2^53 as a double", map[string]any{"order_id": float64(1 << 53)}, "params.order_id"},
+		{"2^53+1 as a double (arrives as 2^53)", map[string]any{"order_id": float64(1<<53 + 1)}, "params.order_id"},
+		{"-2^53", map[string]any{"order_id": -float64(1 << 53)}, "params.order_id"},
+		{"1e21", map[string]any{"n": 1e21}, "params.n"},
+		{"1e300", map[string]any{"n": 1e300}, "params.n"},
+		{"largest double", map[string]any{"n": math.MaxFloat64}, "params.n"},
+		{"in an array", map[string]any{"items": []any{map[string]any{"sku": "a"}, map[string]any{"sku": "b"}, map[string]any{"sku": 1e17}}}, "params.items[2].sku"},
+		{"int64", map[string]any{"order_id": int64(1<<53 + 1)}, "params.order_id"},
+		{"uint64", []any{uint64(math.MaxUint64)}, "params[0]"},
+		{"json.Number", map[string]any{"order_id": json.Number("9007199254740993")}, "params.order_id"},
+	}
+	for _, tt := range values {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Canonical(tt.in)
+			if err == nil {
+				t.Fatalf("Canonical = %s, want an error", got)
+			}
+			field, reason := invalidReason(t, err)
+			if field != tt.field {
+				t.Errorf("field = %q, want %q", field, tt.field)
+			}
+			if !strings.Contains(reason, "as strings") {
+				t.Errorf("reason = %q, want it to say to send such values as strings", reason)
+			}
+		})
+	}
+
+	texts := []struct{ in, field string }{
+		{`{"order_id":9007199254740993}`, "params.order_id"},
+		{`{"order_id":9007199254740992}`, "params.order_id"},
+		{`{"order_id":-9007199254740992}`, "params.order_id"},
+		{`{"order_id":123456789012345678}`, "params.order_id"},
+		{`{"n":1e21}`, "params.n"},
+		{`{"n":1.7976931348623157e308}`, "params.n"},
+		{`{"items":[{"sku":1},{"sku":2},{"sku":12345678901234567890}]}`, "params.items[2].sku"},
+		// Below 2^53, but not as written: canonicalization would change
+		// the value, and another text would share its canonical form.
+		{`{"n":9007199254740991.5}`, "params.n"},
+		{`{"n":0.10000000000000000001}`, "params.n"},
+		{`{"n":1e-400}`, "params.n"},
+		{`{"n":2.5e-324}`, "params.n"},
+	}
+	for _, tt := range texts {
+		got, err := CanonicalJSON([]byte(tt.in))
+		if err == nil {
+			t.Errorf("CanonicalJSON(%s) = %s, want an error", tt.in, got)
+			continue
+		}
+		field, reason := invalidReason(t, err)
+		if field != tt.field || !strings.Contains(reason, "as strings") {
+			t.Errorf("CanonicalJSON(%s): field %q, reason %q; want field %q and a reason that says to send it as a string", tt.in, field, reason, tt.field)
+		}
+	}
+
+	// The largest magnitude accepted, and the key it derives, distinct
+	// from its neighbour's.
+	a, _, errA := DeriveKey("ship", map[string]any{"order_id": float64(1<<53 - 1)})
+	b, _, errB := DeriveKey("ship", map[string]any{"order_id": float64(1<<53 - 2)})
+	if errA != nil || errB != nil || a == b {
+		t.Errorf("DeriveKey of 2^53-1 and 2^53-2 = %s, %v and %s, %v; want two distinct keys", a, errA, b, errB)
+	}
+	for _, id := range []float64{1<<53 + 1, 1 << 53} {
+		if key, _, err := DeriveKey("ship", map[string]any{"order_id": id}); err == nil {
+			t.Errorf("DeriveKey(order_id %v) = %s, want an error", id, key)
+		} else if field, _ := invalidReason(t, err); field != "identity.order_id" {
+			t.Errorf("DeriveKey(order_id %v): field %q, want %q", id, field, "identity.order_id")
+		}
+	}
+}
+
+func TestExactNumber(t *testing.T) {
+	tests := []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"40", 40, true},
+		{"40.000", 40, true},
+		{"4e1", 40, true},
+		{"400E-1", 40, true},
+		{"0.1", 0.1, true},
+		{"-0", 0, true},
+		{"0.000e-999999999999", 0, true},
+		{"9007199254740991", 1<<53 - 1, true},
+		{"-9007199254740991", -(1<<53 - 1), true},
+		{"9007199254740992", 0, false},
+		{"9007199254740993", 0, false},
+		{"0.1000000000000000055511151231257827021181583404541015625", 0, false}, // 0.1's exact binary value: written back as 0.1
+		{"1e-999999999999", 0, false},
+		{"1e400", 0, false},
+		{"01", 0, false},
+		{"1.", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := ExactNumber(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("ExactNumber(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
 	}
 }
 
@@ -643,9 +767,10 @@ func TestDeriveKeyRejects(t *testing.T) {
 		{"action non-ASCII", "bestellung-ä", ok, "action"},
 		{"nil identity", "refund", nil, "identity"},
 		{"empty identity", "refund", map[string]any{}, "identity"},
-		{"NaN in identity", "refund", map[string]any{"n": math.NaN()}, "identity"},
-		{"unsupported type in identity", "refund", map[string]any{"t": struct{}{}}, "identity"},
-		{"identity too deep", "refund", map[string]any{"x": nested(MaxDepth - 1)}, "identity"},
+		{"NaN in identity", "refund", map[string]any{"n": math.NaN()}, "identity.n"},
+		{"unsupported type in identity", "refund", map[string]any{"t": struct{}{}}, "identity.t"},
+		{"identity too deep", "refund", map[string]any{"x": nested(MaxDepth - 1)}, "identity.x" + strings.Repeat("[0]", MaxDepth-2)},
+		{"identity too large", "refund", map[string]any{"x": strings.Repeat("x", MaxParamsBytes)}, "identity"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -86,7 +86,7 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 	if err != nil {
 		return nil, nested(prefix, err)
 	}
-	params, err := canonicalParams(prefix+"params", r.GetParams())
+	params, err := canonicalParams(prefix, r.GetParams())
 	if err != nil {
 		return nil, err
 	}
@@ -187,16 +187,17 @@ func nested(prefix string, err error) error {
 	return &intent.InvalidError{Field: prefix + inv.Field, Reason: inv.Reason}
 }
 
-func canonicalParams(field string, s *structpb.Struct) ([]byte, error) {
+// canonicalParams returns the canonical form of the params of a
+// registration nested under prefix ("register.", "children[0]."). A value
+// intent.Canonical refuses is named by its JSON path under the request
+// field: "register.params.order_id".
+func canonicalParams(prefix string, s *structpb.Struct) ([]byte, error) {
 	if len(s.GetFields()) == 0 {
-		return nil, intent.Invalid(field, "required: the approved terms, a non-empty object")
+		return nil, intent.Invalid(prefix+"params", "required: the approved terms, a non-empty object")
 	}
 	b, err := intent.Canonical(s.AsMap())
 	if err != nil {
-		return nil, intent.Invalid(field, "%v", err)
-	}
-	if len(b) > intent.MaxParamsBytes {
-		return nil, intent.Invalid(field, "%d bytes in canonical form, more than the limit of %d", len(b), intent.MaxParamsBytes)
+		return nil, nested(prefix, err)
 	}
 	return b, nil
 }

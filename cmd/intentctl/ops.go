@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
 )
 
 // Output formats: documents are indented, stream events one per line.
@@ -460,20 +459,15 @@ func identityFields(args []string) (*structpb.Struct, error) {
 }
 
 // exactNumbers turns the json.Numbers in v into float64, the only number
-// protobuf's Struct holds, and refuses a number that would not survive the
-// trip: a key derived from a rounded identifier is somebody else's key.
+// protobuf's Struct holds, and refuses, as intentd would, a number that
+// would not survive the trip (intent.ExactNumber): a key derived from a
+// rounded identifier is somebody else's key.
 func exactNumbers(field string, v any) (any, error) {
 	switch v := v.(type) {
 	case json.Number:
-		f, err := strconv.ParseFloat(v.String(), 64)
-		if err != nil || math.IsInf(f, 0) {
-			return nil, usagef("identity field %s: %s is not a finite number", field, v)
-		}
-		if n, err := strconv.ParseInt(v.String(), 10, 64); err == nil && (n > 1<<53 || n < -(1<<53)) {
-			return nil, usagef("identity field %s: %s is beyond 2^53 and would be rounded; quote it to send a string: %s='\"%s\"'", field, v, field, v)
-		}
-		if _, err := strconv.ParseInt(v.String(), 10, 64); err != nil && !strings.ContainsAny(v.String(), ".eE") {
-			return nil, usagef("identity field %s: %s would be rounded; quote it to send a string: %s='\"%s\"'", field, v, field, v)
+		f, err := intent.ExactNumber(v.String())
+		if err != nil {
+			return nil, usagef("identity field %s: %v; quote it to send a string: %s='\"%s\"'", field, err, field, v)
 		}
 		return f, nil
 	case map[string]any:
