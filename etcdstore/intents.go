@@ -23,7 +23,7 @@ import (
 // ParentKey must name an existing intent of the same tenant.
 func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *intent.Intent, created bool, err error) {
 	fp := intent.Fingerprint(reg.Params)
-	if err := s.checkRetention("retention", reg.Retention); err != nil {
+	if err := s.checkLimits("", &reg); err != nil {
 		return nil, false, err
 	}
 	load := func(ctx context.Context) (*view, error) {
@@ -52,9 +52,14 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 	return in, created, err
 }
 
-func (s *Store) checkRetention(field string, d time.Duration) error {
-	if d < 0 || d > s.cfg.MaxRetention {
-		return intent.Invalid(field, "%v is outside [0, %v]", d, s.cfg.MaxRetention)
+// checkLimits checks what the store bounds in a registration (under field
+// prefix): its retention and its attempts limit.
+func (s *Store) checkLimits(prefix string, reg *intent.Registration) error {
+	if d := reg.Retention; d < 0 || d > s.cfg.MaxRetention {
+		return intent.Invalid(prefix+"retention", "%v is outside [0, %v]", d, s.cfg.MaxRetention)
+	}
+	if n := reg.MaxAttempts; n < 0 || n > intent.MaxAttemptsLimit {
+		return intent.Invalid(prefix+"max_attempts", "%d is outside [0, %d] (0: the server's default)", n, intent.MaxAttemptsLimit)
 	}
 	return nil
 }
@@ -88,6 +93,10 @@ func (s *Store) newRecord(v *view, reg *intent.Registration, fp, principal strin
 	if retention == 0 {
 		retention = s.cfg.DefaultRetention
 	}
+	maxAttempts := reg.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = s.cfg.MaxAttempts
+	}
 	return &record{
 		Tenant:        reg.Tenant,
 		Key:           reg.Key,
@@ -101,6 +110,7 @@ func (s *Store) newRecord(v *view, reg *intent.Registration, fp, principal strin
 		CreatedAt:     now,
 		UpdatedAt:     now,
 		Retention:     retention,
+		MaxAttempts:   maxAttempts,
 	}, cmps, nil
 }
 
@@ -113,7 +123,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	fp := req.ExpectedFingerprint
 	if req.Register != nil {
 		fp = intent.Fingerprint(req.Register.Params)
-		if err := s.checkRetention("register.retention", req.Register.Retention); err != nil {
+		if err := s.checkLimits("register.", req.Register); err != nil {
 			return nil, err
 		}
 	}
@@ -184,7 +194,14 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			// unknown. Reconcile under a new token, provided the holder is
 			// still gone when etcd applies the write.
 			next = v.rec.clone()
-			cmps = s.noteLapse(next, "", now)
+			var exhausted bool
+			if cmps, exhausted = s.noteLapse(next, "", now); exhausted {
+				// Too many attempts ended so: a human decides, and
+				// nobody is handed the intent again.
+				return &change{next: next, cmps: cmps, exhausted: true, done: func(committed *record, rev int64) {
+					out = replay(committed, rev)
+				}}, nil
+			}
 			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
 		case v.rec.State == intent.StateUnknown:
 			next = v.rec.clone()
@@ -311,7 +328,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		if c.Key == r.Key || slices.ContainsFunc(children[:i], func(o intent.Registration) bool { return o.Key == c.Key }) {
 			return nil, intent.Invalid(fmt.Sprintf("children[%d].key", i), "%q repeats the parent's or another child's key", c.Key)
 		}
-		if err := s.checkRetention(fmt.Sprintf("children[%d].retention", i), c.Retention); err != nil {
+		if err := s.checkLimits(fmt.Sprintf("children[%d].", i), &c); err != nil {
 			return nil, err
 		}
 		children[i] = c
@@ -372,6 +389,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		next.UpdatedAt = now
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
+		exhausted := false
 		switch r.Kind {
 		case intent.ReportComplete:
 			next.State, next.Result = intent.StateCompleted, r.Result
@@ -385,10 +403,11 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			next.finalize(now)
 		case intent.ReportMarkUnknown:
 			next.State = intent.StateUnknown
+			exhausted = endAttempt(next, s.cfg.MaxAttempts, endedMarkedUnknown, now)
 		case intent.ReportRelease:
 			next.State = intent.StatePending
 		}
-		return &change{next: next, cmps: cmps, ops: ops, done: func(committed *record, rev int64) {
+		return &change{next: next, cmps: cmps, ops: ops, exhausted: exhausted, done: func(committed *record, rev int64) {
 			out = &intent.ReportOutcome{Intent: committed.toIntent(rev, false, false)}
 		}}, nil
 	})

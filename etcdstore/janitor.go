@@ -107,7 +107,7 @@ func (s *Store) sweepLapsed(ctx context.Context) (int, error) {
 }
 
 // markLapsed turns an IN_PROGRESS intent whose holder session lapsed into
-// UNKNOWN, provided the holder is still gone when etcd applies the write.
+// UNKNOWN (or NEEDS_REVIEW, past its attempts limit), provided the holder is still gone when etcd applies the write.
 func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (marked bool, err error) {
 	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, tenant, key, nil) }
 	err = s.transition(ctx, tenant, key, nil, load, func(v *view) (*change, error) {
@@ -116,11 +116,9 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 		if rec == nil || rec.State != intent.StateInProgress || rec.Lease.SessionID != session || v.holderAlive() {
 			return nil, nil
 		}
-		now := s.cfg.Now()
 		next := rec.clone()
-		cmps := s.noteLapse(next, "janitor", now)
-		next.State, next.UpdatedAt = intent.StateUnknown, now
-		return &change{next: next, cmps: cmps, done: func(*record, int64) { marked = true }}, nil
+		cmps, exhausted := s.noteLapse(next, "janitor", s.cfg.Now())
+		return &change{next: next, cmps: cmps, exhausted: exhausted, done: func(*record, int64) { marked = true }}, nil
 	})
 	return marked, err
 }

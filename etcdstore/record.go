@@ -129,6 +129,14 @@ type record struct {
 	// set when it becomes final.
 	Retention   time.Duration `json:"retention"`
 	RetainUntil time.Time     `json:"retain_until,omitzero"`
+	// MaxAttempts is how many attempts may end without a report before the
+	// intent goes to NEEDS_REVIEW, fixed at registration (0 in records
+	// stored before there was a limit: the store's default applies).
+	// Attempts counts them, and EndedToken is the token of the last one
+	// counted, so that one lease never counts twice (see endAttempt).
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	Attempts    int           `json:"attempts,omitempty"`
+	EndedToken  fencing.Token `json:"ended_token,omitempty"`
 }
 
 // tombstone is what stays of a record removed after its retention.
@@ -289,6 +297,8 @@ func (r *record) toIntent(modRev int64, live bool, withHistory bool) *intent.Int
 		Revision:      modRev,
 		Retention:     r.Retention,
 		RetainUntil:   r.RetainUntil,
+		Attempts:      r.Attempts,
+		MaxAttempts:   r.MaxAttempts,
 	}
 	if r.Lease != nil {
 		in.Lease = r.Lease.toLease(r.State == intent.StateInProgress && live)

@@ -44,12 +44,15 @@ func (s *Store) holderGone(rec *record) clientv3.Cmp {
 }
 
 // noteLapse records in next that its holder's session lapsed before a
-// report, and returns the compare that makes the write conditional on the
-// holder still being gone.
-func (s *Store) noteLapse(next *record, principal string, now time.Time) []clientv3.Cmp {
+// report: next becomes UNKNOWN, or NEEDS_REVIEW when that was one attempt
+// too many (exhausted; see endAttempt). It returns the compare that makes
+// the write conditional on the holder still being gone.
+func (s *Store) noteLapse(next *record, principal string, now time.Time) (cmps []clientv3.Cmp, exhausted bool) {
 	l := next.Lease
 	next.appendEvent(intent.Event{Time: now, Kind: intent.EventLeaseLapsed, Token: l.Token, SessionID: l.SessionID, Worker: l.Worker, Accepted: true, Principal: principal})
-	return []clientv3.Cmp{s.holderGone(next)}
+	next.State, next.UpdatedAt = intent.StateUnknown, now
+	exhausted = endAttempt(next, s.cfg.MaxAttempts, endedLapsed, now)
+	return []clientv3.Cmp{s.holderGone(next)}, exhausted
 }
 
 // Escalate moves an intent to NEEDS_REVIEW. Under a worker's token it is
@@ -151,6 +154,10 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		ev.Result, ev.PayloadSHA256 = digest(d.Result)
 		next.State = d.Decision
 		switch d.Decision {
+		case intent.StatePending:
+			// Confirmed absent by a human: the next attempts start a
+			// fresh count (see endAttempt).
+			next.Attempts = 0
 		case intent.StateCompleted:
 			next.Result = d.Result
 		case intent.StateFailed:

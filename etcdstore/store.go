@@ -40,12 +40,23 @@ type Config struct {
 	DefaultRetention   time.Duration
 	MaxRetention       time.Duration
 	TombstoneRetention time.Duration
+	// MaxAttempts is how many attempts of an intent may end without a
+	// report (a lease lapsed, or MarkUnknown) before the intent goes to
+	// NEEDS_REVIEW, unless its registration names its own limit. See
+	// endAttempt.
+	MaxAttempts int
 	// Now tells the time written into history entries and used for
 	// retention. Never used to decide lease expiry.
 	Now func() time.Time
 	// Logger receives the store's rare warnings.
 	Logger *slog.Logger
 }
+
+// DefaultMaxAttempts is the default of Config.MaxAttempts: enough for a
+// downstream outage of a few minutes to pass through reconciliation (a
+// failed lookup is a MarkUnknown, and counts), few enough that an intent
+// which kills every worker reaches a human within minutes.
+const DefaultMaxAttempts = 10
 
 // DefaultConfig returns a Config with production defaults.
 func DefaultConfig() Config {
@@ -57,6 +68,7 @@ func DefaultConfig() Config {
 		DefaultRetention:   30 * 24 * time.Hour,
 		MaxRetention:       365 * 24 * time.Hour,
 		TombstoneRetention: 2 * 365 * 24 * time.Hour,
+		MaxAttempts:        DefaultMaxAttempts,
 		Now:                time.Now,
 		Logger:             slog.Default(),
 	}
@@ -77,6 +89,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("etcdstore: DefaultRetention %v must be positive and at most MaxRetention %v", c.DefaultRetention, c.MaxRetention)
 	case c.TombstoneRetention < c.DefaultRetention:
 		return fmt.Errorf("etcdstore: TombstoneRetention %v must be at least DefaultRetention %v", c.TombstoneRetention, c.DefaultRetention)
+	case c.MaxAttempts < 1 || c.MaxAttempts > intent.MaxAttemptsLimit:
+		return fmt.Errorf("etcdstore: MaxAttempts %d must be between 1 and %d", c.MaxAttempts, intent.MaxAttemptsLimit)
 	case c.Now == nil:
 		return errors.New("etcdstore: Now must be set")
 	case c.Logger == nil:
@@ -108,7 +122,7 @@ type Store struct {
 
 // stats counts what the store did, for metrics.
 type stats struct {
-	commits, conflicts, ambiguous, replays atomic.Int64
+	commits, conflicts, ambiguous, replays, exhausted atomic.Int64
 }
 
 // Stats is a snapshot of the store's counters since it started.
@@ -123,6 +137,9 @@ type Stats struct {
 	Ambiguous int64
 	// Replays counts final intents replayed from memory, without etcd.
 	Replays int64
+	// AttemptsExhausted counts intents this store moved to NEEDS_REVIEW
+	// because too many of their attempts ended without a report.
+	AttemptsExhausted int64
 }
 
 // Stats returns the store's counters.
@@ -130,6 +147,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Commits: s.stats.commits.Load(), Conflicts: s.stats.conflicts.Load(),
 		Ambiguous: s.stats.ambiguous.Load(), Replays: s.stats.replays.Load(),
+		AttemptsExhausted: s.stats.exhausted.Load(),
 	}
 }
 
@@ -331,6 +349,9 @@ type change struct {
 	next *record        // the record to write
 	cmps []clientv3.Cmp // compares beyond the record's own revision
 	ops  []clientv3.Op  // writes beyond the record
+	// exhausted is set when the change moves a poison intent to
+	// NEEDS_REVIEW (see endAttempt): counted and logged once committed.
+	exhausted bool
 	// done is called on success with the record as committed (tokens
 	// materialized) and the commit revision.
 	done func(committed *record, rev int64)
@@ -426,6 +447,11 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			return err
 		}
 		s.remember(tenant, key, committed, rev)
+		if ch.exhausted {
+			s.stats.exhausted.Add(1)
+			s.cfg.Logger.Warn("etcdstore: intent needs review: too many attempts ended without a report",
+				"tenant", tenant, "key", key, "attempts", committed.Attempts, "max_attempts", committed.MaxAttempts)
+		}
 		if ch.done != nil {
 			ch.done(committed, rev)
 		}

@@ -137,6 +137,12 @@ type Intent struct {
 	// when it may go (zero while not final).
 	Retention   time.Duration
 	RetainUntil time.Time
+	// Attempts counts the attempts that ended without a report (a lease
+	// lapsed, or MarkUnknown); at MaxAttempts the intent goes to
+	// NEEDS_REVIEW. MaxAttempts is 0 for an intent registered before
+	// intentd had a limit: the server's default applies to it.
+	Attempts    int
+	MaxAttempts int
 	// Children are the intents registered with this one as parent; filled
 	// by Get only.
 	Children []Child
@@ -248,10 +254,19 @@ type Registration struct {
 	// Retention is how long the record is kept once final; zero means the
 	// store's default.
 	Retention time.Duration
+	// MaxAttempts is how many attempts may end without a report (a lease
+	// lapsed, or MarkUnknown) before the intent goes to NEEDS_REVIEW; zero
+	// means the store's default, at most MaxAttemptsLimit.
+	MaxAttempts int
 	// RequestID, when set, lets a retried registration recognize its own
 	// write after an ambiguous commit.
 	RequestID string
 }
+
+// MaxAttemptsLimit is the most attempts a registration, or the server's
+// default, may allow before an intent goes to NEEDS_REVIEW. The API's
+// RegisterRequest.max_attempts rule says the same.
+const MaxAttemptsLimit = 1000
 
 // AcquireRequest asks for the right to act on an intent.
 type AcquireRequest struct {
