@@ -22,7 +22,11 @@
 // MarkUnknown — never a fresh attempt. The next worker then gets RECONCILE
 // and must ask the downstream system, by the same operation key, what
 // happened: Found → Complete, Absent → Release and execute, Undecided →
-// Escalate to a human. Reports are retried while intentd does not answer,
+// Escalate to a human. An intent on which too many attempts end that way
+// (leases lapsed, MarkUnknown: RegisterRequest.max_attempts, else the
+// server's --max-attempts) is handed to a human by intentd itself: Run then
+// returns Outcome NEEDS_REVIEW without executing, and Outcome.Intent's
+// attempts and max_attempts say why. Reports are retried while intentd does not answer,
 // under the same token, and outlive the caller's context (bounded by
 // WithReportTimeout): an effect that happened gets recorded.
 //

@@ -835,3 +835,46 @@ func TestRunReconcileLookupFails(t *testing.T) {
 		t.Fatalf("Execute ran %d times, want 1", executions)
 	}
 }
+
+// A poison intent (every attempt ends without a report: a timeout, then a
+// lookup that fails) reaches its max_attempts and is handed to a human by
+// intentd: the next Run returns NEEDS_REVIEW without executing, with the
+// count and the limit on the intent.
+func TestRunPoisonIntentGoesToReview(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := newClient(t)
+	sess := openSession(t, c, "worker-p", 10*time.Second)
+	key := keyFor(t, "")
+	if _, err := c.Register(ctx, &intentv1.RegisterRequest{Key: key, Params: params(t, 1), MaxAttempts: 2}); err != nil {
+		t.Fatal(err)
+	}
+	executions := 0
+	task := client.Task{
+		Key: key,
+		Execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) {
+			executions++
+			return nil, errors.New("merchant: read timeout")
+		},
+		Reconcile: func(context.Context, *client.Attempt) (client.Evidence, error) {
+			return client.Evidence{}, errors.New("merchant: lookup failed")
+		},
+	}
+	if _, err := sess.Run(ctx, task); err == nil {
+		t.Fatal("first Run: want the read timeout")
+	}
+	out, err := sess.Run(ctx, task)
+	if err == nil || out == nil || out.Intent.GetState() != intentv1.State_STATE_NEEDS_REVIEW {
+		t.Fatalf("second Run (its lookup fails too) = %+v, %v; want the lookup error and the intent in NEEDS_REVIEW", out, err)
+	}
+	out, err = sess.Run(ctx, task)
+	if err != nil || out.Outcome != intentv1.Outcome_OUTCOME_NEEDS_REVIEW || out.Executed {
+		t.Fatalf("third Run = %+v, %v; want NEEDS_REVIEW without executing", out, err)
+	}
+	if in := out.Intent; in.GetAttempts() != 2 || in.GetMaxAttempts() != 2 {
+		t.Errorf("intent attempts %d of %d, want 2 of 2", in.GetAttempts(), in.GetMaxAttempts())
+	}
+	if executions != 1 {
+		t.Fatalf("Execute ran %d times, want 1", executions)
+	}
+}

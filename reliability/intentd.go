@@ -178,6 +178,10 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 		"--shutdown-timeout", "2s",
 		"--rate-per-principal", "0",
 		"--rate-per-tenant", "0",
+		// The model (model.go) does not count attempts: an intent that
+		// faults sent to NEEDS_REVIEW after too many lapses would read as
+		// a violation. The limit itself is tested in etcdstore.
+		"--max-attempts", "1000",
 		"--log-format", "json",
 	}
 	if cfg.InjectedClock {

@@ -49,6 +49,8 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 		CompletedAt:   timeToProto(in.CompletedAt),
 		Revision:      in.Revision,
 		RetainUntil:   timeToProto(in.RetainUntil),
+		Attempts:      uint32(in.Attempts),
+		MaxAttempts:   uint32(in.MaxAttempts),
 	}
 	if in.Retention > 0 {
 		out.Retention = durationToProto(in.Retention)
@@ -169,6 +171,9 @@ func statement(a *intent.Acquisition) *intentv1.Statement {
 	case intent.OutcomeNeedsReview:
 		st.Status = "needs_review"
 		fmt.Fprintf(&b, "needs_review: intent %s waits for a human decision", in.Key)
+		if in.MaxAttempts > 0 && in.Attempts >= in.MaxAttempts {
+			fmt.Fprintf(&b, " after %d attempts ended without a report", in.Attempts)
+		}
 	case intent.OutcomeExpired:
 		st.Status = "expired"
 		fmt.Fprintf(&b, "expired: intent %s outlived its retention (it was %s); it needs a new approval", in.Key, in.State)

@@ -115,6 +115,7 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 		Labels:        r.GetLabels(),
 		ParentKey:     r.GetParentKey(),
 		Retention:     retention,
+		MaxAttempts:   int(r.GetMaxAttempts()),
 		RequestID:     r.GetRequestId(),
 	}, nil
 }

@@ -311,6 +311,12 @@ func limitCases(t *testing.T) []limitCase {
 			}),
 		},
 		{
+			name: "Register max_attempts at most the limit", setup: nothing, field: "max_attempts",
+			call: register(func(r *intentv1.RegisterRequest, past bool) {
+				r.MaxAttempts = uint32(pastBy(intent.MaxAttemptsLimit, past))
+			}),
+		},
+		{
 			name: "DeriveKey action length", setup: nothing, field: "action",
 			call: func(f *fx, _ string, _ prep, past bool) error {
 				_, err := f.c.DeriveKey(f.ctx, &intentv1.DeriveKeyRequest{
@@ -413,6 +419,14 @@ func limitCases(t *testing.T) []limitCase {
 				if past {
 					reg.Key = "bad key"
 				}
+				_, err := f.c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: key, SessionId: p.session, RequestId: "r1", Register: reg})
+				return err
+			},
+		},
+		{
+			name: "Acquire register.max_attempts", setup: pending, field: "register.max_attempts",
+			call: func(f *fx, key string, p prep, past bool) error {
+				reg := &intentv1.RegisterRequest{Key: key, Params: mustStruct(f.t, lamp(1)), MaxAttempts: uint32(pastBy(intent.MaxAttemptsLimit, past))}
 				_, err := f.c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: key, SessionId: p.session, RequestId: "r1", Register: reg})
 				return err
 			},

@@ -126,6 +126,7 @@ variable or argument.`,
 	f.DurationVar(&cfg.DefaultRetention, "retention", cfg.DefaultRetention, "how long a final record is kept unless its registration says otherwise")
 	f.DurationVar(&cfg.MaxRetention, "max-retention", cfg.MaxRetention, "the longest retention a registration may ask for")
 	f.DurationVar(&cfg.TombstoneRetention, "tombstone-retention", cfg.TombstoneRetention, "how long the tombstone of a removed record is kept")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", cfg.MaxAttempts, "attempts of an intent that may end without a report (lease lapsed, MarkUnknown) before it goes to NEEDS_REVIEW, unless its registration sets max_attempts (1-1000)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the gRPC listener (turns TLS on; reloaded on change or SIGHUP)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA that client certificates must chain to (mutual TLS)")

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/netaddr"
 )
 
@@ -54,6 +56,10 @@ type Config struct {
 	DefaultRetention   time.Duration
 	MaxRetention       time.Duration
 	TombstoneRetention time.Duration
+	// MaxAttempts is how many attempts of an intent may end without a
+	// report (a lease lapsed, or MarkUnknown) before it goes to
+	// NEEDS_REVIEW, unless its registration names its own max_attempts.
+	MaxAttempts int
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
 	LogFormat string
@@ -128,6 +134,7 @@ func DefaultConfig() Config {
 		DefaultRetention:   30 * 24 * time.Hour,
 		MaxRetention:       365 * 24 * time.Hour,
 		TombstoneRetention: 2 * 365 * 24 * time.Hour,
+		MaxAttempts:        etcdstore.DefaultMaxAttempts,
 		LogLevel:           "info",
 		LogFormat:          "text",
 		TLSClientAuth:      "require",
@@ -215,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReloadInterval <= 0 {
 		bad("--reload-interval %v: must be positive", c.ReloadInterval)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > intent.MaxAttemptsLimit {
+		bad("--max-attempts %d: want 1 to %d", c.MaxAttempts, intent.MaxAttemptsLimit)
 	}
 	if c.DefaultRetention > c.MaxRetention {
 		bad("--retention %v: must be at most --max-retention %v", c.DefaultRetention, c.MaxRetention)

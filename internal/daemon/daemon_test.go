@@ -216,6 +216,8 @@ func TestConfigValidate(t *testing.T) {
 		{"zero shutdown", func(c *daemon.Config) { c.ShutdownTimeout = 0 }, "--shutdown-timeout"},
 		{"log level", func(c *daemon.Config) { c.LogLevel = "loud" }, "--log-level"},
 		{"log format", func(c *daemon.Config) { c.LogFormat = "xml" }, "--log-format"},
+		{"no attempts", func(c *daemon.Config) { c.MaxAttempts = 0 }, "--max-attempts 0: want 1 to 1000"},
+		{"too many attempts", func(c *daemon.Config) { c.MaxAttempts = 1001 }, "--max-attempts 1001: want 1 to 1000"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

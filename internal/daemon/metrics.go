@@ -18,7 +18,8 @@ import (
 
 // metrics is what intentd exports to Prometheus: gRPC calls by method and
 // code (with latency histograms), the store's commits, conflicts,
-// ambiguous commits and replays from memory, the janitor's work, and the
+// ambiguous commits and replays from memory, intents sent to review after
+// too many attempts, the janitor's work, and the
 // Go runtime.
 type metrics struct {
 	registry *prometheus.Registry
@@ -50,6 +51,7 @@ func newMetrics(store *etcdstore.Store) *metrics {
 		counter("intentd_store_conflicts_total", "Writes whose compare failed and were decided again.", func(s etcdstore.Stats) int64 { return s.Conflicts }),
 		counter("intentd_store_ambiguous_commits_total", "Writes with an unknown outcome, resolved by reading back.", func(s etcdstore.Stats) int64 { return s.Ambiguous }),
 		counter("intentd_store_replays_from_memory_total", "Final intents replayed without touching etcd.", func(s etcdstore.Stats) int64 { return s.Replays }),
+		counter("intentd_intents_attempts_exhausted_total", "Intents moved to NEEDS_REVIEW because max_attempts of their attempts ended without a report (leases lapsed, MarkUnknown).", func(s etcdstore.Stats) int64 { return s.AttemptsExhausted }),
 	)
 	return m
 }

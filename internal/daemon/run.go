@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	scfg.DefaultRetention = cfg.DefaultRetention
 	scfg.MaxRetention = cfg.MaxRetention
 	scfg.TombstoneRetention = cfg.TombstoneRetention
+	scfg.MaxAttempts = cfg.MaxAttempts
 	scfg.Now = now
 	store, err := etcdstore.New(cli, scfg)
 	if err != nil {

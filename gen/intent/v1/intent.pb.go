@@ -553,7 +553,19 @@ type Intent struct {
 	// unset while the intent is not final: those are never removed.
 	RetainUntil *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=retain_until,json=retainUntil,proto3" json:"retain_until,omitempty"`
 	// children are the intents registered with this one as parent (Get only).
-	Children      []*Child `protobuf:"bytes,19,rep,name=children,proto3" json:"children,omitempty"`
+	Children []*Child `protobuf:"bytes,19,rep,name=children,proto3" json:"children,omitempty"`
+	// attempts counts this intent's attempts that ended without a report of
+	// their outcome: a lease that lapsed (the holder's session ended before
+	// Complete, Fail, Release or Escalate) or an accepted MarkUnknown; each
+	// lease counts once. Release neither counts nor resets it; a reviewer's
+	// Resolve to PENDING sets it back to 0.
+	Attempts uint32 `protobuf:"varint,20,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// max_attempts is the limit: when attempts reaches it the intent goes to
+	// NEEDS_REVIEW, with an escalation by "intentd" in its history saying so,
+	// and Acquire answers NEEDS_REVIEW. Fixed at registration (the request's
+	// max_attempts, else the server's --max-attempts); 0 for an intent stored
+	// before intentd had a limit, which follows the server's default.
+	MaxAttempts   uint32 `protobuf:"varint,21,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -719,6 +731,20 @@ func (x *Intent) GetChildren() []*Child {
 		return x.Children
 	}
 	return nil
+}
+
+func (x *Intent) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *Intent) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
 }
 
 // Child summarizes a child intent.
@@ -1187,7 +1213,14 @@ type RegisterRequest struct {
 	// request_id, optional, lets a retry recognize its own registration: a
 	// retry with the same request_id answers created=true even when the first
 	// attempt's reply was lost.
-	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// max_attempts is how many of the intent's attempts may end without a
+	// report (a lease that lapsed, or MarkUnknown; see Intent.attempts)
+	// before it goes to NEEDS_REVIEW instead of being handed out again. 0
+	// (unset) means the server's default (--max-attempts, 10 unless
+	// configured); at most 1000. Not part of the fingerprint: registering an
+	// existing intent again keeps its first limit.
+	MaxAttempts   uint32 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,6 +1309,13 @@ func (x *RegisterRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *RegisterRequest) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
 }
 
 // RegisterResponse returns the stored intent.
@@ -3506,7 +3546,7 @@ var File_intent_v1_intent_proto protoreflect.FileDescriptor
 
 const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
-	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x90\a\n" +
+	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\a\n" +
 	"\x06Intent\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12&\n" +
@@ -3530,7 +3570,9 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\brevision\x18\x10 \x01(\x03R\brevision\x127\n" +
 	"\tretention\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12=\n" +
 	"\fretain_until\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vretainUntil\x12,\n" +
-	"\bchildren\x18\x13 \x03(\v2\x10.intent.v1.ChildR\bchildren\x1a9\n" +
+	"\bchildren\x18\x13 \x03(\v2\x10.intent.v1.ChildR\bchildren\x12\x1a\n" +
+	"\battempts\x18\x14 \x01(\rR\battempts\x12!\n" +
+	"\fmax_attempts\x18\x15 \x01(\rR\vmaxAttempts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
@@ -3587,7 +3629,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\rKIND_RESOLVED\x10\n" +
 	"\x12\x12\n" +
 	"\x0eKIND_CANCELLED\x10\v\x12\x19\n" +
-	"\x15KIND_CHILD_REGISTERED\x10\f\"\xa6\x05\n" +
+	"\x15KIND_CHILD_REGISTERED\x10\f\"\xd3\x05\n" +
 	"\x0fRegisterRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
 	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x8c\x01\n" +
@@ -3599,7 +3641,8 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"parent_key\x18\x06 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\tparentKey\x12A\n" +
 	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\tretention\x12'\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\x1a9\n" +
+	"request_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\x12+\n" +
+	"\fmax_attempts\x18\t \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\vmaxAttempts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
