@@ -51,3 +51,61 @@ build_tool() {
 build_tool go.etcd.io/etcd/server/v3 "$ETCD_VERSION" etcd
 build_tool go.etcd.io/etcd/etcdctl/v3 "$ETCD_VERSION" etcdctl
 build_tool go.etcd.io/etcd/etcdutl/v3 "$ETCD_VERSION" etcdutl
+
+# Debian packages for the Python stubs and the Python suite: protoc and
+# grpc_python_plugin generate gen/python; the runtimes run it as
+# /usr/bin/python3. Pinned to exact versions: the generated code must match the
+# runtime it imports into. Installed only when a version differs (quiet and
+# idempotent), and checked afterwards.
+DEBIAN_PACKAGES=(
+  protobuf-compiler=3.21.12-3+deb12u1
+  protobuf-compiler-grpc=1.51.1-3+b1
+  python3-grpcio=1.51.1-3+b1
+  python3-protobuf=3.21.12-3+deb12u1
+)
+
+debian_version() { dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null | sed -n 's/^install ok installed //p'; }
+
+debian_missing() {
+  local spec
+  for spec in "${DEBIAN_PACKAGES[@]}"; do
+    [[ "$(debian_version "${spec%%=*}")" == "${spec#*=}" ]] || echo "$spec"
+  done
+}
+
+missing=$(debian_missing)
+if [[ -n "$missing" ]]; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-tools: these Debian packages are missing or at another version; as root run:" >&2
+    echo "  apt-get update && apt-get install -y $(echo $missing)" >&2
+    exit 1
+  fi
+  echo "install-tools: apt-get install $(echo $missing)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  # shellcheck disable=SC2086 # one word per package
+  if ! apt-get install -y -qq --allow-downgrades $missing >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --allow-downgrades $missing >/dev/null
+  fi
+  missing=$(debian_missing)
+  if [[ -n "$missing" ]]; then
+    for spec in $missing; do
+      echo "install-tools: Debian package ${spec%%=*} is at '$(debian_version "${spec%%=*}")', want ${spec#*=}" >&2
+    done
+    exit 1
+  fi
+fi
+
+# Node packages for the TypeScript stubs and the Node suite, exactly as
+# typescript/package-lock.json pins them, with the machine's Node.js 20.
+NODE_MAJOR=20
+if [[ "$(node --version 2>/dev/null | sed 's/^v\([0-9]*\).*/\1/')" != "$NODE_MAJOR" ]]; then
+  echo "install-tools: Node.js $NODE_MAJOR is needed (typescript/); found '$(node --version 2>/dev/null || echo none)'" >&2
+  exit 1
+fi
+lock_sum=$(sha256sum typescript/package-lock.json | cut -d' ' -f1)
+if [[ "$(cat typescript/node_modules/.lock.sha256 2>/dev/null)" != "$lock_sum" ]]; then
+  echo "install-tools: npm ci (typescript/package-lock.json)" >&2
+  (cd typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "$lock_sum" >typescript/node_modules/.lock.sha256
+fi
