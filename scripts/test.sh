@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: API lint and compatibility, generated-code drift,
-# formatting, vet, and the whole test suite with the race detector against
-# real (embedded) etcd servers. Installs its pinned tools first.
+# formatting, vet, the whole Go test suite with the race detector against
+# real (embedded) etcd servers, and the Python and Node suites against a live
+# intentd. Installs its pinned tools first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-tools.sh
@@ -49,6 +50,16 @@ go vet ./...
 
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
+
+# The other languages' suites start their own intentd from this binary.
+intentd_bin="$(mktemp -d)/intentd"
+go build -o "$intentd_bin" ./cmd/intentd
+
+step "Python worker library against a live intentd (/usr/bin/python3: Debian's grpcio and protobuf)"
+INTENTD_BIN="$intentd_bin" PYTHONPATH=python:gen/python /usr/bin/python3 -m unittest discover -s python -t python -v
+
+step "Node suite on the TypeScript stubs against a live intentd"
+(cd typescript && INTENTD_BIN="$intentd_bin" npm test --silent)
 
 step "fuzz targets, briefly (seed corpora also run as part of go test)"
 # Every Fuzz function in the module, a few seconds each.

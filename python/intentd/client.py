@@ -1,0 +1,259 @@
+"""Client: typed calls to intentd that retry only while intentd did not answer."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar
+
+import grpc
+from google.protobuf import duration_pb2, struct_pb2
+
+from intent.v1 import intent_pb2, intent_pb2_grpc
+
+from .errors import from_rpc_error
+
+Resp = TypeVar("Resp")
+
+_RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+def new_request_id() -> str:
+    """A fresh random request id (24 hex digits)."""
+    return secrets.token_hex(12)
+
+
+def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A google.protobuf.Struct holding a JSON-like mapping (numbers become doubles)."""
+    s = struct_pb2.Struct()
+    s.update(value)
+    return s
+
+
+class Client:
+    """Calls intentd. Safe for use from many threads.
+
+    Every call is sent again, with jittered exponential backoff and a deadline
+    per attempt, while intentd does not answer (UNAVAILABLE, or the attempt's
+    deadline passed) — every intentd call recognizes its own earlier effect,
+    so that is safe — until the call's own ``timeout`` (default
+    ``retry_timeout``) runs out. A refusal (any other code) is raised at once
+    as the :mod:`intentd.errors` class for its reason, and never resent.
+
+    Args:
+        target: ``host:port`` of intentd, used when ``channel`` is not given.
+        channel: a ready ``grpc.Channel`` (TLS, interceptors: the caller's).
+        tenant: the tenant of every request that names none.
+        token: a bearer token, sent as ``authorization: Bearer <token>``.
+        call_timeout: the deadline of each attempt, in seconds.
+        retry_timeout: how long one call keeps retrying, in seconds.
+        backoff: the first and the longest wait between attempts, in seconds.
+        report_timeout: how long :meth:`Session.run` keeps retrying a report
+            after the side effect ran: an effect that happened gets recorded.
+    """
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:7650",
+        *,
+        channel: Optional[grpc.Channel] = None,
+        tenant: str = "",
+        token: str = "",
+        call_timeout: float = 10.0,
+        retry_timeout: float = 60.0,
+        backoff: Tuple[float, float] = (0.05, 2.0),
+        report_timeout: float = 60.0,
+    ) -> None:
+        self._own_channel = channel is None
+        self._channel = channel if channel is not None else grpc.insecure_channel(target)
+        self.rpc = intent_pb2_grpc.IntentServiceStub(self._channel)
+        """The generated stub, for calls this class does not wrap."""
+        self.tenant = tenant
+        self.call_timeout = call_timeout
+        self.retry_timeout = retry_timeout
+        self.backoff_min, self.backoff_max = backoff
+        self.report_timeout = report_timeout
+        self._metadata: Sequence[Tuple[str, str]] = (("authorization", "Bearer " + token),) if token else ()
+
+    def close(self) -> None:
+        """Closes the channel if this client opened it."""
+        if self._own_channel:
+            self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, rpc: Callable[..., Resp], request: Any, timeout: Optional[float] = None) -> Resp:
+        """Sends request until intentd answers or timeout (seconds) runs out."""
+        budget = self.retry_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        wait = self.backoff_min
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return rpc(request, timeout=max(min(self.call_timeout, left), 0.001), metadata=self._metadata)
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+                if e.code() not in _RETRIABLE:
+                    raise err from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise err
+            time.sleep(min(left, wait / 2 + random.uniform(0, wait / 2)))
+            wait = min(2 * wait, self.backoff_max)
+
+    def _tenant(self, request: Any) -> Any:
+        if not request.tenant:
+            request.tenant = self.tenant
+        return request
+
+    def register(
+        self,
+        key: str,
+        params: Mapping[str, Any],
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        params_version: str = "",
+        parent_key: str = "",
+        request_id: str = "",
+        timeout: Optional[float] = None,
+        **fields: Any,
+    ) -> intent_pb2.RegisterResponse:
+        """Approves an intent: idempotent for the same key and params; other
+        params raise :class:`FingerprintMismatch`. The request id (fresh
+        unless given) is kept across this call's retries, so ``created``
+        stays true when a reply was lost. Extra keyword arguments are further
+        RegisterRequest fields (e.g. ``max_attempts`` where the server has it)."""
+        req = self.register_request(key, params, labels=labels, params_version=params_version, parent_key=parent_key, **fields)
+        req.request_id = request_id or new_request_id()
+        return self._call(self.rpc.Register, self._tenant(req), timeout)
+
+    @staticmethod
+    def register_request(key: str, params: Mapping[str, Any], *, labels: Optional[Mapping[str, str]] = None, **fields: Any) -> intent_pb2.RegisterRequest:
+        """A RegisterRequest, for :class:`Task.register` and outbox children."""
+        req = intent_pb2.RegisterRequest(key=key, labels=dict(labels or {}), **{k: v for k, v in fields.items() if v})
+        req.params.update(params)
+        return req
+
+    def derive_key(self, action: str, identity: Mapping[str, Any], *, timeout: Optional[float] = None) -> intent_pb2.DeriveKeyResponse:
+        """The canonical key for an action and its identity fields, as intentd
+        derives it: ask the server rather than reimplement the canonical form."""
+        req = intent_pb2.DeriveKeyRequest(action=action)
+        req.identity.update(identity)
+        return self._call(self.rpc.DeriveKey, req, timeout)
+
+    def open_session(self, worker: str, ttl: float = 0, *, timeout: Optional[float] = None) -> "Session":
+        """Opens a worker session with a TTL in seconds (0: the server's
+        default) and starts its heartbeat thread. See :class:`Session`."""
+        from .session import Session
+
+        req = intent_pb2.OpenSessionRequest(tenant=self.tenant, worker=worker)
+        if ttl:
+            req.ttl.CopyFrom(_duration(ttl))
+        sent = time.monotonic()
+        resp = self._call(self.rpc.OpenSession, req, timeout)
+        return Session(self, resp.session_id, worker, resp.ttl.ToTimedelta().total_seconds(), sent)
+
+    def acquire(
+        self,
+        key: str,
+        session_id: str,
+        *,
+        request_id: str = "",
+        expected_fingerprint: str = "",
+        register: Optional[intent_pb2.RegisterRequest] = None,
+        timeout: Optional[float] = None,
+    ) -> intent_pb2.AcquireResponse:
+        """Asks for the right to act on an intent. The same request id (fresh
+        unless given) returns the same lease on every retry."""
+        req = intent_pb2.AcquireRequest(
+            key=key, session_id=session_id, request_id=request_id or new_request_id(), expected_fingerprint=expected_fingerprint
+        )
+        self._tenant(req)
+        if register is not None:
+            req.register.CopyFrom(register)
+            req.register.key, req.register.tenant = key, req.tenant
+        return self._call(self.rpc.Acquire, req, timeout)
+
+    def complete(
+        self,
+        key: str,
+        token: int,
+        result: intent_pb2.Result,
+        *,
+        children: Sequence[intent_pb2.RegisterRequest] = (),
+        timeout: Optional[float] = None,
+    ) -> intent_pb2.CompleteResponse:
+        """Records the result under the caller's token."""
+        req = intent_pb2.CompleteRequest(key=key, token=token, result=result, children=list(children))
+        return self._call(self.rpc.Complete, self._tenant(req), timeout)
+
+    def mark_unknown(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.MarkUnknownResponse:
+        """Records that the outcome is unknown, under the caller's token: the next Acquire reconciles."""
+        req = intent_pb2.MarkUnknownRequest(key=key, token=token, reason=reason[:1000])
+        return self._call(self.rpc.MarkUnknown, self._tenant(req), timeout)
+
+    def release(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.ReleaseResponse:
+        """Records a confirmed absence, under the caller's token: the intent is PENDING again."""
+        req = intent_pb2.ReleaseRequest(key=key, token=token, reason=reason[:1000])
+        return self._call(self.rpc.Release, self._tenant(req), timeout)
+
+    def fail(self, key: str, token: int, code: str, message: str = "", *, timeout: Optional[float] = None) -> intent_pb2.FailResponse:
+        """Records a definite failure, under the caller's token."""
+        req = intent_pb2.FailRequest(key=key, token=token, failure=intent_pb2.Failure(code=code, message=message[:1000]))
+        return self._call(self.rpc.Fail, self._tenant(req), timeout)
+
+    def escalate(self, key: str, reason: str, *, token: int = 0, actor: str = "", force: bool = False, timeout: Optional[float] = None) -> intent_pb2.EscalateResponse:
+        """Hands an intent to a human (under the worker's token, or as a reviewer with token 0)."""
+        req = intent_pb2.EscalateRequest(key=key, token=token, reason=reason[:1000], actor=actor, force=force)
+        return self._call(self.rpc.Escalate, self._tenant(req), timeout)
+
+    def resolve(self, request: intent_pb2.ResolveRequest, *, timeout: Optional[float] = None) -> intent_pb2.ResolveResponse:
+        """Records a reviewer's decision; a fresh request id is set unless given."""
+        if not request.request_id:
+            request.request_id = new_request_id()
+        return self._call(self.rpc.Resolve, self._tenant(request), timeout)
+
+    def cancel(self, key: str, *, actor: str = "", reason: str = "", timeout: Optional[float] = None) -> intent_pb2.CancelResponse:
+        """Withdraws a PENDING intent."""
+        req = intent_pb2.CancelRequest(key=key, actor=actor, reason=reason)
+        return self._call(self.rpc.Cancel, self._tenant(req), timeout)
+
+    def get(self, key: str, *, timeout: Optional[float] = None) -> intent_pb2.Intent:
+        """Reads an intent with its history."""
+        return self._call(self.rpc.Get, self._tenant(intent_pb2.GetRequest(key=key)), timeout).intent
+
+    def list(self, request: intent_pb2.ListRequest, *, timeout: Optional[float] = None) -> intent_pb2.ListResponse:
+        """Reads one page of intents."""
+        return self._call(self.rpc.List, self._tenant(request), timeout)
+
+    def watch(self, request: intent_pb2.WatchRequest, *, timeout: Optional[float] = None) -> Iterator[intent_pb2.WatchResponse]:
+        """Yields the changes the stream reports until ``timeout`` (seconds)
+        passes or the stream breaks. A broken stream raises
+        and is not resumed here: resume from the last revision + 1, or list
+        again on :class:`RevisionCompacted`. The end of ``timeout`` ends the
+        iteration without an error. A message without an intent (the server
+        saying the watch is established) is yielded too: skip it."""
+        stream = self.rpc.Watch(self._tenant(request), timeout=timeout, metadata=self._metadata)
+        try:
+            for ev in stream:
+                yield ev
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED or (e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and timeout is not None):
+                return
+            raise from_rpc_error(e) from None
+        finally:
+            stream.cancel()
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+__all__ = ["Client", "new_request_id", "struct"]

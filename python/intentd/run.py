@@ -1,0 +1,349 @@
+"""run: the safe claim → act → report loop, with the Go client's decisions.
+
+:meth:`Session.run` executes an intent only when intentd says EXECUTE, which
+it says once per approval (and again only after a confirmed absence). A
+completed intent's stored result is returned without executing. The task's
+``execute`` runs under a lease the session heartbeats; the moment the lease
+is lost, ``attempt.lost`` is set (Python cannot interrupt a call: long
+work should check it). Its outcome is reported under the lease's token:
+a result → Complete; :class:`Final` → Fail; :class:`NotAttempted` → Release;
+any other exception (a timeout, a reset) → MarkUnknown — never a fresh
+attempt. The next worker then gets RECONCILE and must ask the downstream
+system, by the same operation key, what happened: :func:`found` → Complete,
+:func:`absent` → Release and execute, :func:`undecided` → Escalate to a
+human. Reports are retried while intentd does not answer, under the same
+token, for up to the client's ``report_timeout``: an effect that happened
+gets recorded. A report refused as STALE_TOKEN (another worker or a
+reviewer took over) makes run acquire again, a bounded number of times, to
+learn what became of the intent; ``Outcome.superseded`` then says so.
+
+What it cannot guarantee: intentd decides who may act; it cannot stop an act
+already under way. A worker paused past its lease may still reach the
+provider after another worker took over. What keeps that from becoming a
+second order is the provider: it must deduplicate on the operation key
+(``attempt.operation_key("create-order")``, the same for every attempt and
+worker), or check the fencing token ``attempt.token``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
+
+from intent.v1 import intent_pb2
+
+from .client import new_request_id
+from .errors import IntentdError, LeaseLost, SessionLost, StaleToken, Unavailable
+
+if TYPE_CHECKING:
+    from .session import Session
+
+Outcomes = intent_pb2.Outcome
+
+# How often one run re-acquires after its lease was superseded, so that two
+# parties cannot bounce an intent forever.
+MAX_TAKEOVERS = 3
+
+
+class Final(Exception):
+    """Raise from execute for a definite failure (a declined card): the intent FAILS for good."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(f"final failure {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class NotAttempted(Exception):
+    """Raise from execute when nothing was sent downstream: the intent returns to PENDING."""
+
+
+@dataclasses.dataclass
+class Evidence:
+    """What reconcile found out; make one with :func:`found`, :func:`absent` or :func:`undecided`."""
+
+    verdict: str
+    result: Optional[intent_pb2.Result] = None
+    reason: str = ""
+
+
+def found(result: intent_pb2.Result) -> Evidence:
+    """The effect exists downstream; result records it (the order id, as external refs)."""
+    return Evidence("found", result=result)
+
+
+def absent(reason: str) -> Evidence:
+    """The downstream system confirmed the effect does not exist: execute again, with the same operation keys."""
+    return Evidence("absent", reason=reason)
+
+
+def undecided(reason: str) -> Evidence:
+    """The answer cannot be told: a human decides."""
+    return Evidence("undecided", reason=reason)
+
+
+@dataclasses.dataclass
+class Attempt:
+    """The caller's lease on an intent while execute or reconcile runs."""
+
+    key: str
+    """The intent's key."""
+    token: int
+    """The lease's fencing token: send it to resources that check tokens."""
+    reconciling: bool
+    """True in reconcile: an earlier attempt may have taken effect."""
+    intent: intent_pb2.Intent
+    """The intent as acquired: its params are the approved terms."""
+    lost: threading.Event
+    """Set the moment the lease is lost: stop, the report will say so."""
+    children: List[intent_pb2.RegisterRequest] = dataclasses.field(default_factory=list)
+
+    def operation_key(self, operation: str) -> str:
+        """``<key>:<operation>``, the idempotency key to send downstream for
+        one kind of call: the same for every attempt and worker, which is
+        what makes a retry a retry. The model never invents it."""
+        return f"{self.key}:{operation}"
+
+    def register_child(self, child: intent_pb2.RegisterRequest) -> None:
+        """Registers child in the same transaction as this attempt's Complete (the outbox)."""
+        self.children.append(child)
+
+
+@dataclasses.dataclass
+class Task:
+    """One intent to carry through its life with :meth:`Session.run`.
+
+    Any object with these attributes will do (``execute`` and ``reconcile``
+    as methods, for instance).
+    """
+
+    key: str
+    execute: Callable[[Attempt], intent_pb2.Result]
+    """Performs the side effect, once, under the attempt's lease, sending
+    ``attempt.operation_key(...)`` downstream as the idempotency key."""
+    reconcile: Optional[Callable[[Attempt], Evidence]] = None
+    """Asks the downstream system, by operation key, whether an earlier
+    attempt took effect. None escalates every RECONCILE; an exception leaves
+    the intent UNKNOWN for the next reconcile."""
+    register: Optional[intent_pb2.RegisterRequest] = None
+    """Registers the intent in the same transaction as the first Acquire."""
+    expected_fingerprint: str = ""
+    """When set, must equal the stored fingerprint."""
+    wait_in_progress: float = 30.0
+    """How long to wait for another worker's attempt to finish, in seconds."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How run left the intent."""
+
+    outcome: int
+    """COMPLETED, FAILED, CANCELLED, IN_PROGRESS, NEEDS_REVIEW or EXPIRED
+    (``intent_pb2.OUTCOME_*``), or OUTCOME_UNSPECIFIED when this run left
+    it UNKNOWN or PENDING (see ``intent.state`` and ``error``)."""
+    intent: intent_pb2.Intent
+    """The intent as run last saw it."""
+    executed: bool = False
+    """True when this run called execute."""
+    superseded: bool = False
+    """True when a lease of this run was taken over: its report was kept as evidence only."""
+    statement: Optional[intent_pb2.Statement] = None
+    """intentd's account of the last Acquire (``statement.text`` for a model)."""
+    error: Optional[BaseException] = None
+    """Why the intent was left UNKNOWN or PENDING: the task's exception."""
+    lease_lost: bool = False
+    """True when the lease was lost while the task ran and nobody took over."""
+
+    @property
+    def result(self) -> intent_pb2.Result:
+        """The stored result of a COMPLETED intent."""
+        return self.intent.result
+
+    @property
+    def name(self) -> str:
+        """The outcome's enum name, e.g. ``"OUTCOME_COMPLETED"``."""
+        return Outcomes.Name(self.outcome)
+
+
+def run(session: "Session", task: Any) -> Outcome:
+    """Carries one intent through its life on session: acquire; if done,
+    return the stored result without executing; if another worker holds it,
+    wait (watching) up to ``task.wait_in_progress``; if an earlier attempt's
+    outcome is unknown, reconcile; otherwise execute once and report. It
+    never executes on a doubt. Refusals raise their :mod:`intentd.errors`
+    class; a lost session raises :class:`SessionLost`."""
+    deadline = time.monotonic() + getattr(task, "wait_in_progress", 30.0)
+    executed = superseded = False
+    takeovers = 0
+    prev: Optional[BaseException] = None
+    while True:
+        if session.error is not None:
+            # A lost session would hand out leases it cannot keep.
+            raise prev or session.error
+        acq = _acquire(session, task)
+        out: Optional[Outcome] = None
+        try:
+            if acq.outcome == Outcomes.OUTCOME_EXECUTE:
+                executed = True
+                out = _execute(session, task, acq)
+            elif acq.outcome == Outcomes.OUTCOME_RECONCILE:
+                out = _reconcile(session, task, acq)
+                if out is None:
+                    continue  # confirmed absent: acquire again and execute
+            elif acq.outcome == Outcomes.OUTCOME_IN_PROGRESS and time.monotonic() < deadline:
+                _wait_while_held(session, task.key, acq, deadline)
+                continue
+            else:  # final, needs review, expired, or still in progress: nothing to do
+                out = Outcome(acq.outcome, acq.intent, statement=acq.statement)
+        except StaleToken as e:
+            # Someone took over: acquire again to learn what became of the intent.
+            if takeovers >= MAX_TAKEOVERS:
+                raise
+            superseded, takeovers, prev = True, takeovers + 1, e
+            continue
+        out.executed, out.superseded = executed, superseded
+        return out
+
+
+def _acquire(session: "Session", task: Any) -> intent_pb2.AcquireResponse:
+    """Sends Acquire. If intentd stops answering before the reply arrives,
+    the lease may have been issued all the same: it asks once more with the
+    same request id, within the report timeout, and gives back a lease it
+    got (Release for EXECUTE, MarkUnknown for RECONCILE), so the intent is not
+    held by a worker that is not working on it."""
+    c = session.client
+    rid = new_request_id()
+    kw = dict(request_id=rid, expected_fingerprint=getattr(task, "expected_fingerprint", ""), register=getattr(task, "register", None))
+    try:
+        return c.acquire(task.key, session.id, **kw)
+    except Unavailable:
+        try:
+            got = c.acquire(task.key, session.id, timeout=c.report_timeout, **kw)
+        except IntentdError:
+            got = None
+        if got is not None and got.lease.session_id == session.id:
+            if got.outcome == Outcomes.OUTCOME_EXECUTE:
+                c.release(task.key, got.lease.token, "caller gave up before acting", timeout=c.report_timeout)
+            elif got.outcome == Outcomes.OUTCOME_RECONCILE:
+                c.mark_unknown(task.key, got.lease.token, "caller gave up before reconciling", timeout=c.report_timeout)
+        raise
+
+
+def _under_lease(session: "Session", att: Attempt, fn: Callable[[Attempt], Any]) -> Any:
+    """Runs fn(att) with att.lost tracking the lease; a lease already lost
+    (the session was lost meanwhile) does not run fn at all."""
+    try:
+        if att.lost.is_set():
+            raise NotAttempted("lease lost before it started")
+        return fn(att)
+    finally:
+        session.untrack(att.key, att.token)
+
+
+def _attempt(session: "Session", key: str, acq: intent_pb2.AcquireResponse, reconciling: bool) -> Attempt:
+    token = acq.lease.token
+    return Attempt(key=key, token=token, reconciling=reconciling, intent=acq.intent, lost=session.track(key, token))
+
+
+def _execute(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -> Outcome:
+    c, key = session.client, task.key
+    att = _attempt(session, key, acq, reconciling=False)
+    err: Optional[BaseException] = None
+    result = None
+    try:
+        result = _under_lease(session, att, task.execute)
+    except Exception as e:  # the task's failure decides the report
+        err = e
+    lost, t, rt = att.lost.is_set(), att.token, c.report_timeout
+    try:
+        if err is None:
+            resp = c.complete(key, t, result if result is not None else intent_pb2.Result(), children=att.children, timeout=rt)
+            return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)
+        if isinstance(err, Final):
+            resp = c.fail(key, t, err.code, err.message, timeout=rt)
+            return Outcome(Outcomes.OUTCOME_FAILED, resp.intent, error=err, lease_lost=lost)
+        if isinstance(err, NotAttempted):
+            resp = c.release(key, t, f"not attempted: {err}", timeout=rt)
+        else:
+            resp = c.mark_unknown(key, t, f"{type(err).__name__}: {err}", timeout=rt)
+    except IntentdError as rerr:
+        raise _lease_err(lost, rerr) from rerr
+    return Outcome(Outcomes.OUTCOME_UNSPECIFIED, resp.intent, error=err, lease_lost=lost)
+
+
+def _reconcile(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -> Optional[Outcome]:
+    """Asks task.reconcile what became of an earlier attempt and reports it;
+    None after a confirmed absence (acquire again and execute)."""
+    c, key = session.client, task.key
+    att = _attempt(session, key, acq, reconciling=True)
+    reconcile = getattr(task, "reconcile", None)
+    ev = undecided("no reconcile function")
+    err: Optional[BaseException] = None
+    if reconcile is not None:
+        try:
+            ev = _under_lease(session, att, reconcile)
+        except Exception as e:
+            err = e
+    else:
+        session.untrack(key, att.token)
+    lost, t, rt = att.lost.is_set(), att.token, c.report_timeout
+    try:
+        if err is not None:
+            # The lookup itself failed: nothing was learned. Leave the intent
+            # UNKNOWN for the next reconcile rather than for a human.
+            resp = c.mark_unknown(key, t, f"reconcile failed: {type(err).__name__}: {err}", timeout=rt)
+            return Outcome(Outcomes.OUTCOME_UNSPECIFIED, resp.intent, error=err, lease_lost=lost)
+        if ev.verdict == "found":
+            resp = c.complete(key, t, ev.result or intent_pb2.Result(), children=att.children, timeout=rt)
+            return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)
+        if ev.verdict == "absent":
+            c.release(key, t, ev.reason, timeout=rt)
+            return None
+        resp = c.escalate(key, ev.reason or "undecided", token=t, actor="intentd.run", timeout=rt)
+        return Outcome(Outcomes.OUTCOME_NEEDS_REVIEW, resp.intent, lease_lost=lost)
+    except IntentdError as rerr:
+        raise _lease_err(lost, rerr) from rerr
+
+
+def _lease_err(lost: bool, err: IntentdError) -> BaseException:
+    """A refused report, as LeaseLost when the lease was lost meanwhile
+    (the refusal is its __cause__); StaleToken stays StaleToken, so that run
+    acquires again."""
+    if lost and not isinstance(err, StaleToken):
+        return LeaseLost(f"lease lost: {err}")
+    return err
+
+
+def _wait_while_held(session: "Session", key: str, acq: intent_pb2.AcquireResponse, deadline: float) -> None:
+    """Waits until the intent leaves IN_PROGRESS, watching its record from
+    the revision Acquire saw, or until deadline. A message with no intent
+    (the watch saying it is established) is skipped. A broken watch falls
+    back to a short sleep: the next Acquire tells the truth anyway."""
+    c = session.client
+    req = intent_pb2.WatchRequest(key=key, start_revision=acq.intent.revision + 1)
+    try:
+        for ev in c.watch(req, timeout=max(deadline - time.monotonic(), 0.001)):
+            if not ev.HasField("intent"):
+                continue
+            if ev.intent.state != intent_pb2.STATE_IN_PROGRESS:
+                return
+    except IntentdError:
+        time.sleep(min(c.backoff_min, max(deadline - time.monotonic(), 0)))
+
+
+__all__ = [
+    "Attempt",
+    "Evidence",
+    "Final",
+    "NotAttempted",
+    "Outcome",
+    "Task",
+    "absent",
+    "found",
+    "run",
+    "undecided",
+    "LeaseLost",
+    "SessionLost",
+]

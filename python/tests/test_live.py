@@ -1,0 +1,308 @@
+"""The Python worker library against a live intentd (see tests/live.py)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import unittest
+import uuid
+
+import grpc
+
+import intentd
+from intent.v1 import intent_pb2
+from tests import merchant
+from tests.live import PYTHON, REPO, Intentd, Provider, child_env
+
+O = intent_pb2
+
+
+def setUpModule() -> None:
+    global server, provider
+    server, provider = Intentd(), Provider()
+
+
+def tearDownModule() -> None:
+    provider.stop()
+    server.stop()
+
+
+def fresh_key(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:12]}"
+
+
+def buying(url: str):
+    """A task's execute: one order at the merchant under the operation key."""
+
+    def execute(att: intentd.Attempt) -> intent_pb2.Result:
+        return merchant.order_result(merchant.create_order(url, att.operation_key("create-order")))
+
+    return execute
+
+
+class Counting(grpc.UnaryUnaryClientInterceptor):
+    """Counts the attempts the client sends."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def intercept_unary_unary(self, continuation, details, request):
+        self.calls += 1
+        return continuation(details, request)
+
+
+class LiveTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.client = intentd.Client(server.address, report_timeout=10)
+        self.addCleanup(self.client.close)
+
+    def session(self, worker: str, ttl: float = 3) -> intentd.Session:
+        s = self.client.open_session(worker, ttl=ttl)
+        self.addCleanup(lambda: s.close() if s.error is None else None)
+        return s
+
+    def test_flow(self) -> None:
+        """register → run (EXECUTE, complete) → replay with no action and the
+        same result bytes → stale refusal → fingerprint mismatch → a worker
+        that stops heartbeating is reconciled, never executed again → one
+        effect per intent at the provider."""
+        key = fresh_key("lamp")
+        params = {"merchant": "m-1", "item": "desk-lamp", "max_eur": 89}
+        reg = self.client.register(key, params)
+        self.assertTrue(reg.created)
+        self.assertEqual(reg.intent.state, O.STATE_PENDING)
+        w1 = self.session("w1")
+        task = intentd.Task(key=key, execute=buying(provider.url), reconcile=merchant.reconcile(provider.url))
+
+        first = w1.run(task)
+        self.assertEqual(first.name, "OUTCOME_COMPLETED")
+        self.assertTrue(first.executed)
+        self.assertEqual(provider.effects(f"{key}:create-order"), 1)
+
+        replay = w1.run(task)
+        self.assertEqual(replay.name, "OUTCOME_COMPLETED")
+        self.assertFalse(replay.executed)
+        self.assertEqual(replay.statement.action_taken, "none")
+        self.assertEqual(replay.result.payload, first.result.payload)
+        self.assertIn("action_taken: none", replay.statement.text)
+
+        raw = self.client.acquire(key, w1.id)
+        self.assertEqual(raw.action_taken, "none")
+        self.assertEqual(raw.intent.result.SerializeToString(), first.intent.result.SerializeToString())
+
+        with self.assertRaises(intentd.FingerprintMismatch) as cm:
+            self.client.register(key, dict(params, max_eur=900))
+        self.assertEqual(cm.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(cm.exception.metadata["registered_fingerprint"], reg.intent.fingerprint)
+        with self.assertRaises(intentd.FingerprintMismatch):
+            self.client.acquire(key, w1.id, expected_fingerprint="0" * 64)
+
+        # A worker that stops heartbeating: a session opened with the bare
+        # stub, so nothing keeps it alive. It places the order and goes quiet.
+        key2 = fresh_key("lamp")
+        self.client.register(key2, params)
+        silent = self.client.rpc.OpenSession(intent_pb2.OpenSessionRequest(worker="silent", ttl={"seconds": 2}))
+        held = self.client.acquire(key2, silent.session_id)
+        self.assertEqual(held.outcome, O.OUTCOME_EXECUTE)
+        old = held.lease.token
+        order = merchant.create_order(provider.url, f"{key2}:create-order")
+
+        executed = []
+        w2 = self.session("w2")
+
+        def never(att: intentd.Attempt) -> intent_pb2.Result:
+            executed.append(att.token)
+            raise AssertionError("EXECUTE after a worker went quiet")
+
+        out = w2.run(intentd.Task(key=key2, execute=never, reconcile=merchant.reconcile(provider.url), wait_in_progress=20))
+        self.assertEqual(out.name, "OUTCOME_COMPLETED")
+        self.assertFalse(out.executed)
+        self.assertEqual(executed, [])
+        self.assertEqual(out.result.external_refs["order_id"], order)
+        self.assertEqual(provider.effects(f"{key2}:create-order"), 1)
+
+        # The quiet worker wakes up and reports: refused, kept as evidence.
+        with self.assertRaises(intentd.StaleToken) as cm:
+            self.client.complete(key2, old, merchant.order_result(order))
+        stale = cm.exception
+        self.assertEqual(stale.code, grpc.StatusCode.ABORTED)
+        self.assertGreater(stale.current_token, old)
+        self.assertEqual(stale.statement.status, "stale_token")
+        history = self.client.get(key2).history
+        self.assertTrue(any(h.kind == O.HistoryEntry.KIND_COMPLETED and h.token == old and not h.accepted for h in history))
+
+    def test_seed_scenario(self) -> None:
+        """Worker A pauses after the effect; B reconciles and completes; A's
+        late report is refused and kept as evidence; one order."""
+        key = fresh_key("seed")
+        self.client.register(key, {"merchant": "m-1", "item": "lamp"})
+        a = self.spawn(key)
+        token = self.wait_effect(a)
+        a.send_signal(signal.SIGSTOP)  # paused: its heartbeats stop too
+        try:
+            b = self.session("b")
+            out = b.run(intentd.Task(key=key, execute=buying(provider.url), reconcile=merchant.reconcile(provider.url), wait_in_progress=20))
+        finally:
+            a.send_signal(signal.SIGCONT)
+        self.assertEqual(out.name, "OUTCOME_COMPLETED")
+        self.assertFalse(out.executed)
+        a.stdin.write("go\n")
+        a.stdin.flush()
+        last = a.stdout.readline().split()
+        a.wait(20)
+        self.assertEqual(last[0], "REFUSED", last)  # its session or lease is gone
+        history = self.client.get(key).history
+        refused = [h for h in history if h.kind == O.HistoryEntry.KIND_COMPLETED and h.token == token and not h.accepted]
+        accepted = [h for h in history if h.kind == O.HistoryEntry.KIND_COMPLETED and h.accepted]
+        self.assertEqual(len(refused), 1, history)
+        self.assertEqual(len(accepted), 1, history)
+        self.assertEqual(provider.effects(f"{key}:create-order"), 1)
+
+    def test_crash_between_effect_and_record(self) -> None:
+        """A worker process killed after the effect, before the record: the
+        next worker reconciles (never executes) and records that effect."""
+        key = fresh_key("crash")
+        self.client.register(key, {"merchant": "m-1", "item": "lamp"})
+        a = self.spawn(key)
+        self.wait_effect(a)
+        a.kill()
+        a.wait(10)
+        b = self.session("b")
+        out = b.run(intentd.Task(key=key, execute=buying(provider.url), reconcile=merchant.reconcile(provider.url), wait_in_progress=20))
+        self.assertEqual(out.name, "OUTCOME_COMPLETED")
+        self.assertFalse(out.executed)
+        self.assertEqual(provider.effects(f"{key}:create-order"), 1)
+        self.assertEqual(self.client.get(key).state, O.STATE_COMPLETED)
+
+    def spawn(self, key: str) -> subprocess.Popen:
+        p = subprocess.Popen(
+            [PYTHON, "-m", "tests.worker_child", server.address, key, provider.url, "2"],
+            cwd=os.path.join(REPO, "python"), env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        def end() -> None:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdin.close()
+            p.stdout.close()
+
+        self.addCleanup(end)
+        return p
+
+    def wait_effect(self, p: subprocess.Popen) -> int:
+        line = p.stdout.readline().split()
+        self.assertEqual(line[:1], ["EFFECT"], line)
+        return int(line[1])
+
+    def test_decisions(self) -> None:
+        """Final → FAILED; NotAttempted → PENDING; any other exception →
+        UNKNOWN, and the next run reconciles; no reconcile → NEEDS_REVIEW."""
+        cases = [
+            ("final", intentd.Final("card_declined", "issuer said no"), "OUTCOME_FAILED", O.STATE_FAILED),
+            ("none", intentd.NotAttempted("merchant rejected the request before sending"), "OUTCOME_UNSPECIFIED", O.STATE_PENDING),
+            ("timeout", TimeoutError("merchant did not answer in 30s"), "OUTCOME_UNSPECIFIED", O.STATE_UNKNOWN),
+        ]
+        s = self.session("decider")
+        for name, exc, want_outcome, want_state in cases:
+            with self.subTest(name):
+                key = fresh_key(name)
+                self.client.register(key, {"case": name})
+
+                def execute(att: intentd.Attempt, exc: Exception = exc) -> intent_pb2.Result:
+                    raise exc
+
+                out = s.run(intentd.Task(key=key, execute=execute))
+                self.assertEqual(out.name, want_outcome)
+                self.assertEqual(out.intent.state, want_state)
+                self.assertTrue(out.executed)
+        key = fresh_key("timeout")
+        self.client.register(key, {"case": "unknown-then-review"})
+        s.run(intentd.Task(key=key, execute=lambda att: (_ for _ in ()).throw(TimeoutError("lost answer"))))
+        out = s.run(intentd.Task(key=key, execute=buying(provider.url)))  # no reconcile
+        self.assertEqual(out.name, "OUTCOME_NEEDS_REVIEW")
+        self.assertFalse(out.executed)
+        self.assertEqual(provider.effects(f"{key}:create-order"), 0)
+
+    def test_session_lost_is_told(self) -> None:
+        """A session ended elsewhere is lost here at the next heartbeat: the
+        event is set and the callbacks run."""
+        s = self.client.open_session("doomed", ttl=2)
+        told = threading.Event()
+        s.on_lost(lambda err: told.set())
+        self.client.rpc.CloseSession(intent_pb2.CloseSessionRequest(session_id=s.id))
+        self.assertTrue(told.wait(5))
+        self.assertIsInstance(s.error, intentd.SessionNotFound)
+        self.assertTrue(s.lost.is_set())
+
+    def test_errors(self) -> None:
+        """Each refusal is its reason's class, with code, field and reason."""
+        with self.assertRaises(intentd.InvalidField) as cm:
+            self.client.register("bad key with spaces", {"a": 1})
+        self.assertEqual((cm.exception.code, cm.exception.reason, cm.exception.field), (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", "key"))
+        with self.assertRaises(intentd.IntentNotFound):
+            self.client.get(fresh_key("missing"))
+        with self.assertRaises(intentd.SessionNotFound):
+            self.client.acquire(fresh_key("missing"), "ffff0000")
+
+    def test_retries_only_while_unanswered(self) -> None:
+        """A refusal is sent once; a call intentd does not answer is sent
+        again with backoff until its timeout."""
+        count = Counting()
+        c = intentd.Client(channel=grpc.intercept_channel(grpc.insecure_channel(server.address), count))
+        with self.assertRaises(intentd.IntentNotFound):
+            c.get(fresh_key("missing"))
+        self.assertEqual(count.calls, 1)
+        dead = Counting()
+        c = intentd.Client(channel=grpc.intercept_channel(grpc.insecure_channel("127.0.0.1:1"), dead), call_timeout=0.2, backoff=(0.02, 0.1))
+        start = time.monotonic()
+        with self.assertRaises(intentd.Unavailable):
+            c.get("k", timeout=1.0)
+        self.assertGreater(dead.calls, 2)
+        self.assertLess(time.monotonic() - start, 3)
+
+    def test_every_reason_has_a_class(self) -> None:
+        """The reasons server/*.go declares and intentd.BY_REASON agree."""
+        declared = set()
+        for path in glob.glob(os.path.join(REPO, "server", "*.go")):
+            if not path.endswith("_test.go"):
+                with open(path) as f:
+                    declared |= set(re.findall(r'\bReason[A-Za-z]+\s*=\s*"([A-Z_]+)"', f.read()))
+        self.assertTrue(declared)
+        self.assertEqual(sorted(set(intentd.BY_REASON)), sorted(declared))
+
+    def test_agent_host_example(self) -> None:
+        """The example's tool, called twice by the model, buys once and
+        tells the model so the second time."""
+        out = subprocess.run(
+            [PYTHON, os.path.join(REPO, "python", "examples", "agent_host.py"), "--target", server.address],
+            env=child_env(), capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.splitlines()
+        self.assertEqual(len(out), 3, out)
+        self.assertIn("action_taken: recorded", out[0])
+        self.assertTrue(out[1].startswith("tool -> already_completed"), out[1])
+        self.assertIn("action_taken: none", out[1])
+        self.assertEqual(out[2], "orders at the merchant: 1")
+
+    def test_canonical_vectors(self) -> None:
+        """The server derives the key (and the fingerprint of the identity
+        as params) of every vector in api/canonical-vectors.json."""
+        with open(os.path.join(REPO, "api", "canonical-vectors.json")) as f:
+            table = json.load(f)
+        for v in table["vectors"]:
+            with self.subTest(v["name"]):
+                identity = json.loads(v["identity"], parse_int=float)  # every JSON number is a double
+                got = self.client.derive_key(v["action"], identity)
+                self.assertEqual(got.canonical, v["canonical"])
+                self.assertEqual(got.key, v["key"])
+                reg = self.client.register(fresh_key("vector"), identity)
+                self.assertEqual(reg.intent.fingerprint, v["fingerprint"])
+
+
+if __name__ == "__main__":
+    unittest.main()
