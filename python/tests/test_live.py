@@ -291,12 +291,21 @@ class LiveTest(unittest.TestCase):
 
     def test_canonical_vectors(self) -> None:
         """The server derives the key (and the fingerprint of the identity
-        as params) of every vector in api/canonical-vectors.json."""
+        as params) of every vector in api/canonical-vectors.json, or refuses
+        it naming the field."""
         with open(os.path.join(REPO, "api", "canonical-vectors.json")) as f:
             table = json.load(f)
         for v in table["vectors"]:
             with self.subTest(v["name"]):
                 identity = json.loads(v["identity"], parse_int=float)  # every JSON number is a double
+                if "refused" in v:
+                    with self.assertRaises(intentd.InvalidField) as cm:
+                        self.client.derive_key(v["action"], identity)
+                    self.assertEqual(cm.exception.field, v["refused"]["derive_key"])
+                    with self.assertRaises(intentd.InvalidField) as cm:
+                        self.client.register(fresh_key("vector"), identity)
+                    self.assertEqual(cm.exception.field, v["refused"]["register"])
+                    continue
                 got = self.client.derive_key(v["action"], identity)
                 self.assertEqual(got.canonical, v["canonical"])
                 self.assertEqual(got.key, v["key"])
