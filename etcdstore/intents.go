@@ -170,7 +170,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			}}
 			return nil, nil
 		case v.rec == nil && req.Register == nil:
-			return nil, intent.ErrNotFound
+			return nil, &intent.NotFoundError{Key: req.Key}
 		case v.rec == nil:
 			var err error
 			if next, cmps, err = s.newRecord(v, req.Register, fp, who, now); err != nil {
@@ -453,7 +453,7 @@ func missing(v *view) error {
 	if v.tomb != nil {
 		return v.tomb.expired()
 	}
-	return intent.ErrNotFound
+	return &intent.NotFoundError{Key: v.key}
 }
 
 // evidence keeps a refused report in the history (once: a retried refusal

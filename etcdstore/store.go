@@ -202,6 +202,7 @@ func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
 
 // view is what one decision about an intent is made from.
 type view struct {
+	key string           // the intent's key, for errors
 	kv  *mvccpb.KeyValue // nil when the record is absent
 	rec *record          // decoded kv
 	// fresh is false when the view came from the cache: a decision not to
@@ -265,7 +266,7 @@ func (s *Store) readExtra(ctx context.Context, tenant, key string, extra []strin
 		}
 		return nil
 	}
-	v := &view{fresh: true, sessions: map[string]*mvccpb.KeyValue{}, extra: map[string]*mvccpb.KeyValue{}}
+	v := &view{key: key, fresh: true, sessions: map[string]*mvccpb.KeyValue{}, extra: map[string]*mvccpb.KeyValue{}}
 	if v.kv = first(0); v.kv != nil {
 		if v.rec, err = decodeRecord(v.kv.Value, v.kv.ModRevision); err != nil {
 			return nil, err

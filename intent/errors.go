@@ -131,6 +131,19 @@ func (e *TransitionError) Error() string {
 // Is makes errors.Is(err, ErrInvalidTransition) true.
 func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
 
+// NotFoundError is returned when no intent has the key in the caller's
+// tenant; it names the key, so that a message read alone says which.
+type NotFoundError struct {
+	Key string
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("intent: no intent with key %q", e.Key)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
 // InvalidError names a malformed request field.
 type InvalidError struct {
 	Field  string

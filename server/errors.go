@@ -67,6 +67,7 @@ func toStatus(log *slog.Logger, err error) error {
 		trans   *intent.TransitionError
 		expired *intent.ExpiredError
 		compact *intent.CompactedError
+		missing *intent.NotFoundError
 	)
 	switch {
 	case errors.As(err, &invalid):
@@ -102,6 +103,8 @@ func toStatus(log *slog.Logger, err error) error {
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonLeaseHeld, nil)
 	case errors.Is(err, intent.ErrResultMismatch):
 		return withDetails(codes.FailedPrecondition, err.Error(), ReasonResultMismatch, nil)
+	case errors.As(err, &missing):
+		return withDetails(codes.NotFound, missing.Error(), ReasonIntentNotFound, nil)
 	case errors.Is(err, intent.ErrNotFound):
 		return withDetails(codes.NotFound, "intent: not found", ReasonIntentNotFound, nil)
 	case errors.Is(err, intent.ErrSessionNotFound):

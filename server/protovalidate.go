@@ -130,17 +130,23 @@ func (r *requestValidator) validate(msg proto.Message) error {
 	if !errors.As(err, &verr) || len(verr.Violations) == 0 || verr.Violations[0].Proto == nil {
 		return fmt.Errorf("server: validate %s: %w", msg.ProtoReflect().Descriptor().FullName(), err)
 	}
-	return violationError(verr.Violations[0].Proto)
+	return violationError(verr.Violations[0])
 }
 
 // violationError turns a protovalidate violation into the error the
 // handlers' own checks return for a malformed field.
-func violationError(v *validate.Violation) *intent.InvalidError {
+func violationError(pv *protovalidate.Violation) *intent.InvalidError {
+	v := pv.Proto
 	field := fieldPath(v.GetField())
 	if field == "" {
 		field = "request" // a message-level rule: intent.proto has none today
 	}
 	reason := v.GetMessage()
+	if v.GetRuleId() == "string.pattern" && pv.RuleValue.IsValid() {
+		if words, ok := patternWords[pv.RuleValue.String()]; ok {
+			reason = words
+		}
+	}
 	if reason == "" {
 		reason = "breaks rule " + v.GetRuleId()
 	}
@@ -148,6 +154,20 @@ func violationError(v *validate.Violation) *intent.InvalidError {
 		reason = "map key: " + reason
 	}
 	return &intent.InvalidError{Field: field, Reason: reason}
+}
+
+// patternWords says in words what each string pattern of intent.proto
+// allows, keyed by the pattern: protovalidate's own message quotes the raw
+// regex, which a person should not have to read. A test checks that every
+// pattern in intent.proto has its words here.
+var patternWords = map[string]string{
+	"^[a-z0-9][a-z0-9_-]*$":               "must hold only lowercase ASCII letters, digits, '_' and '-', and start with a letter or digit",
+	"^[A-Za-z0-9._:/=@+-]+$":              "must hold only ASCII letters, digits and the characters . _ : / = @ + -",
+	"^[A-Za-z0-9][A-Za-z0-9._:/-]*$":      "a label name must hold only ASCII letters, digits and the characters . _ : / -, and start with a letter or digit",
+	"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=": "must be name=value, the name 1 to 63 ASCII letters, digits and the characters . _ : / -, starting with a letter or digit",
+	"^[0-9a-f]+$":                         "must be lowercase hexadecimal",
+	"^[0-9a-f]{64}$":                      "must be 64 lowercase hexadecimal digits (a SHA-256)",
+	"^[A-Za-z0-9._:-]+$":                  "must hold only ASCII letters, digits and the characters . _ : -",
 }
 
 // fieldPath spells a protovalidate field path the way intentd names

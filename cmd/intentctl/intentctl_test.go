@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,7 +89,37 @@ func TestRefusals(t *testing.T) {
 			if r.stdout != "" {
 				t.Errorf("stdout = %q, want nothing", r.stdout)
 			}
+			// The field used to be printed twice: from BadRequest and again
+			// from the ErrorInfo metadata.
+			if n := strings.Count(r.stderr, "field: "); n > 1 {
+				t.Errorf("stderr names the field %d times, want once:\n%s", n, r.stderr)
+			}
 		})
+	}
+}
+
+// intentctl toward an address nobody listens on used to retry until the
+// whole --timeout (10s) ran out; it must fail at once, saying why.
+func TestRefusedConnectionFailsAtOnce(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	_ = lis.Close()
+	start := time.Now()
+	r := invocation{args: []string{"get", "k", "--timeout", "10s"}, env: map[string]string{envAddr: closed}}.run(t)
+	took := time.Since(start)
+	if r.code != exitFailure {
+		t.Errorf("exit %d, want %d\nstderr:\n%s", r.code, exitFailure, r.stderr)
+	}
+	if took > 3*time.Second {
+		t.Errorf("took %v against a closed port, want under 3s (the --timeout is 10s)", took)
+	}
+	for _, want := range []string{"cannot reach intentd at " + closed, "connection refused"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
 	}
 }
 

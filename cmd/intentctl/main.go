@@ -139,6 +139,9 @@ func printRefusal(w io.Writer, e *client.Error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
+		if k == "field" && e.Metadata[k] == e.Field {
+			continue // printed above
+		}
 		fmt.Fprintf(w, "  %s: %s\n", k, e.Metadata[k])
 	}
 	if t := e.Statement.GetText(); t != "" {

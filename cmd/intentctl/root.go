@@ -12,8 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/internal/cliflag"
@@ -189,8 +192,30 @@ func (g *globals) connect() (*client.Client, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--addr %s: %w", g.addr, err)
 	}
+	if err := g.reach(conn); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
 	c := client.New(conn, client.WithTenant(g.tenant), client.WithCallTimeout(g.timeout))
 	return c, func() { _ = conn.Close() }, nil
+}
+
+// reach fails at once when intentd cannot be reached at all — nothing
+// listens at --addr, or TLS does not match — rather than let the client
+// retry UNAVAILABLE until --timeout runs out: a command line should say so
+// now. It asks the health service, which is open to every caller; a call
+// that fails for want of a connection fails at once (no wait-for-ready).
+// Once connected, the client still retries an intentd whose etcd does not
+// answer, within --timeout.
+func (g *globals) reach(conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Unavailable {
+		return nil
+	}
+	return fmt.Errorf("cannot reach intentd at %s: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
+		g.addr, status.Convert(err).Message())
 }
 
 // note remembers a failed attempt's error and returns it.
