@@ -181,7 +181,10 @@ func (c *Client) List(ctx context.Context, req *intentv1.ListRequest) (*intentv1
 // Watch calls fn for every change the stream reports until fn returns
 // false (Watch then returns nil), ctx ends, or the stream breaks. A broken
 // stream is not resumed here: the error says whether to resume (from the
-// last revision + 1) or to re-list (ErrCompacted).
+// last revision + 1) or to re-list (ErrCompacted). With req.CreatedNotify
+// the first response fn gets is of type TYPE_CREATED (no intent): the watch
+// is established, and every change from then on reaches fn — act on it to
+// be sure not to miss the change your act causes.
 func (c *Client) Watch(ctx context.Context, req *intentv1.WatchRequest, fn func(*intentv1.WatchResponse) bool) error {
 	req.Tenant = c.tenant(req.GetTenant())
 	ctx, cancel := context.WithCancel(ctx)

@@ -762,3 +762,39 @@ func TestRetryStopsWhenContextEnds(t *testing.T) {
 		t.Errorf("error = %v, want context.DeadlineExceeded", err)
 	}
 }
+
+// Watch from now with CreatedNotify: fn first gets the created notice, and
+// a change made after it reaches fn.
+func TestWatchFromNowCreatedNotice(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	c := newClient(t)
+	key := keyFor(t, "")
+	register(t, c, key)
+	got := make(chan *intentv1.WatchResponse, 2)
+	errc := make(chan error, 1)
+	go func() { // ends when fn has seen the change
+		errc <- c.Watch(ctx, &intentv1.WatchRequest{Key: key, CreatedNotify: true}, func(ev *intentv1.WatchResponse) bool {
+			got <- ev
+			return ev.GetType() == intentv1.WatchResponse_TYPE_CREATED
+		})
+	}()
+	var created *intentv1.WatchResponse
+	select {
+	case created = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no created notice within 10s")
+	}
+	if created.GetType() != intentv1.WatchResponse_TYPE_CREATED || created.GetIntent() != nil || created.GetRevision() == 0 {
+		t.Fatalf("first response %v, want TYPE_CREATED with a revision and no intent", created)
+	}
+	if _, err := c.Cancel(ctx, &intentv1.CancelRequest{Key: key, Reason: "watched"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	if ev := <-got; ev.GetType() != intentv1.WatchResponse_TYPE_PUT || ev.GetIntent().GetState() != intentv1.State_STATE_CANCELLED || ev.GetRevision() <= created.GetRevision() {
+		t.Fatalf("after the notice at %d saw %v, want the cancellation after it", created.GetRevision(), ev)
+	}
+}

@@ -388,8 +388,12 @@ func leaseErr(lost bool, err error) error {
 func (s *Session) waitWhileHeld(ctx context.Context, key string, acq *intentv1.AcquireResponse, deadline time.Time) error {
 	wctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	// From the revision Acquire saw, not from now: a change between the
+	// Acquire and the watch's start is not missed.
 	err := s.c.Watch(wctx, &intentv1.WatchRequest{Key: key, StartRevision: acq.GetIntent().GetRevision() + 1}, func(ev *intentv1.WatchResponse) bool {
-		return ev.GetIntent().GetState() == intentv1.State_STATE_IN_PROGRESS
+		// Keep waiting on what is not a change that left IN_PROGRESS (the
+		// created notice, should a request ask for it).
+		return ev.GetType() == intentv1.WatchResponse_TYPE_CREATED || ev.GetIntent().GetState() == intentv1.State_STATE_IN_PROGRESS
 	})
 	if ctx.Err() != nil {
 		return ctx.Err()

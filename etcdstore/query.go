@@ -250,7 +250,9 @@ func (s *Store) settleLiveness(ctx context.Context, tenant string, ins []*intent
 
 // Watch streams changes to one intent (q.Key) or to a tenant's intents
 // matching q's filter, from q.StartRevision (0: from now), calling send for
-// each until ctx ends, send fails, or the watch breaks. A start revision
+// each until ctx ends, send fails, or the watch breaks. With
+// q.NotifyCreated the first event says the watch is established (Created),
+// before any change. A start revision
 // etcd compacted away is a *intent.CompactedError, never a silent gap. The
 // watch requires an etcd leader, so a partitioned member cannot leave it
 // hanging. An IN_PROGRESS intent whose holder lapsed shows as UNKNOWN once
@@ -295,6 +297,11 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 			return err
 		}
 		before = max(before, resp.Header.GetRevision())
+		if resp.Created && q.NotifyCreated {
+			if err := send(intent.WatchEvent{Created: true, Revision: watchedAfter(q.StartRevision, resp.Header.GetRevision())}); err != nil {
+				return err
+			}
+		}
 		for _, ev := range resp.Events {
 			e, ok, err := watchEvent(ev, &filter)
 			if err != nil {
@@ -312,6 +319,18 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 		return ctx.Err()
 	}
 	return unavailable(errors.New("etcd closed the watch"))
+}
+
+// watchedAfter is the revision a watch reports the changes after, as its
+// created notification says: start-1 for a watch from start, and etcd's
+// revision at creation for a watch from now (etcd starts such a watch at
+// its revision + 1, read before the watch was registered, so a change that
+// committed meanwhile may still follow with a revision at or below).
+func watchedAfter(start, created int64) int64 {
+	if start > 0 {
+		return start - 1
+	}
+	return created
 }
 
 // watchEvent turns an etcd event on an intent record into a WatchEvent, if

@@ -652,36 +652,6 @@ func TestListCompactedPageToken(t *testing.T) {
 	}
 }
 
-// notifyingWatcher tells a test when etcd has set up a watch, so that a
-// watch "from now" can be raced deterministically.
-type notifyingWatcher struct {
-	clientv3.Watcher
-	created chan struct{}
-}
-
-func (w *notifyingWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
-	in := w.Watcher.Watch(ctx, key, append(opts, clientv3.WithCreatedNotify())...)
-	out := make(chan clientv3.WatchResponse)
-	go func() {
-		defer close(out)
-		for resp := range in {
-			if resp.Created {
-				select {
-				case w.created <- struct{}{}:
-				default: // nobody waits for this one
-				}
-				continue
-			}
-			select {
-			case out <- resp:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
 var errEnough = errors.New("test has seen enough")
 
 // watchUntil runs Watch until stop says so, and returns what it saw; it
@@ -724,11 +694,7 @@ func describe(evs []intent.WatchEvent) string {
 // after the completion, and still seeing it).
 func TestWatchWaitsForCompletion(t *testing.T) {
 	c := newCluster(t)
-	nw := &notifyingWatcher{Watcher: c.cli.Watcher, created: make(chan struct{}, 1)}
-	s, err := etcdstore.NewWithKV(&clientv3.Client{KV: c.cli.KV, Lease: c.cli.Lease, Watcher: nw}, c.cli.KV, etcdstore.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := c.store(t)
 	for _, fromNow := range []bool{true, false} {
 		t.Run(fmt.Sprintf("from now %v", fromNow), func(t *testing.T) {
 			key := fmt.Sprintf("wait-%v", fromNow)
@@ -741,11 +707,17 @@ func TestWatchWaitsForCompletion(t *testing.T) {
 			var got []intent.WatchEvent
 			if fromNow {
 				ch := make(chan []intent.WatchEvent, 1)
+				created := make(chan struct{})
 				go func() {
 					var evs []intent.WatchEvent
 					wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
-					_ = s.Watch(wctx, intent.WatchQuery{Filter: intent.Filter{Tenant: "default"}, Key: key}, func(e intent.WatchEvent) error {
+					q := intent.WatchQuery{Filter: intent.Filter{Tenant: "default"}, Key: key, NotifyCreated: true}
+					_ = s.Watch(wctx, q, func(e intent.WatchEvent) error {
+						if e.Created {
+							close(created)
+							return nil
+						}
 						evs = append(evs, e)
 						if final(e) {
 							return errEnough
@@ -755,7 +727,7 @@ func TestWatchWaitsForCompletion(t *testing.T) {
 					ch <- evs
 				}()
 				select {
-				case <-nw.created:
+				case <-created:
 				case <-time.After(10 * time.Second):
 					t.Fatal("the watch was not set up")
 				}

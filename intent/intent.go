@@ -401,10 +401,17 @@ type WatchQuery struct {
 	Filter
 	Key           string
 	StartRevision int64
+	// NotifyCreated asks for a first event with Created set once the watch
+	// is established.
+	NotifyCreated bool
 }
 
-// WatchEvent is one change.
+// WatchEvent is one change, or the notice that the watch is established.
 type WatchEvent struct {
+	// Created marks the first event of a watch that asked for it
+	// (NotifyCreated): no Intent; every change with a revision above
+	// Revision is reported from then on.
+	Created bool
 	// Deleted is true when the record was removed after its retention;
 	// Intent then holds only the tombstone's fields.
 	Deleted  bool

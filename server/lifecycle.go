@@ -180,10 +180,13 @@ func (s *Server) Watch(req *intentv1.WatchRequest, stream intentv1.IntentService
 	if err != nil {
 		return s.fail(err)
 	}
-	q := intent.WatchQuery{Filter: f, Key: req.GetKey(), StartRevision: req.GetStartRevision()}
+	q := intent.WatchQuery{Filter: f, Key: req.GetKey(), StartRevision: req.GetStartRevision(), NotifyCreated: req.GetCreatedNotify()}
 	err = s.store.Watch(stream.Context(), q, func(e intent.WatchEvent) error {
 		typ := intentv1.WatchResponse_TYPE_PUT
-		if e.Deleted {
+		switch {
+		case e.Created:
+			typ = intentv1.WatchResponse_TYPE_CREATED
+		case e.Deleted:
 			typ = intentv1.WatchResponse_TYPE_DELETED
 		}
 		return stream.Send(&intentv1.WatchResponse{Type: typ, Intent: intentToProto(e.Intent), Revision: e.Revision})

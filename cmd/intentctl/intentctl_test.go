@@ -369,59 +369,115 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-func TestWatch(t *testing.T) {
-	f := newFixture(t)
-	key := f.pending("watched")
-	before := decode(t, mustRun(t, "list", "--label", f.label()), &intentv1.ListResponse{})
+// watching runs intentctl watch with args in the background; stop
+// interrupts it and checks that it ended cleanly.
+type watching struct {
+	out    *testlog.Buffer
+	cancel context.CancelFunc
+	exited chan int
+}
 
+func startWatching(t *testing.T, args ...string) *watching {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	out := &testlog.Buffer{}
-	exited := make(chan int, 1)
+	w := &watching{out: &testlog.Buffer{}, cancel: cancel, exited: make(chan int, 1)}
 	go func() { // exits when ctx is cancelled
-		exited <- run(ctx, []string{"watch", key, "--from", "1"}, strings.NewReader(""), out, &testlog.Buffer{}, func(k string) (string, bool) {
+		w.exited <- run(ctx, append([]string{"watch"}, args...), strings.NewReader(""), w.out, &testlog.Buffer{}, func(k string) (string, bool) {
 			if k == envAddr {
 				return addr, true
 			}
 			return "", false
 		})
 	}()
+	t.Cleanup(cancel)
+	return w
+}
 
-	// A change after the watch started shows up too.
-	mustRun(t, "cancel", key, "--reason", "no longer wanted")
-
+// lines are the whole lines printed so far, decoded.
+func (w *watching) lines(t *testing.T) []*intentv1.WatchResponse {
+	t.Helper()
 	var events []*intentv1.WatchResponse
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		events = events[:0]
-		for line := range strings.Lines(out.String()) {
-			if !strings.HasSuffix(line, "\n") {
-				break // still being written
-			}
-			events = append(events, decode(t, line, &intentv1.WatchResponse{}))
+	for line := range strings.Lines(w.out.String()) {
+		if !strings.HasSuffix(line, "\n") {
+			break // still being written
 		}
-		if len(events) > 0 && events[len(events)-1].GetIntent().GetState() == intentv1.State_STATE_CANCELLED {
-			break
+		events = append(events, decode(t, line, &intentv1.WatchResponse{}))
+	}
+	return events
+}
+
+// until waits up to 30s for the printed lines to satisfy done.
+func (w *watching) until(t *testing.T, done func([]*intentv1.WatchResponse) bool) []*intentv1.WatchResponse {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		events := w.lines(t)
+		if done(events) || time.Now().After(deadline) {
+			return events
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
+}
+
+func (w *watching) stop(t *testing.T) {
+	t.Helper()
+	w.cancel()
 	select {
-	case code := <-exited:
+	case code := <-w.exited:
 		if code != exitOK {
 			t.Errorf("watch exited %d after interrupt, want 0", code)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not stop after interrupt")
 	}
-	if len(events) < 2 {
-		t.Fatalf("watch printed %d events, want registration and cancellation:\n%s", len(events), out.String())
+}
+
+func cancelled(events []*intentv1.WatchResponse) bool {
+	return len(events) > 0 && events[len(events)-1].GetIntent().GetState() == intentv1.State_STATE_CANCELLED
+}
+
+func TestWatch(t *testing.T) {
+	f := newFixture(t)
+	key := f.pending("watched")
+	before := decode(t, mustRun(t, "list", "--label", f.label()), &intentv1.ListResponse{})
+
+	w := startWatching(t, key, "--from", "1")
+	// A change after the watch started shows up too.
+	mustRun(t, "cancel", key, "--reason", "no longer wanted")
+	events := w.until(t, cancelled)
+	w.stop(t)
+	if len(events) < 3 {
+		t.Fatalf("watch printed %d lines, want the created notice, registration and cancellation:\n%s", len(events), w.out.String())
 	}
+	if created := events[0]; created.GetType() != intentv1.WatchResponse_TYPE_CREATED || created.GetRevision() != 0 {
+		t.Errorf("first line = %v, want the created notice at revision 0 (--from 1)", created)
+	}
+	events = events[1:]
 	if first := events[0]; first.GetIntent().GetKey() != key || first.GetIntent().GetState() != intentv1.State_STATE_PENDING || first.GetRevision() > before.GetRevision() {
 		t.Errorf("first event = %v, want the registration (revision at most %d)", first, before.GetRevision())
 	}
 	if last := events[len(events)-1]; last.GetIntent().GetState() != intentv1.State_STATE_CANCELLED || last.GetType() != intentv1.WatchResponse_TYPE_PUT {
 		t.Errorf("last event = %v, want the cancellation", last)
+	}
+}
+
+// intentctl watch from now printed nothing until a change, so a script
+// could not tell when to act without missing one. Its first line now says
+// the watch is established, before any change, and the change made once
+// that line is out follows.
+func TestWatchFromNowSaysItHasStarted(t *testing.T) {
+	f := newFixture(t)
+	key := f.pending("watched-now")
+	w := startWatching(t, key)
+	events := w.until(t, func(evs []*intentv1.WatchResponse) bool { return len(evs) > 0 })
+	if len(events) != 1 || events[0].GetType() != intentv1.WatchResponse_TYPE_CREATED || events[0].GetRevision() == 0 {
+		t.Fatalf("before any change watch printed %d lines %v, want the created notice alone, with a revision", len(events), events)
+	}
+	mustRun(t, "cancel", key, "--reason", "no longer wanted")
+	events = w.until(t, cancelled)
+	w.stop(t)
+	if len(events) != 2 || !cancelled(events) || events[1].GetRevision() <= events[0].GetRevision() {
+		t.Fatalf("watch printed %v, want the created notice, then the cancellation after its revision", events)
 	}
 }
 

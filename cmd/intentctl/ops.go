@@ -350,9 +350,11 @@ func newWatchCommand(g *globals) *cobra.Command {
 		Use:   "watch [KEY]",
 		Short: "Stream changes as protojson lines until interrupted",
 		Long: `watch prints every change to one intent (KEY) or to the intents the filters
-keep, one protojson WatchResponse per line, until interrupted. --from REV
-starts at an etcd revision (resume with the last revision + 1; list's
-revision + 1 follows a listing). A compacted revision fails with
+keep, one protojson WatchResponse per line, until interrupted. The first line,
+of type TYPE_CREATED, says the watch is established: every change after its
+revision follows, so a change made once that line is out is never missed.
+--from REV starts at an etcd revision (resume with the last revision + 1;
+list's revision + 1 follows a listing). A compacted revision fails with
 REVISION_COMPACTED: list again, then watch from its revision + 1.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
@@ -366,7 +368,7 @@ REVISION_COMPACTED: list again, then watch from its revision + 1.`,
 			if from < 0 {
 				return usagef("--from %d: must not be negative", from)
 			}
-			req := &intentv1.WatchRequest{States: st, Label: label, ParentKey: parent, StartRevision: from}
+			req := &intentv1.WatchRequest{States: st, Label: label, ParentKey: parent, StartRevision: from, CreatedNotify: true}
 			if len(args) == 1 {
 				req.Key = args[0]
 			}

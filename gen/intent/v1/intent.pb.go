@@ -467,6 +467,15 @@ const (
 	// TYPE_DELETED: the record was removed after its retention; a tombstone
 	// stays.
 	WatchResponse_TYPE_DELETED WatchResponse_Type = 2
+	// TYPE_CREATED: the watch is established (sent once, first, and only
+	// when the request set created_notify); intent is unset. Every change
+	// with a revision above this message's revision is sent from here on,
+	// none missed: a change made after this message arrived is always
+	// reported. (With start_revision 0, a change that committed while the
+	// watch was being set up may follow it with a revision at or below.)
+	// A start_revision etcd compacted away still ends the stream with
+	// REVISION_COMPACTED after it.
+	WatchResponse_TYPE_CREATED WatchResponse_Type = 3
 )
 
 // Enum value maps for WatchResponse_Type.
@@ -475,11 +484,13 @@ var (
 		0: "TYPE_UNSPECIFIED",
 		1: "TYPE_PUT",
 		2: "TYPE_DELETED",
+		3: "TYPE_CREATED",
 	}
 	WatchResponse_Type_value = map[string]int32{
 		"TYPE_UNSPECIFIED": 0,
 		"TYPE_PUT":         1,
 		"TYPE_DELETED":     2,
+		"TYPE_CREATED":     3,
 	}
 )
 
@@ -3401,6 +3412,12 @@ type WatchRequest struct {
 	// start_revision is the first etcd revision to report; 0 means changes
 	// after now; never negative. Resume with the last seen revision + 1.
 	StartRevision int64 `protobuf:"varint,6,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	// created_notify asks for a first message of type TYPE_CREATED once the
+	// watch is established, before any change, saying from which revision it
+	// reports: with start_revision 0 it is the only way to know when a change
+	// made from then on can no longer be missed. Off by default, so that
+	// clients written before it see only changes.
+	CreatedNotify bool `protobuf:"varint,7,opt,name=created_notify,json=createdNotify,proto3" json:"created_notify,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3477,15 +3494,26 @@ func (x *WatchRequest) GetStartRevision() int64 {
 	return 0
 }
 
+func (x *WatchRequest) GetCreatedNotify() bool {
+	if x != nil {
+		return x.CreatedNotify
+	}
+	return false
+}
+
 // WatchResponse is one change.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type is what happened.
 	Type WatchResponse_Type `protobuf:"varint,1,opt,name=type,proto3,enum=intent.v1.WatchResponse_Type" json:"type,omitempty"`
 	// intent is the intent after the change (without history); for
-	// TYPE_DELETED only tenant, key, state and fingerprint.
+	// TYPE_DELETED only tenant, key, state and fingerprint; unset for
+	// TYPE_CREATED.
 	Intent *Intent `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
-	// revision is the etcd revision of the change.
+	// revision is the etcd revision of the change. For TYPE_CREATED it is the
+	// revision the watch reports changes after: etcd's current revision when
+	// start_revision is 0, else start_revision - 1. Either way, a watch
+	// resumed from revision + 1 misses no change after it.
 	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3782,7 +3810,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\fListResponse\x12+\n" +
 	"\aintents\x18\x01 \x03(\v2\x11.intent.v1.IntentR\aintents\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"\xf9\x02\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"\xa0\x03\n" +
 	"\fWatchRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
 	"\x03key\x18\x02 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12;\n" +
@@ -3790,15 +3818,17 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05label\x18\x04 \x01(\tB0\xbaH-\xd8\x01\x01r((\xc0\x022#^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=R\x05label\x12B\n" +
 	"\n" +
 	"parent_key\x18\x05 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\tparentKey\x12.\n" +
-	"\x0estart_revision\x18\x06 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\rstartRevision\"\xc7\x01\n" +
+	"\x0estart_revision\x18\x06 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\rstartRevision\x12%\n" +
+	"\x0ecreated_notify\x18\a \x01(\bR\rcreatedNotify\"\xd9\x01\n" +
 	"\rWatchResponse\x121\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1d.intent.v1.WatchResponse.TypeR\x04type\x12)\n" +
 	"\x06intent\x18\x02 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"<\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\"N\n" +
 	"\x04Type\x12\x14\n" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTYPE_PUT\x10\x01\x12\x10\n" +
-	"\fTYPE_DELETED\x10\x02*\xaf\x01\n" +
+	"\fTYPE_DELETED\x10\x02\x12\x10\n" +
+	"\fTYPE_CREATED\x10\x03*\xaf\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_PENDING\x10\x01\x12\x15\n" +
