@@ -123,9 +123,10 @@ func NotAttempted(err error) error { return &NotAttemptedError{Err: err} }
 // Outcome is how Run left the intent.
 type Outcome struct {
 	// Outcome is the last word: COMPLETED, FAILED, CANCELLED, IN_PROGRESS
-	// (another worker still holds it), NEEDS_REVIEW or EXPIRED — or
-	// UNSPECIFIED when this Run left it UNKNOWN or PENDING (see
-	// Intent.State).
+	// (another worker still holds it), NEEDS_REVIEW (escalated, or this
+	// Run's MarkUnknown was one attempt too many: see Intent.attempts) or
+	// EXPIRED — or UNSPECIFIED when this Run left it UNKNOWN or PENDING
+	// (see Intent.State).
 	Outcome intentv1.Outcome
 	// Intent is the intent as Run last saw it.
 	Intent *intentv1.Intent
@@ -311,15 +312,15 @@ func (s *Session) execute(ctx context.Context, task *Task, acq *intentv1.Acquire
 	default:
 		var resp *intentv1.MarkUnknownResponse
 		resp, rerr = s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: uint64(att.Token), Reason: truncate(err.Error(), 1000)})
-		in = resp.GetIntent()
+		in, base = resp.GetIntent(), markedUnknown(resp.GetIntent())
 	}
 	if rerr != nil {
 		return nil, leaseErr(lost, rerr)
 	}
 	out := &Outcome{Outcome: base, Intent: in}
-	if err != nil && base == intentv1.Outcome_OUTCOME_UNSPECIFIED {
-		// Left UNKNOWN (or PENDING): say why, and whether the lease was
-		// lost under Execute, although nobody took over.
+	if err != nil && (base == intentv1.Outcome_OUTCOME_UNSPECIFIED || base == intentv1.Outcome_OUTCOME_NEEDS_REVIEW) {
+		// Left UNKNOWN (or PENDING, or to a human): say why, and whether
+		// the lease was lost under Execute, although nobody took over.
 		return out, leaseErr(lost, err)
 	}
 	return out, nil
@@ -351,7 +352,7 @@ func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.Acqui
 		if err != nil {
 			return false, nil, leaseErr(lost, err)
 		}
-		return false, &Outcome{Intent: resp.GetIntent()}, leaseErr(lost, rerr)
+		return false, &Outcome{Outcome: markedUnknown(resp.GetIntent()), Intent: resp.GetIntent()}, leaseErr(lost, rerr)
 	}
 	switch ev.verdict {
 	case found:
@@ -372,6 +373,16 @@ func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.Acqui
 		}
 		return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_NEEDS_REVIEW, Intent: resp.GetIntent()}, nil
 	}
+}
+
+// markedUnknown is the Outcome of an accepted MarkUnknown: UNSPECIFIED (the
+// intent is left UNKNOWN), or NEEDS_REVIEW when that attempt was the one
+// that reached the intent's max_attempts.
+func markedUnknown(in *intentv1.Intent) intentv1.Outcome {
+	if in.GetState() == intentv1.State_STATE_NEEDS_REVIEW {
+		return intentv1.Outcome_OUTCOME_NEEDS_REVIEW
+	}
+	return intentv1.Outcome_OUTCOME_UNSPECIFIED
 }
 
 func leaseErr(lost bool, err error) error {

@@ -864,8 +864,8 @@ func TestRunPoisonIntentGoesToReview(t *testing.T) {
 		t.Fatal("first Run: want the read timeout")
 	}
 	out, err := sess.Run(ctx, task)
-	if err == nil || out == nil || out.Intent.GetState() != intentv1.State_STATE_NEEDS_REVIEW {
-		t.Fatalf("second Run (its lookup fails too) = %+v, %v; want the lookup error and the intent in NEEDS_REVIEW", out, err)
+	if err == nil || out == nil || out.Outcome != intentv1.Outcome_OUTCOME_NEEDS_REVIEW || out.Intent.GetState() != intentv1.State_STATE_NEEDS_REVIEW {
+		t.Fatalf("second Run (its lookup fails too) = %+v, %v; want the lookup error, NEEDS_REVIEW and the intent in it", out, err)
 	}
 	out, err = sess.Run(ctx, task)
 	if err != nil || out.Outcome != intentv1.Outcome_OUTCOME_NEEDS_REVIEW || out.Executed {

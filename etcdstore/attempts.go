@@ -49,10 +49,7 @@ func endAttempt(next *record, defaultMax int, how string, now time.Time) (exhaus
 	}
 	next.Attempts++
 	next.EndedToken = token
-	limit := next.MaxAttempts
-	if limit <= 0 {
-		limit = defaultMax
-	}
+	limit := attemptLimit(next, defaultMax)
 	if next.Attempts < limit {
 		return false
 	}
@@ -63,6 +60,15 @@ func endAttempt(next *record, defaultMax int, how string, now time.Time) (exhaus
 			next.Attempts, how, token, limit),
 	})
 	return true
+}
+
+// attemptLimit is rec's limit: its own, or defaultMax for a record stored
+// before records had one.
+func attemptLimit(rec *record, defaultMax int) int {
+	if rec.MaxAttempts > 0 {
+		return rec.MaxAttempts
+	}
+	return defaultMax
 }
 
 // How an attempt ended, for endAttempt's reason text.

@@ -451,7 +451,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 		if ch.exhausted {
 			s.stats.exhausted.Add(1)
 			s.cfg.Logger.Warn("etcdstore: intent needs review: too many attempts ended without a report",
-				"tenant", tenant, "key", key, "attempts", committed.Attempts, "max_attempts", committed.MaxAttempts)
+				"tenant", tenant, "key", key, "attempts", committed.Attempts, "max_attempts", attemptLimit(committed, s.cfg.MaxAttempts))
 		}
 		if ch.done != nil {
 			ch.done(committed, rev)
