@@ -49,16 +49,30 @@ func serveWith(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config) intentv1.
 
 // serveStore is serveWith that also returns the replica's Store, for tests
 // that drive it directly (a janitor pass), and passes opts to the gRPC
-// server.
+// server. The server decodes requests as intentd's does (RequestCodec,
+// DecodedService, DecodeInterceptors ahead of the interceptors in opts).
 func serveStore(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config, opts ...grpc.ServerOption) (*etcdstore.Store, intentv1.IntentServiceClient) {
+	t.Helper()
+	store, conn := serveConn(t, e, cfg, opts...)
+	return store, intentv1.NewIntentServiceClient(conn)
+}
+
+// serveConn is serveStore returning the client connection itself, for
+// tests that send raw bytes.
+func serveConn(t testing.TB, e *etcdtest.Server, cfg etcdstore.Config, opts ...grpc.ServerOption) (*etcdstore.Store, *grpc.ClientConn) {
 	t.Helper()
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	store, err := etcdstore.New(e.Client(t), cfg)
 	if err != nil {
 		t.Fatalf("etcdstore.New: %v", err)
 	}
+	decodeUnary, decodeStream := server.DecodeInterceptors()
+	opts = append([]grpc.ServerOption{
+		server.RequestCodec(),
+		grpc.ChainUnaryInterceptor(decodeUnary), grpc.ChainStreamInterceptor(decodeStream),
+	}, opts...)
 	srv := grpc.NewServer(opts...)
-	intentv1.RegisterIntentServiceServer(srv, server.New(store, slog.New(slog.DiscardHandler)))
+	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, slog.New(slog.DiscardHandler)))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
@@ -76,7 +90,7 @@ func serveStore(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config, opts ...
 		t.Fatalf("grpc.NewClient: %v", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return store, intentv1.NewIntentServiceClient(conn)
+	return store, conn
 }
 
 // newClient starts a fresh embedded etcd and one intentd replica on it.

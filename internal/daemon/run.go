@@ -150,9 +150,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		return err
 	}
 	m.grpc.InitializeMetrics(srv)
-	intentv1.RegisterIntentServiceServer(srv, server.New(store, log))
+	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, log))
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(srv, hs)
+	srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
 	reflection.Register(srv)
 
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -338,11 +338,13 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 	}
 }
 
-// newGRPCServer builds the server with logging, panic recovery, the guard
-// (authentication, roles, tenants, rate limits) and request validation
-// (protovalidate rules in the proto), in that order. A panic becomes
-// INTERNAL with a generic message: the stack goes to the log, never to the
-// client.
+// newGRPCServer builds the server with logging, panic recovery, request
+// decoding (bytes that are not a valid request become INVALID_ARGUMENT, not
+// grpc-go's INTERNAL), the guard (authentication, roles, tenants, rate
+// limits) and request validation (protovalidate rules in the proto), in
+// that order. A panic becomes INTERNAL with a generic message: the stack
+// goes to the log, never to the client. Services are to be registered
+// through server.DecodedService.
 //
 // Without accessLog the log is what an operator reads: refused calls at the
 // level their code calls for, successful ones at DEBUG, health checks and
@@ -353,6 +355,7 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog 
 	if err != nil {
 		return nil, err
 	}
+	decodeUnary, decodeStream := server.DecodeInterceptors()
 	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(l), msg, fields...)
 	})
@@ -377,15 +380,17 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog 
 		m.grpc.UnaryServerInterceptor(),
 		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(logger, logOpts...), logged),
 		recovery.UnaryServerInterceptor(onPanic),
+		decodeUnary,
 	}, guard.Unary()...)
 	unary = append(unary, validateUnary)
 	stream := append([]grpc.StreamServerInterceptor{
 		m.grpc.StreamServerInterceptor(),
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(logger, logOpts...), logged),
 		recovery.StreamServerInterceptor(onPanic),
+		decodeStream,
 	}, guard.Stream()...)
 	stream = append(stream, validateStream)
-	opts = append(opts, grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
+	opts = append(opts, server.RequestCodec(), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	return grpc.NewServer(opts...), nil
 }
 
