@@ -52,7 +52,9 @@ step "go test -race"
 go test -race -count=1 -timeout 15m ./...
 
 # The other languages' suites start their own intentd from this binary.
-intentd_bin="$(mktemp -d)/intentd"
+intentd_dir="$(mktemp -d)"
+trap 'rm -rf "$intentd_dir"' EXIT
+intentd_bin="$intentd_dir/intentd"
 go build -o "$intentd_bin" ./cmd/intentd
 
 step "Python worker library against a live intentd (/usr/bin/python3: Debian's grpcio and protobuf)"

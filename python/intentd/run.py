@@ -140,9 +140,11 @@ class Outcome:
     """How run left the intent."""
 
     outcome: int
-    """COMPLETED, FAILED, CANCELLED, IN_PROGRESS, NEEDS_REVIEW or EXPIRED
-    (``intent_pb2.OUTCOME_*``), or OUTCOME_UNSPECIFIED when this run left
-    it UNKNOWN or PENDING (see ``intent.state`` and ``error``)."""
+    """COMPLETED, FAILED, CANCELLED, IN_PROGRESS, NEEDS_REVIEW (escalated,
+    or this run's MarkUnknown was one attempt too many: see
+    ``intent.attempts``) or EXPIRED (``intent_pb2.OUTCOME_*``), or
+    OUTCOME_UNSPECIFIED when this run left it UNKNOWN or PENDING (see
+    ``intent.state`` and ``error``)."""
     intent: intent_pb2.Intent
     """The intent as run last saw it."""
     executed: bool = False
@@ -268,9 +270,18 @@ def _execute(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -> 
             resp = c.release(key, t, f"not attempted: {err}", timeout=rt)
         else:
             resp = c.mark_unknown(key, t, f"{type(err).__name__}: {err}", timeout=rt)
+            return Outcome(_marked_unknown(resp.intent), resp.intent, error=err, lease_lost=lost)
     except IntentdError as rerr:
         raise _lease_err(lost, rerr) from rerr
     return Outcome(Outcomes.OUTCOME_UNSPECIFIED, resp.intent, error=err, lease_lost=lost)
+
+
+def _marked_unknown(intent: intent_pb2.Intent) -> int:
+    """The outcome of an accepted MarkUnknown: UNSPECIFIED (left UNKNOWN), or
+    NEEDS_REVIEW when that attempt reached the intent's max_attempts."""
+    if intent.state == intent_pb2.STATE_NEEDS_REVIEW:
+        return Outcomes.OUTCOME_NEEDS_REVIEW
+    return Outcomes.OUTCOME_UNSPECIFIED
 
 
 def _reconcile(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -> Optional[Outcome]:
@@ -294,7 +305,7 @@ def _reconcile(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -
             # The lookup itself failed: nothing was learned. Leave the intent
             # UNKNOWN for the next reconcile rather than for a human.
             resp = c.mark_unknown(key, t, f"reconcile failed: {type(err).__name__}: {err}", timeout=rt)
-            return Outcome(Outcomes.OUTCOME_UNSPECIFIED, resp.intent, error=err, lease_lost=lost)
+            return Outcome(_marked_unknown(resp.intent), resp.intent, error=err, lease_lost=lost)
         if ev.verdict == "found":
             resp = c.complete(key, t, ev.result or intent_pb2.Result(), children=att.children, timeout=rt)
             return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)

@@ -202,7 +202,8 @@ class LiveTest(unittest.TestCase):
 
     def test_decisions(self) -> None:
         """Final → FAILED; NotAttempted → PENDING; any other exception →
-        UNKNOWN, and the next run reconciles; no reconcile → NEEDS_REVIEW."""
+        UNKNOWN, and the next run reconciles; no reconcile → NEEDS_REVIEW;
+        a MarkUnknown that reaches max_attempts → NEEDS_REVIEW."""
         cases = [
             ("final", intentd.Final("card_declined", "issuer said no"), "OUTCOME_FAILED", O.STATE_FAILED),
             ("none", intentd.NotAttempted("merchant rejected the request before sending"), "OUTCOME_UNSPECIFIED", O.STATE_PENDING),
@@ -221,6 +222,11 @@ class LiveTest(unittest.TestCase):
                 self.assertEqual(out.name, want_outcome)
                 self.assertEqual(out.intent.state, want_state)
                 self.assertTrue(out.executed)
+        key = fresh_key("poison")
+        self.client.register(key, {"case": "one attempt allowed"}, max_attempts=1)
+        out = s.run(intentd.Task(key=key, execute=lambda att: (_ for _ in ()).throw(TimeoutError("lost answer"))))
+        self.assertEqual(out.name, "OUTCOME_NEEDS_REVIEW")  # that MarkUnknown reached max_attempts
+        self.assertIsInstance(out.error, TimeoutError)
         key = fresh_key("timeout")
         self.client.register(key, {"case": "unknown-then-review"})
         s.run(intentd.Task(key=key, execute=lambda att: (_ for _ in ()).throw(TimeoutError("lost answer"))))
