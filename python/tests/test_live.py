@@ -57,6 +57,31 @@ class Counting(grpc.UnaryUnaryClientInterceptor):
         return continuation(details, request)
 
 
+class Unanswered(grpc.RpcError):
+    """UNAVAILABLE, as when intentd does not answer."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "cut off by the test"
+
+    def trailing_metadata(self):
+        return ()
+
+
+class CutHeartbeats(grpc.UnaryUnaryClientInterceptor):
+    """Lets heartbeats through until cut is set, then answers none."""
+
+    def __init__(self) -> None:
+        self.cut = threading.Event()
+
+    def intercept_unary_unary(self, continuation, details, request):
+        if self.cut.is_set() and details.method.endswith("/Heartbeat"):
+            raise Unanswered()
+        return continuation(details, request)
+
+
 class LiveTest(unittest.TestCase):
     def setUp(self) -> None:
         self.client = intentd.Client(server.address, report_timeout=10)
@@ -245,6 +270,24 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(told.wait(5))
         self.assertIsInstance(s.error, intentd.SessionNotFound)
         self.assertTrue(s.lost.is_set())
+
+    def test_session_ttl_counts_from_last_confirmed_send(self) -> None:
+        """With heartbeats unanswered, the session is lost one TTL after the
+        sending of the last heartbeat intentd confirmed: never later (etcd
+        may expire it then), and not much earlier."""
+        cut = CutHeartbeats()
+        c = intentd.Client(channel=grpc.intercept_channel(grpc.insecure_channel(server.address), cut))
+        opened = time.monotonic()
+        s = c.open_session("cut-off", ttl=2)
+        time.sleep(1.0)  # a heartbeat or two confirmed (every TTL/3)
+        cut.cut.set()
+        self.assertTrue(s.lost.wait(5))
+        lost_at = time.monotonic()
+        last_sent = s._last_ok
+        self.assertIsInstance(s.error, intentd.SessionLost)
+        self.assertGreater(last_sent, opened + 0.5)  # a heartbeat was confirmed
+        self.assertLessEqual(lost_at, last_sent + 2 + 0.25)
+        self.assertGreaterEqual(lost_at, last_sent + 2 - 0.05)
 
     def test_errors(self) -> None:
         """Each refusal is its reason's class, with code, field and reason."""
