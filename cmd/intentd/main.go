@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -160,9 +161,17 @@ func nextSteps(addr string, cfg daemon.Config) string {
 	if cfg.TLS() {
 		ctl += " --cacert <ca.pem>"
 	}
-	return fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s review-queue`.\n"+
-		"intentd: Ctrl-C or SIGTERM stops it. `go run` does not pass SIGTERM on: beyond a first try, `go build -o bin/intentd ./cmd/intentd` and run that.\n",
-		addr, ctl)
+	s := fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s review-queue`.\n", addr, ctl)
+	if exe, err := os.Executable(); err == nil && underGoRun(exe) {
+		s += "intentd: started by `go run`, which does not pass SIGTERM on; beyond a first try, `go build -o bin/ ./cmd/intentd` and run ./bin/intentd.\n"
+	}
+	return s
+}
+
+// underGoRun reports whether exe, the running binary, is one `go run` built:
+// it lives in a go-build directory under the build cache's temporary root.
+func underGoRun(exe string) bool {
+	return strings.Contains(filepath.ToSlash(exe), "/go-build")
 }
 
 // fromEnv sets every flag not given on the command line from its INTENTD_*

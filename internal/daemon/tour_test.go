@@ -3,80 +3,191 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // TestReadmeTour runs the grpcurl tour of README.md, verbatim, against a
 // fresh intentd, and checks that each step shows what the README says it
-// shows. A README that drifts from the product fails here.
+// shows. A README that drifts from the product fails here. It runs the tour
+// twice against the same intentd: a reader following it a second time used
+// to meet the first run's intents (MarkUnknown refused on a COMPLETED
+// intent), so each run must use fresh keys.
 func TestReadmeTour(t *testing.T) {
+	root := repoRoot(t)
+	needGrpcurl(t, root)
+	script := readmeBlocks(t, root, "tour")
+	if !strings.Contains(script, `"ttl": "300s"`) {
+		t.Errorf("the tour's session TTL is not 300s: a reader slower than a minute lost the session")
+	}
+
+	in := start(t, testConfig(t.TempDir()))
+	for run := 1; run <= 2; run++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "ADDR="+in.addr)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d of the tour failed: %v\n%s", run, err, out.String())
+		}
+		got := out.String()
+		for _, want := range []string{
+			`"created": true`,
+			`"outcome": "OUTCOME_EXECUTE"`,
+			`"actionTaken": "recorded"`,
+			`"outcome": "OUTCOME_COMPLETED"`,
+			`"actionTaken": "none"`,
+			`already_completed: intent purchase-lamp-`,
+			`"reason": "STALE_TOKEN"`,
+			`"reason": "FINGERPRINT_MISMATCH"`,
+			`"accepted": false`,
+			`"state": "STATE_NEEDS_REVIEW"`,
+			`already_completed: intent refund-`,
+			`"refund_id": "re_123"`,
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("run %d: tour output lacks %s\n--- output ---\n%s", run, want, got)
+			}
+		}
+	}
+}
+
+// TestReadmeSecure runs the "Running securely" blocks of README.md as
+// written: the credentials block, then the intentd command in the
+// background, then the calls each principal makes. They used to fail as
+// written: an approver's token was used to read the review queue (refused:
+// List needs reviewer or reader), and $TOKEN clobbered the tour's fencing
+// token. The one change made to the text is the listen address, a free
+// loopback port instead of 0.0.0.0:7650; the embedded etcd's ports and data
+// directory come from INTENTD_* variables, which the command line leaves
+// unset.
+func TestReadmeSecure(t *testing.T) {
+	root := repoRoot(t)
+	needGrpcurl(t, root)
+	setup := readmeBlocks(t, root, "secure-setup")
+	serve := readmeBlocks(t, root, "secure-serve")
+	use := readmeBlocks(t, root, "secure-use")
+	const listen = "0.0.0.0:7650"
+	if !strings.Contains(serve, listen) {
+		t.Fatalf("the secure intentd command does not listen on %s:\n%s", listen, serve)
+	}
+	addr := freePort(t)
+	serve = strings.Replace(serve, listen, addr, 1)
+
+	// The blocks run from a directory shaped like the repository root: the
+	// binaries in ./bin, built as "Running it" says.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/intentd", "./cmd/intentctl")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.Symlink(filepath.Join(root, "bin", "grpcurl"), filepath.Join(bin, "grpcurl")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "serve.sh"), []byte(serve), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := setup + `
+bash serve.sh > serve.log 2>&1 &
+for i in $(seq 300); do grep -q '^intentd: serving on' serve.log && break; sleep 0.1; done
+grep '^intentd: serving on' serve.log || { cat serve.log; exit 1; }
+` + use
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "ADDR="+addr,
+		"INTENTD_DATA_DIR="+filepath.Join(dir, "data"),
+		"INTENTD_EMBED_CLIENT_URL=http://127.0.0.1:0", "INTENTD_EMBED_PEER_URL=http://127.0.0.1:0",
+		"INTENTD_METRICS_LISTEN=")
+	// intentd runs in the script's process group: stop them all at the end.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second // should intentd still hold an output pipe
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) })
+	if err := cmd.Wait(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
+		t.Fatalf("the secure blocks failed: %v\n%s\n--- intentd ---\n%s", err, out.String(), log)
+	}
+	got := out.String()
+	for _, want := range []string{
+		`"created": true`,          // the approver registered
+		`"state": "STATE_PENDING"`, // the reviewer read it
+		`"intents": []`,            // ops-1, by certificate, read the review queue
+		"code: PERMISSION_DENIED",  // the approver may not read
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("secure blocks' output lacks %s\n--- output ---\n%s", want, got)
+		}
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+func needGrpcurl(t *testing.T, root string) {
+	t.Helper()
 	if _, err := os.Stat(filepath.Join(root, "bin", "grpcurl")); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("bin/grpcurl missing in CI: scripts/install-tools.sh must install it: %v", err)
 		}
 		t.Skip("bin/grpcurl not installed; run ./scripts/install-tools.sh")
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+}
+
+// freePort returns a loopback address no one listened on a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := tourScript(t, string(readme))
-
-	in := start(t, testConfig(t.TempDir()))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "ADDR="+in.addr)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("tour failed: %v\n%s", err, out.String())
-	}
-	got := out.String()
-	for _, want := range []string{
-		`"created": true`,
-		`"outcome": "OUTCOME_EXECUTE"`,
-		`"actionTaken": "recorded"`,
-		`"outcome": "OUTCOME_COMPLETED"`,
-		`"actionTaken": "none"`,
-		`already_completed: intent purchase-lamp-1`,
-		`"reason": "STALE_TOKEN"`,
-		`"reason": "FINGERPRINT_MISMATCH"`,
-		`"accepted": false`,
-		`"state": "STATE_NEEDS_REVIEW"`,
-		`"actionTaken": "recorded"`,
-		`already_completed: intent refund-77`,
-		`"refund_id": "re_123"`,
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("tour output lacks %s\n--- output ---\n%s", want, got)
-		}
-	}
+	defer lis.Close()
+	return lis.Addr().String()
 }
 
-// tourScript joins the shell blocks between tour markers, in order: later
-// blocks continue in the shell of the earlier ones.
-func tourScript(t *testing.T, readme string) string {
+// readmeBlocks joins the shell blocks of README.md between the markers
+// <!-- name:begin --> and <!-- name:end -->, in order: later blocks continue
+// in the shell of the earlier ones.
+func readmeBlocks(t *testing.T, root, name string) string {
 	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
 	var blocks []string
 	for {
-		_, rest, ok := strings.Cut(readme, "<!-- tour:begin -->")
+		_, rest, ok := strings.Cut(readme, "<!-- "+name+":begin -->")
 		if !ok {
 			break
 		}
-		block, after, ok := strings.Cut(rest, "<!-- tour:end -->")
+		block, after, ok := strings.Cut(rest, "<!-- "+name+":end -->")
 		if !ok {
-			t.Fatal("README.md: a tour block has no end marker")
+			t.Fatalf("README.md: a %s block has no end marker", name)
 		}
 		block = strings.TrimSpace(block)
 		block = strings.TrimPrefix(block, "```sh")
@@ -84,7 +195,7 @@ func tourScript(t *testing.T, readme string) string {
 		readme = after
 	}
 	if len(blocks) == 0 {
-		t.Fatal("README.md has no tour markers")
+		t.Fatalf("README.md has no %s markers", name)
 	}
 	return strings.Join(blocks, "\n")
 }
