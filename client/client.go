@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
@@ -105,9 +106,23 @@ func (c *Client) Register(ctx context.Context, req *intentv1.RegisterRequest) (*
 	return call(ctx, c, c.rpc.Register, req)
 }
 
-// DeriveKey returns the canonical key for an action and its identity.
+// DeriveKey returns what Register would compute, storing nothing: the
+// canonical key for an action and its identity, and the fingerprint of
+// params, for whichever the request gives.
 func (c *Client) DeriveKey(ctx context.Context, req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, error) {
 	return call(ctx, c, c.rpc.DeriveKey, req)
+}
+
+// Fingerprint returns the fingerprint intentd gives params (the one
+// Register stores), for an Acquire's expected_fingerprint: a worker that
+// holds the terms it is about to act on asserts they are the approved ones
+// without reimplementing the canonical form.
+func (c *Client) Fingerprint(ctx context.Context, params *structpb.Struct) (string, error) {
+	resp, err := c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Params: params})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetFingerprint(), nil
 }
 
 // Acquire asks for the right to act on an intent. Retrying with the same

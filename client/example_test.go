@@ -149,3 +149,27 @@ func ExampleError() {
 	// true
 	// InvalidArgument INVALID_FIELD token
 }
+
+// A worker asserts that the terms it is about to act on are the approved
+// ones: it asks intentd for their fingerprint (the same in every language:
+// SHA-256 of their RFC 8785 form) and passes it as Acquire's
+// expected_fingerprint, which fails with FINGERPRINT_MISMATCH otherwise.
+func ExampleClient_Fingerprint() {
+	ctx := context.Background()
+	conn := dial()
+	defer conn.Close()
+	c := client.New(conn)
+	terms, _ := structpb.NewStruct(map[string]any{
+		"item": "desk lamp", "quantity": 2, "merchant": "möbel-haus", "max_amount": "89.00", "currency": "EUR",
+	})
+	fp, err := c.Fingerprint(ctx, terms)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(fp)
+	// Then: c.Acquire(ctx, &intentv1.AcquireRequest{..., ExpectedFingerprint: fp})
+
+	// Output:
+	// 78bd230c4df9a993812929c4b6487678e7ef00ce36d7f96e74407e5456afd8ed
+}

@@ -32,8 +32,8 @@ type canonicalVector struct {
 }
 
 // TestCanonicalVectors checks intentd's DeriveKey answers, and the
-// fingerprint it gives the identity registered as params, against the
-// shared table; identities are parsed the way most callers parse JSON
+// fingerprint it gives the identity as params (from DeriveKey, and as
+// Register stores it), against the shared table; identities are parsed the way most callers parse JSON
 // (encoding/json: every number a double) and sent as a Struct.
 func TestCanonicalVectors(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", "api", "canonical-vectors.json"))
@@ -64,18 +64,25 @@ func TestCanonicalVectors(t *testing.T) {
 			}
 			key := fmt.Sprintf("vector-%d-%d", time.Now().UnixNano(), i)
 			got, derr := c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Action: v.Action, Identity: identity})
+			fp, ferr := c.Fingerprint(ctx, identity)
 			reg, rerr := c.Register(ctx, &intentv1.RegisterRequest{Key: key, Params: identity})
 			if v.Refused != nil {
 				if f := refusedField(derr); f != v.Refused.DeriveKey {
 					t.Errorf("DeriveKey refused field %q (err %v), want %q", f, derr, v.Refused.DeriveKey)
+				}
+				if f := refusedField(ferr); f != v.Refused.Register {
+					t.Errorf("DeriveKey of params refused field %q (err %v), want %q", f, ferr, v.Refused.Register)
 				}
 				if f := refusedField(rerr); f != v.Refused.Register {
 					t.Errorf("Register refused field %q (err %v), want %q", f, rerr, v.Refused.Register)
 				}
 				return
 			}
-			if derr != nil || rerr != nil {
-				t.Fatalf("DeriveKey: %v; Register: %v", derr, rerr)
+			if derr != nil || ferr != nil || rerr != nil {
+				t.Fatalf("DeriveKey: %v; DeriveKey of params: %v; Register: %v", derr, ferr, rerr)
+			}
+			if fp != v.Fingerprint {
+				t.Errorf("DeriveKey fingerprint of params %s, want %s", fp, v.Fingerprint)
 			}
 			if got.GetCanonical() != v.Canonical || got.GetKey() != v.Key {
 				t.Errorf("DeriveKey = %s %s, want %s %s", got.GetKey(), got.GetCanonical(), v.Key, v.Canonical)

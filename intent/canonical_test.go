@@ -726,6 +726,39 @@ func TestDeriveKeyVector(t *testing.T) {
 	}
 }
 
+// TestFingerprintVector pins one fingerprint so that clients in other
+// languages can check theirs (or the one DeriveKey returns for params)
+// against it: SHA-256 of the UTF-8 canonical text of the params, in
+// lowercase hex. The canonical text shows number normalization (2.0 is 2),
+// key sorting, a decimal kept as a string and raw non-ASCII UTF-8.
+func TestFingerprintVector(t *testing.T) {
+	const (
+		canonical   = `{"currency":"EUR","item":"desk lamp","max_amount":"89.00","merchant":"möbel-haus","quantity":2}`
+		fingerprint = "78bd230c4df9a993812929c4b6487678e7ef00ce36d7f96e74407e5456afd8ed"
+	)
+	spellings := []any{
+		map[string]any{"item": "desk lamp", "quantity": 2.0, "merchant": "möbel-haus", "max_amount": "89.00", "currency": "EUR"},
+		map[string]any{"quantity": json.Number("2.00"), "currency": "EUR", "merchant": "m\u00f6bel-haus", "item": "desk lamp", "max_amount": "89.00"},
+		map[string]any{"max_amount": "89.00", "merchant": "möbel-haus", "currency": "EUR", "quantity": 2, "item": "desk lamp"},
+	}
+	for _, params := range spellings {
+		got, err := Canonical(params)
+		if err != nil {
+			t.Fatalf("Canonical(%v) error: %v", params, err)
+		}
+		if string(got) != canonical {
+			t.Errorf("Canonical(%v) = %s, want %s", params, got, canonical)
+		}
+		if fp := Fingerprint(got); fp != fingerprint {
+			t.Errorf("Fingerprint(Canonical(%v)) = %s, want %s", params, fp, fingerprint)
+		}
+	}
+	text := ` { "quantity" : 2e0, "item" : "desk\u0020lamp", "max_amount" : "89.00", "currency" : "EUR", "merchant" : "möbel-haus" } `
+	if got, err := CanonicalJSON([]byte(text)); err != nil || Fingerprint(got) != fingerprint {
+		t.Errorf("CanonicalJSON(%s) = %s, %v; want the fingerprint %s", text, got, err, fingerprint)
+	}
+}
+
 func TestDeriveKeyDistinguishes(t *testing.T) {
 	base, _, err := DeriveKey("refund", map[string]any{"order": "O-1", "rma": "R-1"})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/server"
@@ -107,5 +108,80 @@ func TestLargeIntegersAreRefusedNotMerged(t *testing.T) {
 	}
 	if got := f.get("parent").GetState(); got != intentv1.State_STATE_IN_PROGRESS {
 		t.Errorf("parent state = %v, want %v", got, intentv1.State_STATE_IN_PROGRESS)
+	}
+}
+
+// TestDeriveKeyReturnsTheFingerprintRegisterStores: a caller who wants to
+// assert the approved terms in Acquire (expected_fingerprint) gets their
+// fingerprint from DeriveKey, the same Register stores, instead of
+// reimplementing RFC 8785 or registering a throwaway intent; DeriveKey
+// stores nothing.
+func TestDeriveKeyReturnsTheFingerprintRegisterStores(t *testing.T) {
+	c := newClient(t)
+	f := newFx(t, c)
+	terms := lamp(2)
+
+	both, err := c.DeriveKey(f.ctx, &intentv1.DeriveKeyRequest{
+		Action: "purchase", Identity: mustStruct(t, map[string]any{"customer": "c-17", "cart": "cart-9"}),
+		Params: mustStruct(t, terms),
+	})
+	if err != nil {
+		t.Fatalf("DeriveKey(action, identity, params): %v", err)
+	}
+	only, err := c.DeriveKey(f.ctx, &intentv1.DeriveKeyRequest{Params: mustStruct(t, terms)})
+	if err != nil {
+		t.Fatalf("DeriveKey(params): %v", err)
+	}
+	if only.GetKey() != "" || only.GetCanonical() != "" {
+		t.Errorf("DeriveKey(params only) key %q, canonical %q; want both empty", only.GetKey(), only.GetCanonical())
+	}
+	if both.GetFingerprint() != only.GetFingerprint() || both.GetCanonicalParams() != only.GetCanonicalParams() {
+		t.Errorf("fingerprints with and without identity differ: %s %s, %s %s", both.GetFingerprint(), both.GetCanonicalParams(), only.GetFingerprint(), only.GetCanonicalParams())
+	}
+	if got, want := only.GetFingerprint(), fingerprintOf(t, terms); got != want {
+		t.Errorf("DeriveKey fingerprint = %s, want %s", got, want)
+	}
+	if _, err := c.Get(f.ctx, &intentv1.GetRequest{Key: both.GetKey()}); status.Code(err) != codes.NotFound {
+		t.Errorf("Get(derived key) before Register = %v, want NOT_FOUND: DeriveKey stores nothing", err)
+	}
+
+	registered := f.register(both.GetKey(), terms)
+	if registered.GetFingerprint() != both.GetFingerprint() {
+		t.Errorf("Register stored fingerprint %s, DeriveKey said %s", registered.GetFingerprint(), both.GetFingerprint())
+	}
+	sess := f.session("w")
+	resp, err := c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: both.GetKey(), SessionId: sess, RequestId: "r1", ExpectedFingerprint: both.GetFingerprint()})
+	if err != nil || resp.GetOutcome() != intentv1.Outcome_OUTCOME_EXECUTE {
+		t.Fatalf("Acquire with DeriveKey's fingerprint = %v, %v; want EXECUTE", resp.GetOutcome(), err)
+	}
+	changed, err := c.DeriveKey(f.ctx, &intentv1.DeriveKeyRequest{Params: mustStruct(t, lamp(3))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: both.GetKey(), SessionId: sess, RequestId: "r2", ExpectedFingerprint: changed.GetFingerprint()}); detailsOf(t, err).info.GetReason() != server.ReasonFingerprintMismatch {
+		t.Errorf("Acquire with the fingerprint of other terms = %v, want %s", err, server.ReasonFingerprintMismatch)
+	}
+
+	invalid := []struct {
+		name  string
+		req   *intentv1.DeriveKeyRequest
+		field string
+	}{
+		{"nothing", &intentv1.DeriveKeyRequest{}, "identity"},
+		{"action without identity", &intentv1.DeriveKeyRequest{Action: "purchase", Params: mustStruct(t, terms)}, "identity"},
+		{"identity without action", &intentv1.DeriveKeyRequest{Identity: mustStruct(t, map[string]any{"cart": "c"}), Params: mustStruct(t, terms)}, "action"},
+		{"empty params", &intentv1.DeriveKeyRequest{Params: &structpb.Struct{}}, "params"},
+		{"2^53 in params", &intentv1.DeriveKeyRequest{Params: mustStruct(t, map[string]any{"order_id": float64(1 << 53)})}, "params.order_id"},
+	}
+	for _, tc := range invalid {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.DeriveKey(f.ctx, tc.req)
+			if err == nil {
+				t.Fatalf("DeriveKey succeeded, want INVALID_FIELD %q", tc.field)
+			}
+			if d := detailsOf(t, err); d.code != codes.InvalidArgument || len(d.field) != 1 || d.field[0] != tc.field {
+				t.Errorf("error = %v %q, want %v [%q]", d.code, d.field, codes.InvalidArgument, tc.field)
+			}
+		})
 	}
 }

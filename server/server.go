@@ -60,14 +60,39 @@ func (s *Server) Register(ctx context.Context, req *intentv1.RegisterRequest) (*
 
 // DeriveKey implements IntentService.DeriveKey.
 func (s *Server) DeriveKey(_ context.Context, req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, error) {
-	if len(req.GetIdentity().GetFields()) == 0 {
-		return nil, s.fail(intent.Invalid("identity", "required: the fields that identify the action"))
-	}
-	key, canonical, err := intent.DeriveKey(req.GetAction(), req.GetIdentity().AsMap())
+	resp, err := derivation(req)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	return &intentv1.DeriveKeyResponse{Key: key, Canonical: string(canonical)}, nil
+	return resp, nil
+}
+
+// derivation computes DeriveKey's answer: the key of action and identity
+// when either is given, the fingerprint of params when they are, each as
+// Register would compute it.
+func derivation(req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, error) {
+	if req.GetIdentity() == nil && req.GetParams() == nil {
+		return nil, intent.Invalid("identity", "required: the fields that identify the action, for a key (or params, for a fingerprint)")
+	}
+	resp := &intentv1.DeriveKeyResponse{}
+	if req.GetIdentity() != nil || req.GetAction() != "" {
+		if len(req.GetIdentity().GetFields()) == 0 {
+			return nil, intent.Invalid("identity", "required with action: the fields that identify the action")
+		}
+		key, canonical, err := intent.DeriveKey(req.GetAction(), req.GetIdentity().AsMap())
+		if err != nil {
+			return nil, err
+		}
+		resp.Key, resp.Canonical = key, string(canonical)
+	}
+	if req.GetParams() != nil {
+		params, err := canonicalParams("", req.GetParams())
+		if err != nil {
+			return nil, err
+		}
+		resp.Fingerprint, resp.CanonicalParams = intent.Fingerprint(params), string(params)
+	}
+	return resp, nil
 }
 
 // OpenSession implements IntentService.OpenSession.

@@ -309,6 +309,26 @@ func TestDeriveKey(t *testing.T) {
 			}
 		})
 	}
+
+	// --params prints the fingerprint Register would store, with or
+	// without a key to derive.
+	const terms = `{"item": "desk lamp", "quantity": 2.0, "merchant": "möbel-haus", "max_amount": "89.00", "currency": "EUR"}`
+	canonical, err := intent.CanonicalJSON([]byte(terms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"derive-key", "--params", terms},
+		{"derive-key", "purchase", "cart=c-1", "--params", terms},
+	} {
+		resp := decode(t, mustRun(t, args...), &intentv1.DeriveKeyResponse{})
+		if resp.GetFingerprint() != intent.Fingerprint(canonical) || resp.GetCanonicalParams() != string(canonical) {
+			t.Errorf("%q: fingerprint %s of %s, want %s of %s", args, resp.GetFingerprint(), resp.GetCanonicalParams(), intent.Fingerprint(canonical), canonical)
+		}
+		if wantKey := len(args) > 3; (resp.GetKey() != "") != wantKey {
+			t.Errorf("%q: key %q, want one: %v", args, resp.GetKey(), wantKey)
+		}
+	}
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -337,6 +357,9 @@ func TestUsageErrors(t *testing.T) {
 		{"derive-key 2^53", []string{"derive-key", "purchase", "id=9007199254740992"}, nil, "quote it"},
 		{"derive-key nested 2^53", []string{"derive-key", "purchase", `cart={"items":[1,9007199254740993]}`}, nil, "identity field cart.items[1]"},
 		{"derive-key inexact decimal", []string{"derive-key", "purchase", "amount=0.10000000000000000001"}, nil, "quote it"},
+		{"derive-key params not an object", []string{"derive-key", "--params", "[1]"}, nil, "--params: want a JSON object"},
+		{"derive-key params 2^53", []string{"derive-key", "--params", `{"order_id": 9007199254740993}`}, nil, "--params.order_id"},
+		{"derive-key action alone", []string{"derive-key", "purchase", "--params", "{}"}, nil, "requires at least 2 arg"},
 		{"zero timeout", []string{"get", "k", "--timeout", "0s"}, nil, "--timeout"},
 		{"bad timeout says what a duration is", []string{"get", "k", "--timeout", "abc"}, nil, `--timeout "abc": not valid, want a duration such as 500ms`},
 		{"bad page size says what it wants", []string{"list", "--page-size", "x"}, nil, `--page-size "x": not valid, want a whole number`},

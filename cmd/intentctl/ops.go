@@ -401,20 +401,44 @@ REVISION_COMPACTED: list again, then watch from its revision + 1.`,
 }
 
 func newDeriveKeyCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "derive-key ACTION name=value ...",
-		Short: "Print the canonical key of an action and its identity fields",
+	var params string
+	cmd := &cobra.Command{
+		Use:   "derive-key [ACTION name=value ...] [--params JSON]",
+		Short: "Print the canonical key of an action and its identity fields, and the fingerprint of params",
 		Long: `derive-key asks intentd for the key of ACTION with the given identity fields,
-the same in every language: the hex SHA-256 of their canonical JSON.
+the same in every language: the hex SHA-256 of their canonical JSON. With
+--params it also prints the fingerprint intentd gives those approved terms
+(what Register stores and Acquire's expected_fingerprint is compared with);
+ACTION and its fields may then be left out.
 
 A value is read as JSON when it parses as JSON (quantity=2 is the number 2,
 tags='["a","b"]' an array), else as a string (customer=c-17). Identifiers
-are best sent as strings: quote a number to keep it one, id='"1042"'.`,
-		Args: cobra.MinimumNArgs(2),
+are best sent as strings: quote a number to keep it one, id='"1042"'. A
+number intentd would have to round (2^53 or more, or more digits than a
+double holds) is refused, in identity fields and params alike.`,
+		Example: `  intentctl derive-key purchase customer=c-17 cart=cart-9
+  intentctl derive-key --params '{"item": "desk lamp", "quantity": 1}'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if params != "" && len(args) == 0 {
+				return nil
+			}
+			return cobra.MinimumNArgs(2)(cmd, args)
+		},
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			identity, err := identityFields(args[1:])
-			if err != nil {
-				return err
+			req := &intentv1.DeriveKeyRequest{}
+			if len(args) > 0 {
+				identity, err := identityFields(args[1:])
+				if err != nil {
+					return err
+				}
+				req.Action, req.Identity = args[0], identity
+			}
+			if params != "" {
+				p, err := jsonObject("--params", params)
+				if err != nil {
+					return err
+				}
+				req.Params = p
 			}
 			c, done, err := g.connect()
 			if err != nil {
@@ -423,13 +447,38 @@ are best sent as strings: quote a number to keep it one, id='"1042"'.`,
 			defer done()
 			ctx, cancel := g.deadline(cmd.Context())
 			defer cancel()
-			resp, err := c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Action: args[0], Identity: identity})
+			resp, err := c.DeriveKey(ctx, req)
 			if err != nil {
 				return err
 			}
 			return printProto(cmd.OutOrStdout(), pretty, resp)
 		}),
 	}
+	cmd.Flags().StringVar(&params, "params", "", "approved terms, a JSON object, to fingerprint")
+	return cmd
+}
+
+// jsonObject reads the JSON object text of flag, its numbers held to
+// intent.ExactNumber's rule.
+func jsonObject(flag, text string) (*structpb.Struct, error) {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return nil, usagef("%s: want one JSON object: %v", flag, err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, usagef("%s: want a JSON object, not %s", flag, text)
+	}
+	if _, err := exactNumbers(flag, m); err != nil {
+		return nil, err
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, usagef("%s: %v", flag, err)
+	}
+	return s, nil
 }
 
 // identityFields reads name=value arguments, each value JSON if it parses
@@ -448,7 +497,7 @@ func identityFields(args []string) (*structpb.Struct, error) {
 			fields[k] = v
 			continue
 		}
-		if parsed, err = exactNumbers(k, parsed); err != nil {
+		if parsed, err = exactNumbers("identity field "+k, parsed); err != nil {
 			return nil, err
 		}
 		fields[k] = parsed
@@ -460,16 +509,17 @@ func identityFields(args []string) (*structpb.Struct, error) {
 	return s, nil
 }
 
-// exactNumbers turns the json.Numbers in v into float64, the only number
-// protobuf's Struct holds, and refuses, as intentd would, a number that
-// would not survive the trip (intent.ExactNumber): a key derived from a
-// rounded identifier is somebody else's key.
+// exactNumbers turns the json.Numbers in v, found at field (a path for
+// the message), into float64, the only number protobuf's Struct holds, and
+// refuses, as intentd would, a number that would not survive the trip
+// (intent.ExactNumber): a key derived from a rounded identifier is somebody
+// else's key.
 func exactNumbers(field string, v any) (any, error) {
 	switch v := v.(type) {
 	case json.Number:
 		f, err := intent.ExactNumber(v.String())
 		if err != nil {
-			return nil, usagef("identity field %s: %v; quote it to send a string: %s='\"%s\"'", field, err, field, v)
+			return nil, usagef("%s: %v; quote it to send a string", field, err)
 		}
 		return f, nil
 	case map[string]any:

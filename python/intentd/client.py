@@ -146,6 +146,14 @@ class Client:
         req.identity.update(identity)
         return self._call(self.rpc.DeriveKey, req, timeout)
 
+    def fingerprint(self, params: Mapping[str, Any], *, timeout: Optional[float] = None) -> str:
+        """The fingerprint intentd gives params (the one Register stores), for
+        :meth:`acquire`'s ``expected_fingerprint``: ask the server rather than
+        reimplement the canonical form."""
+        req = intent_pb2.DeriveKeyRequest()
+        req.params.update(params)
+        return self._call(self.rpc.DeriveKey, req, timeout).fingerprint
+
     def open_session(self, worker: str, ttl: float = 0, *, timeout: Optional[float] = None) -> "Session":
         """Opens a worker session with a TTL in seconds (0: the server's
         default) and starts its heartbeat thread. See :class:`Session`."""

@@ -340,7 +340,7 @@ class LiveTest(unittest.TestCase):
 
     def test_canonical_vectors(self) -> None:
         """The server derives the key (and the fingerprint of the identity
-        as params) of every vector in api/canonical-vectors.json, or refuses
+        as params, from DeriveKey and as Register stores it) of every vector in api/canonical-vectors.json, or refuses
         it naming the field."""
         with open(os.path.join(REPO, "api", "canonical-vectors.json")) as f:
             table = json.load(f)
@@ -352,12 +352,16 @@ class LiveTest(unittest.TestCase):
                         self.client.derive_key(v["action"], identity)
                     self.assertEqual(cm.exception.field, v["refused"]["derive_key"])
                     with self.assertRaises(intentd.InvalidField) as cm:
+                        self.client.fingerprint(identity)
+                    self.assertEqual(cm.exception.field, v["refused"]["register"])
+                    with self.assertRaises(intentd.InvalidField) as cm:
                         self.client.register(fresh_key("vector"), identity)
                     self.assertEqual(cm.exception.field, v["refused"]["register"])
                     continue
                 got = self.client.derive_key(v["action"], identity)
                 self.assertEqual(got.canonical, v["canonical"])
                 self.assertEqual(got.key, v["key"])
+                self.assertEqual(self.client.fingerprint(identity), v["fingerprint"])
                 reg = self.client.register(fresh_key("vector"), identity)
                 self.assertEqual(reg.intent.fingerprint, v["fingerprint"])
 

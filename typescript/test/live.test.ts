@@ -153,12 +153,14 @@ test("canonical vectors: the server's keys and fingerprints", async (t) => {
       const identity = JSON.parse(v.identity) as JsonObject;
       if (v.refused) {
         assert.equal((await refused(() => intentd.deriveKey({ action: v.action, identity }, call))).field, v.refused.derive_key);
+        assert.equal((await refused(() => intentd.deriveKey({ params: identity }, call))).field, v.refused.register);
         assert.equal((await refused(() => intentd.register({ key: freshKey("vector"), params: identity, requestId: rid() }, call))).field, v.refused.register);
         return;
       }
       const got = await intentd.deriveKey({ action: v.action, identity }, call);
       assert.equal(got.canonical, v.canonical);
       assert.equal(got.key, v.key);
+      assert.equal((await intentd.deriveKey({ params: identity }, call)).fingerprint, v.fingerprint);
       const reg = await intentd.register({ key: freshKey("vector"), params: identity, requestId: rid() }, call);
       assert.equal(reg.intent!.fingerprint, v.fingerprint);
     });

@@ -1384,18 +1384,28 @@ func (x *RegisterResponse) GetCreated() bool {
 	return false
 }
 
-// DeriveKeyRequest names an action and the fields that identify it.
+// DeriveKeyRequest names an action and the fields that identify it, or
+// approved terms to fingerprint, or both. At least one of identity and
+// params is required (the server checks it).
 type DeriveKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// action is the kind of business operation, e.g. "purchase": 1-128 bytes
-	// of letters, digits and "-_.:".
+	// of letters, digits and "-_.:". Required with identity.
 	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
 	// identity holds the fields that make two requests the same action: who,
 	// what, and the business's own discriminator for legitimate repeats. Never
 	// a tool-call id, a message id, a timestamp or a per-attempt UUID.
-	// Required: a non-empty object of at most 64 KiB in canonical JSON (the
-	// server checks the canonical form).
-	Identity      *structpb.Struct `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// Required unless params is given: a non-empty object of at most 64 KiB
+	// in canonical JSON (the server checks the canonical form). A number of
+	// magnitude 2^53 or more is refused, naming its path (identity.order_id):
+	// a double cannot tell it from its neighbours, so send identifiers as
+	// strings.
+	Identity *structpb.Struct `protobuf:"bytes,2,opt,name=identity,proto3" json:"identity,omitempty"`
+	// params are approved terms to fingerprint exactly as Register and
+	// Acquire's register fingerprint them, with the same rules: a non-empty
+	// object, at most 64 KiB in canonical JSON, nested at most 32 deep, no
+	// number of magnitude 2^53 or more. Optional.
+	Params        *structpb.Struct `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1444,16 +1454,32 @@ func (x *DeriveKeyRequest) GetIdentity() *structpb.Struct {
 	return nil
 }
 
-// DeriveKeyResponse carries the derived key.
+func (x *DeriveKeyRequest) GetParams() *structpb.Struct {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+// DeriveKeyResponse carries the derived key and the fingerprint.
 type DeriveKeyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// key is the hex SHA-256 of the canonical JSON of {"action", "identity"}.
+	// key is the hex SHA-256 of the canonical JSON of {"action", "identity"};
+	// empty when the request gave no identity.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// canonical is the exact canonical JSON that was hashed, for checking an
-	// implementation in another language.
-	Canonical     string `protobuf:"bytes,2,opt,name=canonical,proto3" json:"canonical,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// canonical is the exact canonical JSON that was hashed into key, for
+	// checking an implementation in another language.
+	Canonical string `protobuf:"bytes,2,opt,name=canonical,proto3" json:"canonical,omitempty"`
+	// fingerprint is the lowercase hex SHA-256 of canonical_params: what
+	// Register stores as the intent's fingerprint for these params, and what
+	// Acquire's expected_fingerprint is compared with. Empty when the request
+	// gave no params.
+	Fingerprint string `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// canonical_params is the canonical JSON (RFC 8785) of params that was
+	// hashed into fingerprint.
+	CanonicalParams string `protobuf:"bytes,4,opt,name=canonical_params,json=canonicalParams,proto3" json:"canonical_params,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeriveKeyResponse) Reset() {
@@ -1496,6 +1522,20 @@ func (x *DeriveKeyResponse) GetKey() string {
 func (x *DeriveKeyResponse) GetCanonical() string {
 	if x != nil {
 		return x.Canonical
+	}
+	return ""
+}
+
+func (x *DeriveKeyResponse) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *DeriveKeyResponse) GetCanonicalParams() string {
+	if x != nil {
+		return x.CanonicalParams
 	}
 	return ""
 }
@@ -3676,14 +3716,18 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
 	"\x10RegisterResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12\x18\n" +
-	"\acreated\x18\x02 \x01(\bR\acreated\"\xf0\x01\n" +
-	"\x10DeriveKeyRequest\x126\n" +
-	"\x06action\x18\x01 \x01(\tB\x1e\xbaH\x1br\x19 \x01(\x80\x012\x12^[A-Za-z0-9._:-]+$R\x06action\x12\xa3\x01\n" +
-	"\bidentity\x18\x02 \x01(\v2\x17.google.protobuf.StructBn\xbaHk\xba\x01e\n" +
-	"\x12identity.non_empty\x12?must be a non-empty object: the fields that identify the action\x1a\x0esize(this) > 0\xc8\x01\x01R\bidentity\"C\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xfa\x02\n" +
+	"\x10DeriveKeyRequest\x127\n" +
+	"\x06action\x18\x01 \x01(\tB\x1f\xbaH\x1c\xd8\x01\x01r\x17(\x80\x012\x12^[A-Za-z0-9._:-]+$R\x06action\x12\xa0\x01\n" +
+	"\bidentity\x18\x02 \x01(\v2\x17.google.protobuf.StructBk\xbaHh\xba\x01e\n" +
+	"\x12identity.non_empty\x12?must be a non-empty object: the fields that identify the action\x1a\x0esize(this) > 0R\bidentity\x12\x89\x01\n" +
+	"\x06params\x18\x03 \x01(\v2\x17.google.protobuf.StructBX\xbaHU\xba\x01R\n" +
+	"\x10params.non_empty\x12.must be a non-empty object: the approved terms\x1a\x0esize(this) > 0R\x06params\"\x90\x01\n" +
 	"\x11DeriveKeyResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
-	"\tcanonical\x18\x02 \x01(\tR\tcanonical\"\xb2\x01\n" +
+	"\tcanonical\x18\x02 \x01(\tR\tcanonical\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\tR\vfingerprint\x12)\n" +
+	"\x10canonical_params\x18\x04 \x01(\tR\x0fcanonicalParams\"\xb2\x01\n" +
 	"\x12OpenSessionRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x12#\n" +
 	"\x06worker\x18\x02 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x06worker\x12<\n" +
@@ -3977,74 +4021,75 @@ var file_intent_v1_intent_proto_depIdxs = []int32{
 	51, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
 	6,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
 	49, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
-	51, // 29: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	51, // 30: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	12, // 31: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
-	1,  // 32: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
-	6,  // 33: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
-	8,  // 34: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
-	22, // 35: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
-	0,  // 36: intent.v1.Statement.state:type_name -> intent.v1.State
-	9,  // 37: intent.v1.Statement.result:type_name -> intent.v1.Result
-	50, // 38: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
-	23, // 39: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
-	51, // 40: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	9,  // 41: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
-	12, // 42: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
-	6,  // 43: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
-	6,  // 44: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
-	6,  // 45: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
-	10, // 46: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
-	6,  // 47: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
-	6,  // 48: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
-	6,  // 49: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
-	3,  // 50: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
-	9,  // 51: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
-	10, // 52: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
-	6,  // 53: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
-	6,  // 54: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
-	0,  // 55: intent.v1.ListRequest.states:type_name -> intent.v1.State
-	6,  // 56: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
-	0,  // 57: intent.v1.WatchRequest.states:type_name -> intent.v1.State
-	5,  // 58: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
-	6,  // 59: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
-	12, // 60: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
-	14, // 61: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
-	16, // 62: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
-	18, // 63: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
-	20, // 64: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
-	24, // 65: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
-	26, // 66: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
-	28, // 67: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
-	30, // 68: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
-	32, // 69: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
-	36, // 70: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
-	38, // 71: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
-	40, // 72: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
-	34, // 73: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
-	42, // 74: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
-	44, // 75: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
-	13, // 76: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
-	15, // 77: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
-	17, // 78: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
-	19, // 79: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
-	21, // 80: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
-	25, // 81: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
-	27, // 82: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
-	29, // 83: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
-	31, // 84: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
-	33, // 85: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
-	37, // 86: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
-	39, // 87: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
-	41, // 88: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
-	35, // 89: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
-	43, // 90: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
-	45, // 91: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
-	76, // [76:92] is the sub-list for method output_type
-	60, // [60:76] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	49, // 29: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
+	51, // 30: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	51, // 31: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	12, // 32: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
+	1,  // 33: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
+	6,  // 34: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
+	8,  // 35: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
+	22, // 36: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
+	0,  // 37: intent.v1.Statement.state:type_name -> intent.v1.State
+	9,  // 38: intent.v1.Statement.result:type_name -> intent.v1.Result
+	50, // 39: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
+	23, // 40: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
+	51, // 41: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	9,  // 42: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
+	12, // 43: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
+	6,  // 44: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
+	6,  // 45: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
+	6,  // 46: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
+	10, // 47: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
+	6,  // 48: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
+	6,  // 49: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
+	6,  // 50: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
+	3,  // 51: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
+	9,  // 52: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
+	10, // 53: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
+	6,  // 54: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
+	6,  // 55: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
+	0,  // 56: intent.v1.ListRequest.states:type_name -> intent.v1.State
+	6,  // 57: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
+	0,  // 58: intent.v1.WatchRequest.states:type_name -> intent.v1.State
+	5,  // 59: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
+	6,  // 60: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
+	12, // 61: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
+	14, // 62: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
+	16, // 63: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
+	18, // 64: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
+	20, // 65: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
+	24, // 66: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
+	26, // 67: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
+	28, // 68: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
+	30, // 69: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
+	32, // 70: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
+	36, // 71: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
+	38, // 72: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
+	40, // 73: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
+	34, // 74: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
+	42, // 75: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
+	44, // 76: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
+	13, // 77: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
+	15, // 78: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
+	17, // 79: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
+	19, // 80: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
+	21, // 81: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
+	25, // 82: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
+	27, // 83: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
+	29, // 84: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
+	31, // 85: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
+	33, // 86: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
+	37, // 87: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
+	39, // 88: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
+	41, // 89: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
+	35, // 90: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
+	43, // 91: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
+	45, // 92: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
+	77, // [77:93] is the sub-list for method output_type
+	61, // [61:77] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_intent_v1_intent_proto_init() }

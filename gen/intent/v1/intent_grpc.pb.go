@@ -107,9 +107,12 @@ type IntentServiceClient interface {
 	// existing intent (created=false); with other params it fails with
 	// FAILED_PRECONDITION / FINGERPRINT_MISMATCH and changes nothing.
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
-	// DeriveKey computes the canonical intent key for an action and its
-	// identity fields, without storing anything, so that every language gets
-	// the same key.
+	// DeriveKey computes, without storing anything, what Register computes
+	// for an intent, so that every language gets the same answer without
+	// reimplementing RFC 8785: the canonical intent key of an action and its
+	// identity fields, and the fingerprint of approved params (what an
+	// Acquire's expected_fingerprint compares with). Give action and
+	// identity, params, or all three.
 	DeriveKey(ctx context.Context, in *DeriveKeyRequest, opts ...grpc.CallOption) (*DeriveKeyResponse, error)
 	// OpenSession starts a worker session: the unit of liveness. Every lease the
 	// worker acquires under the session lives exactly as long as the session,
@@ -368,9 +371,12 @@ type IntentServiceServer interface {
 	// existing intent (created=false); with other params it fails with
 	// FAILED_PRECONDITION / FINGERPRINT_MISMATCH and changes nothing.
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
-	// DeriveKey computes the canonical intent key for an action and its
-	// identity fields, without storing anything, so that every language gets
-	// the same key.
+	// DeriveKey computes, without storing anything, what Register computes
+	// for an intent, so that every language gets the same answer without
+	// reimplementing RFC 8785: the canonical intent key of an action and its
+	// identity fields, and the fingerprint of approved params (what an
+	// Acquire's expected_fingerprint compares with). Give action and
+	// identity, params, or all three.
 	DeriveKey(context.Context, *DeriveKeyRequest) (*DeriveKeyResponse, error)
 	// OpenSession starts a worker session: the unit of liveness. Every lease the
 	// worker acquires under the session lives exactly as long as the session,

@@ -116,9 +116,12 @@ class IntentServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def DeriveKey(self, request, context):
-        """DeriveKey computes the canonical intent key for an action and its
-        identity fields, without storing anything, so that every language gets
-        the same key.
+        """DeriveKey computes, without storing anything, what Register computes
+        for an intent, so that every language gets the same answer without
+        reimplementing RFC 8785: the canonical intent key of an action and its
+        identity fields, and the fingerprint of approved params (what an
+        Acquire's expected_fingerprint compares with). Give action and
+        identity, params, or all three.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
