@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +35,11 @@ type Config struct {
 	// (loopback; port 0 picks a free one).
 	EmbedClientURL string
 	EmbedPeerURL   string
+	// EmbedQuotaBytes is the embedded etcd's backend quota: past it etcd
+	// only reads and deletes, and writes fail STORE_FULL.
+	EmbedQuotaBytes int64
+	// EmbedCompaction is how much history the embedded etcd keeps.
+	EmbedCompaction Compaction
 	// Prefix is the etcd key prefix of this installation.
 	Prefix string
 	// DialTimeout bounds connecting to etcd at start.
@@ -124,6 +128,8 @@ func DefaultConfig() Config {
 		DataDir:            DefaultDataDir(),
 		EmbedClientURL:     "http://127.0.0.1:2379",
 		EmbedPeerURL:       "http://127.0.0.1:2380",
+		EmbedQuotaBytes:    DefaultEmbedQuotaBytes,
+		EmbedCompaction:    Compaction{Mode: "periodic", Retention: DefaultEmbedCompactionRetention},
 		Prefix:             "/intentd/v1/",
 		DialTimeout:        10 * time.Second,
 		RequestTimeout:     3 * time.Second,
@@ -166,11 +172,7 @@ func (c Config) Validate() error {
 		bad("--data-dir: required: it holds the revision floor, and the embedded etcd's data")
 	}
 	if c.Embedded() {
-		for flag, u := range map[string]string{"--embed-client-url": c.EmbedClientURL, "--embed-peer-url": c.EmbedPeerURL} {
-			if pu, err := url.Parse(u); err != nil || pu.Scheme != "http" || pu.Host == "" {
-				bad("%s %q: want http://host:port", flag, u)
-			}
-		}
+		errs = append(errs, c.validateEmbedded()...)
 	}
 	for _, e := range c.EtcdEndpoints {
 		if strings.TrimSpace(e) == "" {

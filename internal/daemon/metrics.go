@@ -19,13 +19,16 @@ import (
 // metrics is what intentd exports to Prometheus: gRPC calls by method and
 // code (with latency histograms), the store's commits, conflicts,
 // ambiguous commits and replays from memory, intents sent to review after
-// too many attempts, the janitor's work, and the
-// Go runtime.
+// too many attempts, the janitor's work, how full etcd's database is, and
+// the Go runtime.
 type metrics struct {
 	registry *prometheus.Registry
 	grpc     *grpcprom.ServerMetrics
 	sweeps   *prometheus.CounterVec
 	overdue  prometheus.Gauge
+	// dbSize, dbInUse and dbQuota are the fullest etcd member's database
+	// (see dbStatus).
+	dbSize, dbInUse, dbQuota prometheus.Gauge
 }
 
 func newMetrics(store *etcdstore.Store) *metrics {
@@ -39,6 +42,15 @@ func newMetrics(store *etcdstore.Store) *metrics {
 		overdue: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "intentd_overdue_unfinished_intents", Help: "Intents registered longer than the default retention ago and still not final, at the last janitor pass.",
 		}),
+		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "intentd_etcd_db_size_bytes", Help: "Size of the fullest etcd member's database file: what etcd holds against its quota.",
+		}),
+		dbInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "intentd_etcd_db_size_in_use_bytes", Help: "Bytes of that database in use; the rest are free pages, reused before the file grows.",
+		}),
+		dbQuota: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "intentd_etcd_db_quota_bytes", Help: "That member's backend quota: past it etcd only reads and deletes (0: etcd does not say).",
+		}),
 	}
 	counter := func(name, help string, f func(etcdstore.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(store.Stats())) })
@@ -46,7 +58,7 @@ func newMetrics(store *etcdstore.Store) *metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.sweeps, m.overdue,
+		m.grpc, m.sweeps, m.overdue, m.dbSize, m.dbInUse, m.dbQuota,
 		counter("intentd_store_commits_total", "Transitions written to etcd.", func(s etcdstore.Stats) int64 { return s.Commits }),
 		counter("intentd_store_conflicts_total", "Writes whose compare failed and were decided again.", func(s etcdstore.Stats) int64 { return s.Conflicts }),
 		counter("intentd_store_ambiguous_commits_total", "Writes with an unknown outcome, resolved by reading back.", func(s etcdstore.Stats) int64 { return s.Ambiguous }),
@@ -62,6 +74,13 @@ func (m *metrics) sweep(r etcdstore.SweepReport) {
 	m.sweeps.WithLabelValues("removed").Add(float64(r.Removed))
 	m.sweeps.WithLabelValues("tombstone_removed").Add(float64(r.TombstonesRemoved))
 	m.overdue.Set(float64(r.Overdue))
+}
+
+// db records the fullest etcd member's database size.
+func (m *metrics) db(st dbStatus) {
+	m.dbSize.Set(float64(st.size))
+	m.dbInUse.Set(float64(st.inUse))
+	m.dbQuota.Set(float64(st.quota))
 }
 
 // serve serves /metrics on addr until ctx ends. Exits when ctx ends.

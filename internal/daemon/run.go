@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -21,7 +19,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -74,7 +71,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 			e.Close()
 			log.Info("embedded etcd stopped")
 		}()
-		endpoints = []string{"http://" + e.Clients[0].Addr().String()}
+		endpoints = []string{"unix://" + cfg.EmbedSocket()}
 	}
 
 	etcdTLSConfig, err := etcdTLS(cfg)
@@ -181,6 +178,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 			log.Error("metrics listener failed; serving gRPC without metrics", "addr", cfg.MetricsListen, "err", err)
 		}
 	}()
+	dbSizeDone := make(chan struct{})
+	go func() { // exits when hctx ends
+		defer close(dbSizeDone)
+		watchDBSize(hctx, cli, cfg.HealthInterval, cfg.RequestTimeout, m, log)
+	}()
 	reloadDone := make(chan struct{})
 	go func() { // exits when hctx ends
 		defer close(reloadDone)
@@ -217,6 +219,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		<-janitorDone
 		<-reloadDone
 		<-metricsDone
+		<-dbSizeDone
 		persistFloor(store, floors, log)
 		return fmt.Errorf("intentd: serve: %w", err)
 	case err := <-wentBack:
@@ -231,6 +234,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	<-janitorDone
 	<-reloadDone
 	<-metricsDone
+	<-dbSizeDone
 	hs.Shutdown() // every service NOT_SERVING: load balancers drain us first
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
@@ -428,39 +432,4 @@ func watchHealth(ctx context.Context, store *etcdstore.Store, hs *health.Server,
 		case <-t.C:
 		}
 	}
-}
-
-// startEmbedded starts the single-member embedded etcd on cfg.DataDir.
-func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
-	}
-	ec := embed.NewConfig()
-	ec.Name = "intentd"
-	ec.Dir = filepath.Join(cfg.DataDir, "etcd")
-	ec.LogLevel = "error"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cu, _ := url.Parse(cfg.EmbedClientURL)
-	pu, _ := url.Parse(cfg.EmbedPeerURL)
-	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	ec.InitialCluster = ec.Name + "=" + pu.String()
-	// Keep a day of history so that watchers can resume after short gaps.
-	ec.AutoCompactionMode = "periodic"
-	ec.AutoCompactionRetention = "24h"
-	e, err := embed.StartEtcd(ec)
-	if err != nil {
-		return nil, fmt.Errorf("intentd: start embedded etcd in %s: %w", ec.Dir, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("intentd: embedded etcd: %w", err)
-	case <-time.After(cfg.DialTimeout + 30*time.Second):
-		e.Close()
-		return nil, errors.New("intentd: embedded etcd did not become ready")
-	}
-	log.Info("embedded etcd ready", "dir", ec.Dir, "client_url", e.Clients[0].Addr().String())
-	return e, nil
 }

@@ -1,0 +1,300 @@
+// Command intentd-fill measures what stored intents cost the embedded etcd.
+// It starts intentd in-process with its default configuration on a fresh
+// data directory, then registers, acquires and completes N intents back to
+// back through gRPC (realistic params, labels and result), and prints the
+// database size as it goes and at the end: the file size (what etcd's quota
+// counts), the size in use, and, after compacting every revision but the
+// last and defragmenting, the bytes each retained intent costs.
+//
+//	go run ./cmd/intentd-fill -n 1000000 -c 48
+//
+// It exits non-zero if any call fails (a full store among them). Rate
+// limits are turned off (they are per principal, and the fill is one
+// principal); everything the store keeps is intentd's default.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/intentd/intentd/client"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/daemon"
+)
+
+func main() {
+	n := flag.Int("n", 10000, "intents to register, acquire and complete")
+	workers := flag.Int("c", 32, "concurrent workers")
+	every := flag.Duration("every", 30*time.Second, "progress interval")
+	dataDir := flag.String("data-dir", "", "data directory (must be empty or absent; default: a temporary one, removed at the end)")
+	flag.Parse()
+	if *n <= 0 || *workers <= 0 || *every <= 0 {
+		fmt.Fprintln(os.Stderr, "intentd-fill: -n, -c and -every must be positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *n, *workers, *every, *dataDir); err != nil {
+		fmt.Fprintln(os.Stderr, "intentd-fill:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, n, workers int, every time.Duration, dataDir string) error {
+	if dataDir == "" {
+		d, err := os.MkdirTemp("", "intentd-fill-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dataDir = d
+	} else if entries, err := os.ReadDir(dataDir); err == nil && len(entries) > 0 {
+		return fmt.Errorf("-data-dir %s: not empty; the fill measures a fresh store", dataDir)
+	}
+	metricsAddr, err := freePort()
+	if err != nil {
+		return err
+	}
+	// The default configuration, on ports that leave a running intentd
+	// alone.
+	cfg := daemon.DefaultConfig()
+	cfg.DataDir = dataDir
+	cfg.Listen = "127.0.0.1:0"
+	cfg.EmbedClientURL = "http://127.0.0.1:0"
+	cfg.EmbedPeerURL = "http://127.0.0.1:0"
+	cfg.MetricsListen = metricsAddr
+	cfg.RatePerPrincipal, cfg.RatePerTenant = 0, 0
+	cfg.LogLevel = "warn" // the quota warnings, not every call
+
+	dctx, stopDaemon := context.WithCancel(context.Background())
+	defer stopDaemon()
+	ready := make(chan string, 1)
+	exited := make(chan error, 1)
+	go func() { exited <- daemon.Run(dctx, cfg, cfg.Logger(), func(addr string) { ready <- addr }) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-exited:
+		return fmt.Errorf("intentd did not start: %w", err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() {
+		stopDaemon()
+		<-exited
+	}()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c := client.New(conn)
+	fmt.Printf("intentd-fill: %d intents, %d workers, data dir %s, quota %s, compaction %s %s\n",
+		n, workers, dataDir, mib(cfg.EmbedQuotaBytes), cfg.EmbedCompaction.Mode, cfg.EmbedCompaction.Retention)
+
+	var done atomic.Int64
+	var next atomic.Int64
+	fctx, cancelFill := context.WithCancel(ctx)
+	defer cancelFill()
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			if err := worker(fctx, c, w, n, &next, &done); err != nil {
+				errs <- err
+				cancelFill()
+			}
+		})
+	}
+	filled := make(chan struct{})
+	go func() { wg.Wait(); close(filled) }() // exits when every worker has
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	metricsURL := "http://" + cfg.MetricsListen + "/metrics"
+	for waiting := true; waiting; {
+		select {
+		case <-filled:
+			waiting = false
+		case <-tick.C:
+			d := done.Load()
+			el := time.Since(start)
+			size, inUse := scrape(metricsURL)
+			fmt.Printf("%8s  %9d intents  %6.0f/s  db %s  in use %s\n", el.Round(time.Second), d, float64(d)/el.Seconds(), mib(size), mib(inUse))
+		}
+	}
+	close(errs)
+	if err := <-errs; err != nil {
+		return fmt.Errorf("after %d intents: %w", done.Load(), err)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	el := time.Since(start)
+	fmt.Printf("filled %d intents in %s (%.0f/s)\n", n, el.Round(time.Second), float64(n)/el.Seconds())
+	return measure(ctx, cfg, n)
+}
+
+// worker opens a session and runs intents until n are taken.
+func worker(ctx context.Context, c *client.Client, w, n int, next, done *atomic.Int64) error {
+	s, err := c.OpenSession(ctx, fmt.Sprintf("fill-worker-%d", w), time.Minute)
+	if err != nil {
+		return fmt.Errorf("open session: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Close(cctx)
+	}()
+	for {
+		i := next.Add(1)
+		if i > int64(n) || ctx.Err() != nil {
+			return nil
+		}
+		if err := cycle(ctx, c, s.ID(), i); err != nil {
+			return err
+		}
+		done.Add(1)
+	}
+}
+
+// cycle is one intent's happy path as a shop's workers run it: an approver
+// registers the purchase, a worker acquires it, places the order and
+// completes it with the merchant's order id.
+func cycle(ctx context.Context, c *client.Client, session string, i int64) error {
+	key := fmt.Sprintf("purchase-%012d", i)
+	params, err := structpb.NewStruct(map[string]any{
+		"item":       "desk lamp, brushed steel",
+		"sku":        fmt.Sprintf("LMP-%06d", i%1000000),
+		"quantity":   float64(1 + i%3),
+		"merchant":   "merchant-17",
+		"max_amount": "89.00",
+		"currency":   "EUR",
+		"ship_to":    map[string]any{"name": "Ada Lovelace", "street": "12 St James's Square", "city": "London", "postcode": "SW1Y 4JH", "country": "GB"},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.Register(ctx, &intentv1.RegisterRequest{
+		Key: key, Params: params, RequestId: "reg-" + key,
+		Labels: map[string]string{"customer": fmt.Sprintf("c-%d", i%50000), "channel": "agent"},
+	})
+	if err != nil {
+		return fmt.Errorf("register %s: %w", key, err)
+	}
+	acq, err := c.Acquire(ctx, &intentv1.AcquireRequest{Key: key, SessionId: session, RequestId: "acq-" + key})
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", key, err)
+	}
+	if acq.GetOutcome() != intentv1.Outcome_OUTCOME_EXECUTE {
+		return fmt.Errorf("acquire %s: outcome %v, want EXECUTE", key, acq.GetOutcome())
+	}
+	_, err = c.Complete(ctx, &intentv1.CompleteRequest{
+		Key: key, Token: acq.GetLease().GetToken(),
+		Result: &intentv1.Result{
+			Payload:      fmt.Appendf(nil, `{"order_id":"SO-%d","amount":"84.90","currency":"EUR"}`, i),
+			ExternalRefs: map[string]string{"supplier_order_id": fmt.Sprintf("SO-%d", i)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("complete %s: %w", key, err)
+	}
+	return nil
+}
+
+// measure prints the database as the fill left it, then compacts every
+// revision but the last and defragments, so that what is left is exactly
+// what the retained intents cost.
+func measure(ctx context.Context, cfg daemon.Config, n int) error {
+	ep := "unix://" + cfg.EmbedSocket()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	st, err := cli.Status(ctx, ep)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("after the fill:       db %s, in use %s, quota %s (%.1f%% used), revision %d\n",
+		mib(st.DbSize), mib(st.DbSizeInUse), mib(st.DbSizeQuota), 100*float64(st.DbSize)/float64(st.DbSizeQuota), st.Header.Revision)
+	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	if _, err := cli.Defragment(ctx, ep); err != nil {
+		return fmt.Errorf("defragment: %w", err)
+	}
+	st, err = cli.Status(ctx, ep)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("compacted, defragged: db %s, in use %s: %.0f bytes per retained intent\n",
+		mib(st.DbSize), mib(st.DbSizeInUse), float64(st.DbSizeInUse)/float64(n))
+	file := filepath.Join(cfg.DataDir, "etcd", "member", "snap", "db")
+	if fi, err := os.Stat(file); err == nil {
+		fmt.Printf("bbolt file %s: %s\n", file, mib(fi.Size()))
+	}
+	return nil
+}
+
+// scrape reads the database size and the size in use from intentd's
+// /metrics (zero when it cannot).
+func scrape(url string) (size, inUse int64) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "intentd_etcd_db_size_bytes"):
+			size = max(size, int64(v))
+		case strings.HasPrefix(name, "intentd_etcd_db_size_in_use_bytes"):
+			inUse = max(inUse, int64(v))
+		}
+	}
+	return size, inUse
+}
+
+// freePort returns a loopback address that was free a moment ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

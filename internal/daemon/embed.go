@@ -1,0 +1,186 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/intentd/intentd/internal/netaddr"
+)
+
+// The embedded etcd's defaults, sized in README.md ("Sizing the embedded
+// store") from what a retained intent measures.
+const (
+	// DefaultEmbedQuotaBytes is the largest backend etcd recommends: the
+	// bbolt file is memory-mapped, and a start, a snapshot or a
+	// defragmentation reads all of it.
+	DefaultEmbedQuotaBytes = 8 << 30
+	// minEmbedQuotaBytes keeps a quota from refusing the first writes.
+	minEmbedQuotaBytes = 4 << 20
+	// DefaultEmbedCompactionRetention is the history the embedded etcd
+	// keeps, as Kubernetes keeps it (its API server compacts every 5
+	// minutes): a Watch resumes from any revision of the last 5 minutes
+	// (older ones answer REVISION_COMPACTED: list again, then watch), and
+	// a paginated List's pages stay readable for as long.
+	DefaultEmbedCompactionRetention = "5m"
+)
+
+// Compaction is how much history an etcd keeps, in etcd's terms: Mode
+// "periodic" keeps Retention (a Go duration, at least a second) of
+// revisions, compacting every Retention (so between one and two
+// Retentions are kept); Mode "revision" keeps the last Retention (a count)
+// revisions, compacting every 5 minutes.
+type Compaction struct {
+	Mode      string
+	Retention string
+}
+
+func (c Compaction) validate() error {
+	switch c.Mode {
+	case "periodic":
+		d, err := time.ParseDuration(c.Retention)
+		if err != nil || d < time.Second {
+			return fmt.Errorf("--embed-compaction-retention %q: with --embed-compaction-mode periodic, want a duration of at least 1s (default %s)", c.Retention, DefaultEmbedCompactionRetention)
+		}
+	case "revision":
+		n, err := strconv.ParseInt(c.Retention, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--embed-compaction-retention %q: with --embed-compaction-mode revision, want a positive number of revisions", c.Retention)
+		}
+	default:
+		return fmt.Errorf("--embed-compaction-mode %q: want periodic or revision", c.Mode)
+	}
+	return nil
+}
+
+// EmbedSocket is the unix socket the embedded etcd serves clients on, in
+// every mode: <data-dir>/etcd.sock, mode 0600 in a 0700 directory, so that
+// only intentd's user (and root) can reach it — the same users who can
+// read the etcd data files anyway.
+func (c Config) EmbedSocket() string {
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		dir = c.DataDir
+	}
+	return filepath.Join(dir, "etcd.sock")
+}
+
+// maxSocketPath is what fits in sockaddr_un.sun_path on Linux, with its
+// terminating NUL.
+const maxSocketPath = 107
+
+// EmbedTCP reports whether the embedded etcd also listens on
+// EmbedClientURL: only when intentd runs without credentials. With TLS or
+// a tokens file, a TCP listener without authentication would let any
+// local process read and write every record around intentd's checks.
+func (c Config) EmbedTCP() bool { return !c.TLS() && c.TokensFile == "" }
+
+// validateEmbedded checks the embedded etcd's flags.
+func (c Config) validateEmbedded() []error {
+	var errs []error
+	for flag, u := range map[string]string{"--embed-client-url": c.EmbedClientURL, "--embed-peer-url": c.EmbedPeerURL} {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Scheme != "http" || !netaddr.Loopback(pu.Host) || (pu.Path != "" && pu.Path != "/") {
+			errs = append(errs, fmt.Errorf("%s %q: want http://host:port with a loopback host (127.0.0.1, [::1] or localhost): the embedded etcd has no authentication of its own", flag, u))
+		}
+	}
+	if c.DataDir != "" && len(c.EmbedSocket()) > maxSocketPath {
+		errs = append(errs, fmt.Errorf("--data-dir %s: too long for the embedded etcd's unix socket %s (at most %d bytes)", c.DataDir, c.EmbedSocket(), maxSocketPath))
+	}
+	if c.EmbedQuotaBytes < minEmbedQuotaBytes || c.EmbedQuotaBytes > DefaultEmbedQuotaBytes {
+		errs = append(errs, fmt.Errorf("--embed-quota-bytes %d: want %d (4 MiB) to %d (8 GiB, the most etcd recommends; beyond, use an external cluster)", c.EmbedQuotaBytes, minEmbedQuotaBytes, DefaultEmbedQuotaBytes))
+	}
+	if err := c.EmbedCompaction.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// startEmbedded starts the single-member embedded etcd on cfg.DataDir. It
+// serves clients on EmbedSocket, and on EmbedClientURL too when EmbedTCP.
+// It opens no peer listener: a single member has no peer to talk to, and
+// an unauthenticated raft port would take forged messages. EmbedPeerURL is
+// only the URL the member is registered under.
+func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
+	if err := privateDir(cfg.DataDir, log); err != nil {
+		return nil, err
+	}
+	ec := embed.NewConfig()
+	ec.Name = "intentd"
+	ec.Dir = filepath.Join(cfg.DataDir, "etcd")
+	ec.LogLevel = "error"
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	sock := url.URL{Scheme: "unix", Path: cfg.EmbedSocket()}
+	ec.ListenClientUrls = []url.URL{sock}
+	if cfg.EmbedTCP() {
+		cu, _ := url.Parse(cfg.EmbedClientURL)
+		ec.ListenClientUrls = append(ec.ListenClientUrls, *cu)
+	}
+	ec.AdvertiseClientUrls = []url.URL{sock}
+	pu, _ := url.Parse(cfg.EmbedPeerURL)
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = nil, []url.URL{*pu}
+	ec.InitialCluster = ec.Name + "=" + pu.String()
+	ec.QuotaBackendBytes = cfg.EmbedQuotaBytes
+	ec.AutoCompactionMode = cfg.EmbedCompaction.Mode
+	ec.AutoCompactionRetention = cfg.EmbedCompaction.Retention
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("intentd: start embedded etcd in %s: %w", ec.Dir, err)
+	}
+	// The directory is private already; the socket's own mode keeps it so
+	// if the directory is opened up later.
+	if err := os.Chmod(sock.Path, 0o600); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("intentd: embedded etcd socket %s: %w", sock.Path, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("intentd: embedded etcd: %w", err)
+	case <-time.After(cfg.DialTimeout + 30*time.Second):
+		e.Close()
+		return nil, errors.New("intentd: embedded etcd did not become ready")
+	}
+	attrs := []any{"dir", ec.Dir, "socket", sock.Path, "quota_bytes", cfg.EmbedQuotaBytes,
+		"compaction", cfg.EmbedCompaction.Mode + " " + cfg.EmbedCompaction.Retention}
+	if cfg.EmbedTCP() {
+		for _, l := range e.Clients {
+			if l.Addr().Network() == "tcp" {
+				attrs = append(attrs, "client_url", "http://"+l.Addr().String())
+			}
+		}
+	} else {
+		attrs = append(attrs, "client_url", "none: intentd runs with credentials, so its etcd is reachable through the socket only")
+	}
+	log.Info("embedded etcd ready", attrs...)
+	return e, nil
+}
+
+// privateDir creates dir, or narrows it, to mode 0700: it holds the etcd
+// data and the socket, which are worth as much as intentd's credentials.
+func privateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("intentd: --data-dir %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("intentd: --data-dir %s: %w", dir, err)
+	}
+	if fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("intentd: --data-dir %s is open to other users (%v) and cannot be made private: %w", dir, fi.Mode().Perm(), err)
+	}
+	log.Warn("made --data-dir private (0700): it holds the embedded etcd's data and socket", "dir", dir, "was", fi.Mode().Perm().String())
+	return nil
+}
