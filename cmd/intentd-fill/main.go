@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,11 +33,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/intentd/intentd/client"
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
+	"github.com/intentd/intentd/internal/fill"
 )
 
 func main() {
@@ -107,34 +104,23 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 		return err
 	}
 	defer conn.Close()
-	c := client.New(conn)
 	fmt.Printf("intentd-fill: %d intents, %d workers, data dir %s, quota %s, compaction %s %s\n",
 		n, workers, dataDir, mib(cfg.EmbedQuotaBytes), cfg.EmbedCompaction.Mode, cfg.EmbedCompaction.Retention)
 
 	var done atomic.Int64
-	var next atomic.Int64
-	fctx, cancelFill := context.WithCancel(ctx)
-	defer cancelFill()
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
+	filled := make(chan error, 1)
 	start := time.Now()
-	for w := range workers {
-		wg.Go(func() {
-			if err := worker(fctx, c, w, n, &next, &done); err != nil {
-				errs <- err
-				cancelFill()
-			}
-		})
-	}
-	filled := make(chan struct{})
-	go func() { wg.Wait(); close(filled) }() // exits when every worker has
+	go func() { filled <- fill.Run(ctx, conn, n, workers, &done) }() // exits when the fill ends
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	metricsURL := "http://" + cfg.MetricsListen + "/metrics"
-	for waiting := true; waiting; {
+	for running := true; running; {
 		select {
-		case <-filled:
-			waiting = false
+		case err := <-filled:
+			if err != nil {
+				return fmt.Errorf("after %d intents: %w", done.Load(), err)
+			}
+			running = false
 		case <-tick.C:
 			d := done.Load()
 			el := time.Since(start)
@@ -142,83 +128,9 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 			fmt.Printf("%8s  %9d intents  %6.0f/s  db %s  in use %s\n", el.Round(time.Second), d, float64(d)/el.Seconds(), mib(size), mib(inUse))
 		}
 	}
-	close(errs)
-	if err := <-errs; err != nil {
-		return fmt.Errorf("after %d intents: %w", done.Load(), err)
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
 	el := time.Since(start)
 	fmt.Printf("filled %d intents in %s (%.0f/s)\n", n, el.Round(time.Second), float64(n)/el.Seconds())
 	return measure(ctx, cfg, n)
-}
-
-// worker opens a session and runs intents until n are taken.
-func worker(ctx context.Context, c *client.Client, w, n int, next, done *atomic.Int64) error {
-	s, err := c.OpenSession(ctx, fmt.Sprintf("fill-worker-%d", w), time.Minute)
-	if err != nil {
-		return fmt.Errorf("open session: %w", err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Close(cctx)
-	}()
-	for {
-		i := next.Add(1)
-		if i > int64(n) || ctx.Err() != nil {
-			return nil
-		}
-		if err := cycle(ctx, c, s.ID(), i); err != nil {
-			return err
-		}
-		done.Add(1)
-	}
-}
-
-// cycle is one intent's happy path as a shop's workers run it: an approver
-// registers the purchase, a worker acquires it, places the order and
-// completes it with the merchant's order id.
-func cycle(ctx context.Context, c *client.Client, session string, i int64) error {
-	key := fmt.Sprintf("purchase-%012d", i)
-	params, err := structpb.NewStruct(map[string]any{
-		"item":       "desk lamp, brushed steel",
-		"sku":        fmt.Sprintf("LMP-%06d", i%1000000),
-		"quantity":   float64(1 + i%3),
-		"merchant":   "merchant-17",
-		"max_amount": "89.00",
-		"currency":   "EUR",
-		"ship_to":    map[string]any{"name": "Ada Lovelace", "street": "12 St James's Square", "city": "London", "postcode": "SW1Y 4JH", "country": "GB"},
-	})
-	if err != nil {
-		return err
-	}
-	_, err = c.Register(ctx, &intentv1.RegisterRequest{
-		Key: key, Params: params, RequestId: "reg-" + key,
-		Labels: map[string]string{"customer": fmt.Sprintf("c-%d", i%50000), "channel": "agent"},
-	})
-	if err != nil {
-		return fmt.Errorf("register %s: %w", key, err)
-	}
-	acq, err := c.Acquire(ctx, &intentv1.AcquireRequest{Key: key, SessionId: session, RequestId: "acq-" + key})
-	if err != nil {
-		return fmt.Errorf("acquire %s: %w", key, err)
-	}
-	if acq.GetOutcome() != intentv1.Outcome_OUTCOME_EXECUTE {
-		return fmt.Errorf("acquire %s: outcome %v, want EXECUTE", key, acq.GetOutcome())
-	}
-	_, err = c.Complete(ctx, &intentv1.CompleteRequest{
-		Key: key, Token: acq.GetLease().GetToken(),
-		Result: &intentv1.Result{
-			Payload:      fmt.Appendf(nil, `{"order_id":"SO-%d","amount":"84.90","currency":"EUR"}`, i),
-			ExternalRefs: map[string]string{"supplier_order_id": fmt.Sprintf("SO-%d", i)},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("complete %s: %w", key, err)
-	}
-	return nil
 }
 
 // measure prints the database as the fill left it, then compacts every
