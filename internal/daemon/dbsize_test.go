@@ -3,8 +3,6 @@ package daemon_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -119,15 +117,10 @@ func TestFillingStoreIsMeasuredAndWarned(t *testing.T) {
 			t.Errorf("warning lacks %q:\n%s", want, logs.String())
 		}
 	}
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	size, okSize := metricValue(string(b), "intentd_etcd_db_size_bytes")
-	inUse, okInUse := metricValue(string(b), "intentd_etcd_db_size_in_use_bytes")
-	quota, okQuota := metricValue(string(b), "intentd_etcd_db_quota_bytes")
+	b := scrape(t, metricsAddr)
+	size, okSize := metricValue(b, "intentd_etcd_db_size_bytes")
+	inUse, okInUse := metricValue(b, "intentd_etcd_db_size_in_use_bytes")
+	quota, okQuota := metricValue(b, "intentd_etcd_db_quota_bytes")
 	if !okSize || !okInUse || !okQuota {
 		t.Fatalf("/metrics lacks the etcd database gauges:\n%s", b)
 	}

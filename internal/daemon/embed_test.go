@@ -22,17 +22,6 @@ import (
 	"github.com/intentd/intentd/internal/devcerts"
 )
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // rawRange reads every key through etcd's HTTP gateway (POST /v3/kv/range
 // from "\x00" to "\x00": the whole key space) over conn's transport, as
 // any local process could: it returns the response body.
