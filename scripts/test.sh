@@ -51,6 +51,9 @@ go vet ./...
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
 
+step "store sizing: intentd-fill on a fresh embedded etcd (README's figures: -n 1000000)"
+go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16
+
 # The other languages' suites start their own intentd from this binary.
 intentd_dir="$(mktemp -d)"
 trap 'rm -rf "$intentd_dir"' EXIT

@@ -44,12 +44,12 @@ func etcdStatus(t *testing.T, cfg daemon.Config) *clientv3.StatusResponse {
 // to back. The test runs that workload scaled down by k: the default
 // quota, the default compaction window and the million intents are all
 // divided by k, so that history kept per byte of quota is the default's.
-// With the old defaults (2 GiB, 24 h) the scaled quota is 8 MiB and the
-// scaled window 5.6 minutes, longer than the test: the fill ends in
-// STORE_FULL. With the new ones (8 GiB, 5 m: 32 MiB and 1.2 s) it fits
-// with room to spare.
+// With the old defaults (2 GiB, 24 h) the scaled quota is 2 MiB and the
+// scaled window 84 s, longer than the test: the fill ends in STORE_FULL.
+// With the new ones (8 GiB, 5 m: 8 MiB and 0.3 s) it fits with room to
+// spare.
 func TestDefaultStoreDoesNotFillUp(t *testing.T) {
-	const k = 256
+	const k = 1024
 	def := daemon.DefaultConfig()
 	window, err := time.ParseDuration(def.EmbedCompaction.Retention)
 	if def.EmbedCompaction.Mode != "periodic" || err != nil {

@@ -24,7 +24,7 @@ const (
 	// defragmentation reads all of it.
 	DefaultEmbedQuotaBytes = 8 << 30
 	// minEmbedQuotaBytes keeps a quota from refusing the first writes.
-	minEmbedQuotaBytes = 4 << 20
+	minEmbedQuotaBytes = 1 << 20
 	// DefaultEmbedCompactionRetention is the history the embedded etcd
 	// keeps, as Kubernetes keeps it (its API server compacts every 5
 	// minutes): a Watch resumes from any revision of the last 5 minutes
@@ -34,7 +34,7 @@ const (
 )
 
 // Compaction is how much history an etcd keeps, in etcd's terms: Mode
-// "periodic" keeps Retention (a Go duration, at least a second) of
+// "periodic" keeps Retention (a Go duration, at least 100ms) of
 // revisions, compacting every Retention (so between one and two
 // Retentions are kept); Mode "revision" keeps the last Retention (a count)
 // revisions, compacting every 5 minutes.
@@ -47,8 +47,8 @@ func (c Compaction) validate() error {
 	switch c.Mode {
 	case "periodic":
 		d, err := time.ParseDuration(c.Retention)
-		if err != nil || d < time.Second {
-			return fmt.Errorf("--embed-compaction-retention %q: with --embed-compaction-mode periodic, want a duration of at least 1s (default %s)", c.Retention, DefaultEmbedCompactionRetention)
+		if err != nil || d < 100*time.Millisecond {
+			return fmt.Errorf("--embed-compaction-retention %q: with --embed-compaction-mode periodic, want a duration of at least 100ms (default %s)", c.Retention, DefaultEmbedCompactionRetention)
 		}
 	case "revision":
 		n, err := strconv.ParseInt(c.Retention, 10, 64)
@@ -96,7 +96,7 @@ func (c Config) validateEmbedded() []error {
 		errs = append(errs, fmt.Errorf("--data-dir %s: too long for the embedded etcd's unix socket %s (at most %d bytes)", c.DataDir, c.EmbedSocket(), maxSocketPath))
 	}
 	if c.EmbedQuotaBytes < minEmbedQuotaBytes || c.EmbedQuotaBytes > DefaultEmbedQuotaBytes {
-		errs = append(errs, fmt.Errorf("--embed-quota-bytes %d: want %d (4 MiB) to %d (8 GiB, the most etcd recommends; beyond, use an external cluster)", c.EmbedQuotaBytes, minEmbedQuotaBytes, DefaultEmbedQuotaBytes))
+		errs = append(errs, fmt.Errorf("--embed-quota-bytes %d: want %d (1 MiB) to %d (8 GiB, the most etcd recommends; beyond, use an external cluster)", c.EmbedQuotaBytes, minEmbedQuotaBytes, DefaultEmbedQuotaBytes))
 	}
 	if err := c.EmbedCompaction.validate(); err != nil {
 		errs = append(errs, err)
