@@ -31,8 +31,11 @@ type Config struct {
 	// External-etcd replicas on one machine should each have their own,
 	// or share one knowingly: the file is merged, never lowered.
 	DataDir string
-	// EmbedClientURL and EmbedPeerURL are where the embedded etcd listens
-	// (loopback; port 0 picks a free one).
+	// EmbedClientURL is a loopback TCP listener of the embedded etcd,
+	// opened only when intentd runs without credentials (EmbedTCP); the
+	// embedded etcd always serves EmbedSocket. EmbedPeerURL is the URL its
+	// single member is registered under; nothing listens there. Port 0
+	// picks a free one.
 	EmbedClientURL string
 	EmbedPeerURL   string
 	// EmbedQuotaBytes is the embedded etcd's backend quota: past it etcd
