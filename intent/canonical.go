@@ -306,23 +306,31 @@ func (e *encoder) errorf(format string, args ...any) error {
 	var b strings.Builder
 	b.WriteString(e.root)
 	for _, p := range e.path {
-		switch {
-		case !p.isKey:
-			fmt.Fprintf(&b, "[%d]", p.index)
-		case isPathName(p.key):
-			if b.Len() > 0 {
-				b.WriteString(".")
-			}
-			b.WriteString(p.key)
-		default:
-			k := p.key
-			if len(k) > maxPathKeyLen {
-				k = k[:maxPathKeyLen] + "..."
-			}
-			fmt.Fprintf(&b, "[%q]", k) // %q: printable and valid UTF-8 whatever k holds
+		step := "[" + strconv.Itoa(p.index) + "]"
+		if p.isKey {
+			step = PathKey(p.key)
 		}
+		if b.Len() == 0 {
+			step = strings.TrimPrefix(step, ".")
+		}
+		b.WriteString(step)
 	}
 	return Invalid(b.String(), format, args...)
+}
+
+// PathKey spells the step into an object member named key, as the paths in
+// intentd's errors do: ".key" for a key of ASCII letters, digits, '_' and
+// '-' that does not start with a digit, else a quoted subscript ("[\"unit
+// price\"]", printable and valid UTF-8 whatever key holds, cut short past
+// 64 bytes).
+func PathKey(key string) string {
+	if isPathName(key) {
+		return "." + key
+	}
+	if len(key) > maxPathKeyLen {
+		key = key[:maxPathKeyLen] + "..."
+	}
+	return "[" + strconv.Quote(key) + "]"
 }
 
 // isPathName reports whether key can be written as .key in a path.

@@ -382,34 +382,13 @@ func fieldStep(md protoreflect.MessageDescriptor, fd protoreflect.FieldDescripto
 	return "." + string(fd.Name())
 }
 
-// keyStep is the path step of a map entry with key k in a map field of md.
+// keyStep is the path step of a map entry with key k in a map field of md:
+// a Struct member's as intent.Canonical's paths spell it, else a subscript.
 func keyStep(md protoreflect.MessageDescriptor, k string) string {
-	k = strings.ToValidUTF8(k, "\uFFFD")
 	if md.FullName() == structName {
-		if isJSONPathName(k) {
-			return "." + k
-		}
-		if len(k) > maxSubscriptLen {
-			k = k[:maxSubscriptLen] + "..."
-		}
-		return "[" + strconv.Quote(k) + "]"
+		return intent.PathKey(k)
 	}
-	return subscript(k)
-}
-
-// isJSONPathName reports whether a Struct key can be written as .key, as
-// intent.Canonical's paths do.
-func isJSONPathName(k string) bool {
-	if k == "" || ('0' <= k[0] && k[0] <= '9') {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z') && !('A' <= c && c <= 'Z') && !('0' <= c && c <= '9') && c != '_' && c != '-' {
-			return false
-		}
-	}
-	return true
+	return subscript(strings.ToValidUTF8(k, "\uFFFD"))
 }
 
 // checksUTF8 reports whether the decoder refuses a string field fd that is
