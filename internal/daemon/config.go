@@ -32,7 +32,7 @@ type Config struct {
 	// or share one knowingly: the file is merged, never lowered.
 	DataDir string
 	// EmbedClientURL is a loopback TCP listener of the embedded etcd,
-	// opened only when intentd runs without credentials (EmbedTCP); the
+	// opened only when intentd runs without credentials (embedTCP); the
 	// embedded etcd always serves EmbedSocket. EmbedPeerURL is the URL its
 	// single member is registered under; nothing listens there. Port 0
 	// picks a free one.

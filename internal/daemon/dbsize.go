@@ -19,6 +19,11 @@ const (
 	warnFullStep = 0.05
 )
 
+// dbSizeEvery is how many health intervals pass between two size checks
+// (10 s by default): each check dials every endpoint anew (etcd's Status
+// call does), and a database does not fill up in seconds.
+const dbSizeEvery = 5
+
 // dbStatus is the fullest member's database, as etcd's maintenance Status
 // reports it.
 type dbStatus struct {

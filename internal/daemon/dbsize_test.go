@@ -94,6 +94,7 @@ func TestFillingStoreIsMeasuredAndWarned(t *testing.T) {
 	cfg.MetricsListen = metricsAddr
 	cfg.EmbedQuotaBytes = 8 << 20
 	cfg.RatePerPrincipal, cfg.RatePerTenant = 0, 0
+	cfg.HealthInterval = 20 * time.Millisecond // the size is checked every 5 of them
 	addr, logs := runLogged(t, cfg)
 	conn := dialWith(t, addr, insecure.NewCredentials())
 	c := intentv1.NewIntentServiceClient(conn)

@@ -77,11 +77,11 @@ func (c Config) EmbedSocket() string {
 // terminating NUL.
 const maxSocketPath = 107
 
-// EmbedTCP reports whether the embedded etcd also listens on
+// embedTCP reports whether the embedded etcd also listens on
 // EmbedClientURL: only when intentd runs without credentials. With TLS or
 // a tokens file, a TCP listener without authentication would let any
 // local process read and write every record around intentd's checks.
-func (c Config) EmbedTCP() bool { return !c.TLS() && c.TokensFile == "" }
+func (c Config) embedTCP() bool { return !c.TLS() && c.TokensFile == "" }
 
 // validateEmbedded checks the embedded etcd's flags.
 func (c Config) validateEmbedded() []error {
@@ -105,7 +105,7 @@ func (c Config) validateEmbedded() []error {
 }
 
 // startEmbedded starts the single-member embedded etcd on cfg.DataDir. It
-// serves clients on EmbedSocket, and on EmbedClientURL too when EmbedTCP.
+// serves clients on EmbedSocket, and on EmbedClientURL too when embedTCP.
 // It opens no peer listener: a single member has no peer to talk to, and
 // an unauthenticated raft port would take forged messages. EmbedPeerURL is
 // only the URL the member is registered under.
@@ -120,7 +120,7 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	sock := url.URL{Scheme: "unix", Path: cfg.EmbedSocket()}
 	ec.ListenClientUrls = []url.URL{sock}
-	if cfg.EmbedTCP() {
+	if cfg.embedTCP() {
 		cu, _ := url.Parse(cfg.EmbedClientURL)
 		ec.ListenClientUrls = append(ec.ListenClientUrls, *cu)
 	}
@@ -152,7 +152,7 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	}
 	attrs := []any{"dir", ec.Dir, "socket", sock.Path, "quota_bytes", cfg.EmbedQuotaBytes,
 		"compaction", cfg.EmbedCompaction.Mode + " " + cfg.EmbedCompaction.Retention}
-	if cfg.EmbedTCP() {
+	if cfg.embedTCP() {
 		for _, l := range e.Clients {
 			if l.Addr().Network() == "tcp" {
 				attrs = append(attrs, "client_url", "http://"+l.Addr().String())

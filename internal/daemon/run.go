@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	dbSizeDone := make(chan struct{})
 	go func() { // exits when hctx ends
 		defer close(dbSizeDone)
-		watchDBSize(hctx, cli, cfg.HealthInterval, cfg.RequestTimeout, m, log)
+		watchDBSize(hctx, cli, dbSizeEvery*cfg.HealthInterval, cfg.RequestTimeout, m, log)
 	}()
 	reloadDone := make(chan struct{})
 	go func() { // exits when hctx ends
