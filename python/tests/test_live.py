@@ -286,7 +286,7 @@ class LiveTest(unittest.TestCase):
         last_sent = s._last_ok
         self.assertIsInstance(s.error, intentd.SessionLost)
         self.assertGreater(last_sent, opened + 0.5)  # a heartbeat was confirmed
-        self.assertLessEqual(lost_at, last_sent + 2 + 0.25)
+        self.assertLessEqual(lost_at, last_sent + 2 + 0.5)  # scheduling slack
         self.assertGreaterEqual(lost_at, last_sent + 2 - 0.05)
 
     def test_errors(self) -> None:
