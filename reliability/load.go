@@ -59,6 +59,12 @@ type LoadConfig struct {
 	Dial func(i int) (*grpc.ClientConn, error)
 	// Merchant is the merchant's base URL.
 	Merchant string
+	// SelfRegister makes every worker register the intents it runs
+	// (register → acquire → act → complete), back to back as fast as
+	// intentd answers, instead of the approver registering one every
+	// Every: a closed loop whose rate is intentd's throughput. Redeliver
+	// still hands some intents to a second worker.
+	SelfRegister bool
 }
 
 // LoadStats counts what the workers saw.
@@ -85,7 +91,14 @@ type Load struct {
 	approved chan struct{}
 
 	queue chan string
-	conns []*grpc.ClientConn
+	// issued counts the intents registered or being registered: the next
+	// one's number.
+	issued atomic.Int64
+	// issuing is held shared by a self-registering worker from its check
+	// that issuing goes on until the key is recorded; Drain takes it to
+	// know that no registration is still under way.
+	issuing sync.RWMutex
+	conns   []*grpc.ClientConn
 	// clientIDs are the recorder's ids of the workers' connections.
 	clientIDs []int
 
@@ -94,6 +107,10 @@ type Load struct {
 	settled  map[string]string // key → order id of its COMPLETED result
 	problems []string
 	rng      *rand.Rand
+	// completedAt holds when each intent was first seen COMPLETED, and
+	// cycles every Run of a worker goroutine, as offsets in the history.
+	completedAt []time.Duration
+	cycles      []Cycle
 
 	stats struct {
 		registered, runs, completed, executed, replayed atomic.Int64
@@ -232,6 +249,8 @@ func (l *Load) Drain(within time.Duration) []string {
 		l.cancel() // an approver stuck on a registration gives up
 		<-l.approved
 	}
+	l.issuing.Lock() // self-registering workers have recorded their last key
+	l.issuing.Unlock()
 	for {
 		left := l.Unsettled()
 		if len(left) == 0 || time.Now().After(deadline) {
@@ -260,8 +279,12 @@ func (l *Load) Stats() LoadStats {
 }
 
 // approve registers a new intent every cfg.Every until StopIssuing, each
-// until intentd acknowledges it, and hands it to the workers.
+// until intentd acknowledges it, and hands it to the workers. With
+// SelfRegister the workers register, and approve returns at once.
 func (l *Load) approve(c *client.Client) {
+	if l.cfg.SelfRegister {
+		return
+	}
 	tick := time.NewTicker(l.cfg.Every)
 	defer tick.Stop()
 	for n := 0; l.cfg.Max == 0 || n < l.cfg.Max; n++ {
@@ -272,29 +295,55 @@ func (l *Load) approve(c *client.Client) {
 			return
 		case <-tick.C:
 		}
-		key := fmt.Sprintf("%s-%05d", l.cfg.Name, n)
-		for {
-			ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
-			_, err := c.Register(ctx, &intentv1.RegisterRequest{Key: key, Params: params(n)})
-			cancel()
-			if err == nil {
-				break
-			}
-			if l.ctx.Err() != nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		key, ok := l.register(c)
+		if !ok {
+			return
 		}
-		l.stats.registered.Add(1)
-		l.mu.Lock()
-		l.keys = append(l.keys, key)
-		twice := l.rng.IntN(100) < l.cfg.Redeliver
-		l.mu.Unlock()
 		l.queue <- key
-		if twice {
-			time.AfterFunc(time.Duration(5+n%20)*time.Millisecond, func() { l.queue <- key })
-		}
 	}
+}
+
+// register registers the next intent, trying until intentd acknowledges
+// it, and records its key; false when the load stopped first. Redeliver
+// percent of the intents are delivered to the workers (again) shortly
+// after.
+func (l *Load) register(c *client.Client) (string, bool) {
+	n := int(l.issued.Add(1) - 1)
+	key := fmt.Sprintf("%s-%05d", l.cfg.Name, n)
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+		_, err := c.Register(ctx, &intentv1.RegisterRequest{Key: key, Params: params(n)})
+		cancel()
+		if err == nil {
+			break
+		}
+		if l.ctx.Err() != nil {
+			return "", false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	l.stats.registered.Add(1)
+	l.mu.Lock()
+	l.keys = append(l.keys, key)
+	twice := l.rng.IntN(100) < l.cfg.Redeliver
+	l.mu.Unlock()
+	if twice {
+		time.AfterFunc(time.Duration(5+n%20)*time.Millisecond, func() { l.queue <- key })
+	}
+	return key, true
+}
+
+// registerOwn is register for a self-registering worker while issuing
+// goes on; false once StopIssuing was called or the load stopped.
+func (l *Load) registerOwn(c *client.Client) (string, bool) {
+	l.issuing.RLock()
+	defer l.issuing.RUnlock()
+	select {
+	case <-l.stop:
+		return "", false
+	default:
+	}
+	return l.register(c)
 }
 
 // read gets a random registered intent every 30ms.
@@ -334,7 +383,7 @@ func (l *Load) work(id int, c *client.Client) {
 			return
 		}
 		life++
-		l.serve(id, sess, shop)
+		l.serve(id, c, sess, shop)
 		if sess.Err() != nil && l.ctx.Err() == nil {
 			l.stats.sessionsLost.Add(1)
 		}
@@ -363,16 +412,13 @@ func (l *Load) openSession(c *client.Client, worker string) *client.Session {
 }
 
 // serve runs deliveries on sess until the session is lost or the load
-// stops.
-func (l *Load) serve(id int, sess *client.Session, shop *Shop) {
+// stops; with SelfRegister, when no delivery is waiting, an intent it
+// registers itself on c.
+func (l *Load) serve(id int, c *client.Client, sess *client.Session, shop *Shop) {
 	for {
-		var key string
-		select {
-		case <-l.ctx.Done():
+		key, start, ok := l.next(c, sess)
+		if !ok {
 			return
-		case <-sess.Done():
-			return
-		case key = <-l.queue:
 		}
 		if l.isSettled(key) {
 			continue // a late second delivery
@@ -380,7 +426,41 @@ func (l *Load) serve(id int, sess *client.Session, shop *Shop) {
 		ctx, cancel := context.WithTimeout(l.ctx, 20*time.Second)
 		out, err := sess.Run(ctx, l.task(id, key, shop))
 		cancel()
-		l.account(reportRun(key, out, err))
+		r := reportRun(key, out, err)
+		l.account(r)
+		l.mu.Lock()
+		l.cycles = append(l.cycles, Cycle{Start: start, End: l.rec.Since(), Completed: r.Verdict == verdictCompleted})
+		l.mu.Unlock()
+	}
+}
+
+// next returns the next intent a worker runs and when its cycle began: a
+// delivery, or with SelfRegister, when none is waiting, one the worker
+// registers (the cycle then begins with the registration). false when the
+// session is lost or the load stops.
+func (l *Load) next(c *client.Client, sess *client.Session) (string, time.Duration, bool) {
+	if l.cfg.SelfRegister {
+		select {
+		case <-l.ctx.Done():
+			return "", 0, false
+		case <-sess.Done():
+			return "", 0, false
+		case key := <-l.queue:
+			return key, l.rec.Since(), true
+		default:
+		}
+		start := l.rec.Since()
+		if key, ok := l.registerOwn(c); ok {
+			return key, start, true
+		}
+	}
+	select {
+	case <-l.ctx.Done():
+		return "", 0, false
+	case <-sess.Done():
+		return "", 0, false
+	case key := <-l.queue:
+		return key, l.rec.Since(), true
 	}
 }
 
@@ -481,6 +561,7 @@ func (l *Load) settle(key, order string) {
 		return
 	}
 	l.settled[key] = order
+	l.completedAt = append(l.completedAt, l.rec.Since())
 }
 
 // params are the approved terms of the n-th intent.
