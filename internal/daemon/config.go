@@ -53,6 +53,16 @@ type Config struct {
 	OperationTimeout time.Duration
 	// HealthInterval is how often etcd is probed for the health service.
 	HealthInterval time.Duration
+	// EtcdKeepAliveTime and EtcdKeepAliveTimeout are gRPC keepalive toward
+	// etcd: after EtcdKeepAliveTime without a byte from a member its
+	// connection is pinged, and closed (failing the calls and streams on
+	// it) if no answer comes within EtcdKeepAliveTimeout.
+	EtcdKeepAliveTime, EtcdKeepAliveTimeout time.Duration
+	// EtcdProbeInterval and EtcdProbeTimeout: with several endpoints,
+	// every member is asked for its status each EtcdProbeInterval, and one
+	// that does not answer within EtcdProbeTimeout (or knows no leader
+	// while others do) gets no new calls until it answers again.
+	EtcdProbeInterval, EtcdProbeTimeout time.Duration
 	// ShutdownTimeout bounds the graceful stop before connections are cut.
 	ShutdownTimeout time.Duration
 	// JanitorInterval is how often the elected replica sweeps: lapsed
@@ -154,6 +164,14 @@ func DefaultConfig() Config {
 		MaxRecvMsgSize:     2 << 20,
 		ReloadInterval:     2 * time.Second,
 		MetricsListen:      "127.0.0.1:7651",
+
+		// gRPC never pings more often than every 10s, and an etcd with
+		// its default --grpc-keepalive-min-time (5s) closes connections
+		// that do.
+		EtcdKeepAliveTime:    10 * time.Second,
+		EtcdKeepAliveTimeout: 3 * time.Second,
+		EtcdProbeInterval:    500 * time.Millisecond,
+		EtcdProbeTimeout:     500 * time.Millisecond,
 	}
 }
 
@@ -190,7 +208,8 @@ func (c Config) Validate() error {
 		"--operation-timeout": c.OperationTimeout, "--health-interval": c.HealthInterval,
 		"--shutdown-timeout": c.ShutdownTimeout, "--janitor-interval": c.JanitorInterval,
 		"--retention": c.DefaultRetention, "--max-retention": c.MaxRetention,
-		"--tombstone-retention": c.TombstoneRetention,
+		"--tombstone-retention": c.TombstoneRetention, "--etcd-keepalive-timeout": c.EtcdKeepAliveTimeout,
+		"--etcd-probe-interval": c.EtcdProbeInterval, "--etcd-probe-timeout": c.EtcdProbeTimeout,
 	} {
 		if d <= 0 {
 			bad("%s %v: must be positive", flag, d)
@@ -237,6 +256,12 @@ func (c Config) Validate() error {
 	if c.TombstoneRetention < c.DefaultRetention {
 		bad("--tombstone-retention %v: must be at least --retention %v", c.TombstoneRetention, c.DefaultRetention)
 	}
+	if c.EtcdKeepAliveTime < minKeepAliveTime {
+		bad("--etcd-keepalive-time %v: must be at least %v (gRPC pings no more often, and etcd's default --grpc-keepalive-min-time of 5s refuses faster pings)", c.EtcdKeepAliveTime, minKeepAliveTime)
+	}
+	if c.EtcdProbeTimeout >= c.RequestTimeout {
+		bad("--etcd-probe-timeout %v: must be below --request-timeout %v, or calls on a stalled etcd member time out before it is found", c.EtcdProbeTimeout, c.RequestTimeout)
+	}
 	if c.OperationTimeout < c.RequestTimeout {
 		bad("--operation-timeout %v: must be at least --request-timeout %v", c.OperationTimeout, c.RequestTimeout)
 	}
@@ -248,6 +273,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minKeepAliveTime is gRPC's floor for the keepalive ping interval: a
+// shorter one is raised to it.
+const minKeepAliveTime = 10 * time.Second
 
 func (c Config) level() (slog.Level, error) {
 	var l slog.Level

@@ -32,6 +32,7 @@ import (
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/etcdsteer"
 	"github.com/intentd/intentd/internal/netaddr"
 	"github.com/intentd/intentd/server"
 )
@@ -78,16 +79,28 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return err
 	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: cfg.DialTimeout,
-		TLS:         etcdTLSConfig,
-		Logger:      zap.NewNop(),
-	})
+	etcdClient := func(endpoints ...string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{
+			Endpoints:            endpoints,
+			DialTimeout:          cfg.DialTimeout,
+			DialKeepAliveTime:    cfg.EtcdKeepAliveTime,
+			DialKeepAliveTimeout: cfg.EtcdKeepAliveTimeout,
+			TLS:                  etcdTLSConfig,
+			Logger:               zap.NewNop(),
+		})
+	}
+	cli, err := etcdClient(endpoints...)
 	if err != nil {
 		return fmt.Errorf("intentd: etcd client for %v: %w", endpoints, err)
 	}
 	defer cli.Close()
+	if len(endpoints) > 1 {
+		stopSteering, err := steer(ctx, cli, cfg, endpoints, etcdClient, log)
+		if err != nil {
+			return err
+		}
+		defer stopSteering() // before cli closes
+	}
 
 	scfg := etcdstore.DefaultConfig()
 	scfg.Prefix = cfg.Prefix
@@ -250,6 +263,33 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	<-served
 	persistFloor(store, floors, log)
 	return runErr
+}
+
+// steer keeps cli's calls off the etcd members that do not answer: it asks
+// every member once before intentd uses the cluster (so that a member
+// stalled at start does not fail the first reads), then every
+// EtcdProbeInterval in the background until stop is called.
+func steer(ctx context.Context, cli *clientv3.Client, cfg Config, endpoints []string,
+	dial func(...string) (*clientv3.Client, error), log *slog.Logger) (stop func(), err error) {
+	s, err := etcdsteer.New(cli, etcdsteer.Config{
+		Endpoints: endpoints, Interval: cfg.EtcdProbeInterval, Timeout: cfg.EtcdProbeTimeout,
+		Dial: func(ep string) (*clientv3.Client, error) { return dial(ep) }, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("intentd: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.Steer(ctx)
+	done := make(chan struct{})
+	go func() { // exits when stop is called or ctx ends
+		defer close(done)
+		s.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+		s.Close()
+	}, nil
 }
 
 // holdToFloor makes the store refuse etcd answers below the highest
