@@ -259,7 +259,7 @@ func (c Config) Validate() error {
 	if c.EtcdKeepAliveTime < minKeepAliveTime {
 		bad("--etcd-keepalive-time %v: must be at least %v (gRPC pings no more often, and etcd's default --grpc-keepalive-min-time of 5s refuses faster pings)", c.EtcdKeepAliveTime, minKeepAliveTime)
 	}
-	if c.EtcdProbeTimeout >= c.RequestTimeout {
+	if len(c.EtcdEndpoints) > 1 && c.EtcdProbeTimeout >= c.RequestTimeout {
 		bad("--etcd-probe-timeout %v: must be below --request-timeout %v, or calls on a stalled etcd member time out before it is found", c.EtcdProbeTimeout, c.RequestTimeout)
 	}
 	if c.OperationTimeout < c.RequestTimeout {

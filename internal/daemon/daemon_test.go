@@ -214,6 +214,14 @@ func TestConfigValidate(t *testing.T) {
 		{"prefix without slash", func(c *daemon.Config) { c.Prefix = "/intentd" }, "--prefix"},
 		{"operation shorter than request", func(c *daemon.Config) { c.OperationTimeout = time.Second }, "--operation-timeout 1s: must be at least --request-timeout 3s"},
 		{"zero shutdown", func(c *daemon.Config) { c.ShutdownTimeout = 0 }, "--shutdown-timeout"},
+		{"keepalive faster than gRPC allows", func(c *daemon.Config) { c.EtcdKeepAliveTime = 5 * time.Second }, "--etcd-keepalive-time 5s: must be at least 10s"},
+		{"zero keepalive timeout", func(c *daemon.Config) { c.EtcdKeepAliveTimeout = 0 }, "--etcd-keepalive-timeout"},
+		{"zero probe interval", func(c *daemon.Config) { c.EtcdProbeInterval = 0 }, "--etcd-probe-interval"},
+		{"probe slower than a call", func(c *daemon.Config) {
+			c.EtcdEndpoints = []string{"http://a:2379", "http://b:2379"}
+			c.EtcdProbeTimeout = 3 * time.Second
+		}, "--etcd-probe-timeout 3s: must be below --request-timeout 3s"},
+		{"probe timeout unused with one endpoint", func(c *daemon.Config) { c.RequestTimeout = 200 * time.Millisecond }, ""},
 		{"log level", func(c *daemon.Config) { c.LogLevel = "loud" }, "--log-level"},
 		{"log format", func(c *daemon.Config) { c.LogFormat = "xml" }, "--log-format"},
 		{"no attempts", func(c *daemon.Config) { c.MaxAttempts = 0 }, "--max-attempts 0: want 1 to 1000"},
