@@ -12,10 +12,16 @@
 //
 // A Steerer asks every member for its status, each on a connection of its
 // own, every Interval, and gives the client only the members that answered
-// within Timeout and know a leader: at most Interval + Timeout after a
-// member stalls, no new call is sent to it. A call already sent to it is not
-// moved (a write may have been applied): it waits out its own timeout, and
-// the store reads back on a member that answers.
+// within Timeout, know a leader and are caught up: at most Interval +
+// Timeout after a member stalls, no new call is sent to it. A call already
+// sent to it is not moved (a write may have been applied): it waits out its
+// own timeout, and the store reads back on a member that answers.
+//
+// Caught up means having applied at least what the most advanced member
+// had applied one round earlier. A member that comes back from a stall
+// knows the leader at once but is seconds of writes behind; a linearizable
+// read on it waits until it has applied them, so calls sent to it would
+// stall as before, only later.
 //
 // What it does not do: it never leaves the client without endpoints (when
 // no member knows a leader, those that answer are used; when none answers,
@@ -74,7 +80,10 @@ const (
 	// Leaderless: it answers, but knows no leader (an election, or it is
 	// cut off from its peers), or refused the question.
 	Leaderless
-	// Ready: it answers and knows a leader.
+	// Lagging: it knows a leader, but has applied less than the most
+	// advanced member had one round earlier (it is catching up).
+	Lagging
+	// Ready: it knows a leader and is caught up.
 	Ready
 )
 
@@ -82,6 +91,8 @@ func (h Health) String() string {
 	switch h {
 	case Ready:
 		return "ready"
+	case Lagging:
+		return "lagging"
 	case Leaderless:
 		return "leaderless"
 	}
@@ -89,10 +100,11 @@ func (h Health) String() string {
 }
 
 // Choose returns the endpoints to use: the ready ones; when none is, the
-// leaderless ones (better an election than a call that hangs); when none
-// answered, all of them. health[i] is endpoints[i]'s.
+// lagging ones, then the leaderless ones (better a wait for an election
+// than a call that hangs); when none answered, all of them. health[i] is
+// endpoints[i]'s.
 func Choose(endpoints []string, health []Health) []string {
-	for _, want := range []Health{Ready, Leaderless} {
+	for _, want := range []Health{Ready, Lagging, Leaderless} {
 		var out []string
 		for i, ep := range endpoints {
 			if health[i] == want {
@@ -112,6 +124,9 @@ type Steerer struct {
 	cfg    Config
 	probes []*clientv3.Client
 	inUse  []string
+	// floor is the highest applied index a member reported in the last
+	// round: what a member must have applied to be caught up.
+	floor uint64
 }
 
 // New returns a Steerer of cli, with one probing connection per endpoint.
@@ -156,15 +171,17 @@ func (s *Steerer) Run(ctx context.Context) {
 // Steer asks every member once, at the same time, and sets the client's
 // endpoints to those Choose picks, if they changed. It returns them.
 func (s *Steerer) Steer(ctx context.Context) []string {
-	health := make([]Health, len(s.probes))
+	answers := make([]answer, len(s.probes))
 	var wg sync.WaitGroup
 	for i, p := range s.probes {
-		wg.Go(func() { health[i] = s.ask(ctx, p) })
+		wg.Go(func() { answers[i] = s.ask(ctx, p) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
 		return s.inUse
 	}
+	var health []Health
+	health, s.floor = judge(answers, s.floor)
 	next := Choose(s.cfg.Endpoints, health)
 	if slices.Equal(next, s.inUse) {
 		return s.inUse
@@ -183,22 +200,44 @@ func (s *Steerer) Steer(ctx context.Context) []string {
 	return next
 }
 
+// answer is one member's reply to Status: Silent, Leaderless, or Ready
+// (it knows a leader) with the index it has applied.
+type answer struct {
+	health  Health
+	applied uint64
+}
+
+// judge demotes the ready members that have applied less than floor to
+// Lagging; it returns every member's health, and the next round's floor.
+func judge(answers []answer, floor uint64) ([]Health, uint64) {
+	health := make([]Health, len(answers))
+	var next uint64
+	for i, a := range answers {
+		health[i] = a.health
+		if a.health == Ready && a.applied < floor {
+			health[i] = Lagging
+		}
+		next = max(next, a.applied)
+	}
+	return health, next
+}
+
 // ask asks one member for its status within Timeout.
-func (s *Steerer) ask(ctx context.Context, p *clientv3.Client) Health {
+func (s *Steerer) ask(ctx context.Context, p *clientv3.Client) answer {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	resp, err := pb.NewMaintenanceClient(p.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 	if err != nil && ctx.Err() != nil {
-		return Silent
+		return answer{health: Silent}
 	}
 	switch status.Code(err) {
 	case codes.OK:
 		if resp.GetLeader() == 0 {
-			return Leaderless
+			return answer{health: Leaderless, applied: resp.GetRaftAppliedIndex()}
 		}
-		return Ready
+		return answer{health: Ready, applied: resp.GetRaftAppliedIndex()}
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return Silent
+		return answer{health: Silent}
 	}
-	return Leaderless // it answered, with a refusal
+	return answer{health: Leaderless} // it answered, with a refusal
 }

@@ -23,6 +23,7 @@ func TestChoose(t *testing.T) {
 	const (
 		S = etcdsteer.Silent
 		L = etcdsteer.Leaderless
+		G = etcdsteer.Lagging
 		R = etcdsteer.Ready
 	)
 	tests := []struct {
@@ -35,6 +36,8 @@ func TestChoose(t *testing.T) {
 		{"one cut off from its peers", []etcdsteer.Health{L, R, R}, []string{"b", "c"}},
 		{"the leader stalled, election under way", []etcdsteer.Health{S, L, L}, []string{"b", "c"}},
 		{"only one ready", []etcdsteer.Health{S, L, R}, []string{"c"}},
+		{"one catching up after a stall", []etcdsteer.Health{R, G, R}, []string{"a", "c"}},
+		{"lagging before leaderless", []etcdsteer.Health{G, L, S}, []string{"a"}},
 		{"none answers: keep them all", []etcdsteer.Health{S, S, S}, eps},
 	}
 	for _, tc := range tests {
