@@ -56,6 +56,9 @@
 //	13 TestRestoreFromSnapshot       restore without a revision bump refused; with it, tokens keep growing
 //	   TestEtcdLeaderPartitioned     the etcd leader partitioned from its peers (peer links)
 //	   TestWorkerProcessesKilledAndPaused  worker processes SIGKILLed between effect and report, SIGSTOPped past their TTL
+//	   TestStalledEtcdLeaderKeepsServing    leader SIGSTOPped 10s under back-to-back load: from 3s in, at least half the rate before, p99 cycle under the request timeout
+//	   TestStalledEtcdFollowerKeepsServing  the same with a follower SIGSTOPped
+//	   TestBlackholedEtcdMemberKeepsServing the same with the leader's client link black-holed (packets dropped, no reset)
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
 // The latest figures, and what this package cannot prove, are in
