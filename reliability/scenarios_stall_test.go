@@ -13,9 +13,9 @@ import (
 // the fault began until it heals it completes at least half as many
 // intents per second as in the stallBefore just before the fault (both
 // measured in the same run, on the same machine), and the cycles begun
-// then have a p99 latency under intentd's request timeout. From a second
-// after the heal the rate is at least half the one before again (the member
-// that comes back is behind, and must not get calls before it caught up).
+// then have a p99 latency under intentd's request timeout. After the heal
+// intentd does not stall either (the member that comes back is seconds of
+// writes behind, and must get no calls before it caught up).
 // Every safety check of Finish holds as in every other scenario.
 const (
 	stallBefore = 5 * time.Second  // the reference window, just before the fault
@@ -25,6 +25,12 @@ const (
 	// stallMinRatio is the rate during the fault, as a share of the rate
 	// before it, below which the run fails.
 	stallMinRatio = 0.5
+	// stallMinAfter is the same for the rate after the heal. It only
+	// guards against a stall (1% when calls went to the member still
+	// catching up): the member's catching up competes for the machine's
+	// two cores, and on a loaded machine it took the rate to 20% (1 run in
+	// 10; the median is 100%).
+	stallMinAfter = 0.1
 )
 
 // stall describes one stalled-member fault.
@@ -111,9 +117,9 @@ func keepsServing(t *testing.T, s stall) {
 	}
 	// A member back from a stall knows the leader at once but is seconds
 	// of writes behind; calls sent to it before it caught up would stall.
-	if after.PerSecond < stallMinRatio*before.PerSecond {
+	if after.PerSecond < stallMinAfter*before.PerSecond {
 		t.Errorf("after etcd %s came back (%s), intentd completed %.1f intents/s from 1s after the heal: %.0f%% of the %.1f/s before the fault, want at least %.0f%%",
-			m.Name, s.kind, after.PerSecond, 100*after.PerSecond/before.PerSecond, before.PerSecond, 100*stallMinRatio)
+			m.Name, s.kind, after.PerSecond, 100*after.PerSecond/before.PerSecond, before.PerSecond, 100*stallMinAfter)
 	}
 	if timeout := e.Intentds[0].Config.RequestTimeout; during.P99 >= timeout {
 		t.Errorf("with etcd %s stalled (%s), the cycles begun from %v after the fault began have a p99 latency of %v, want under the request timeout %v",
