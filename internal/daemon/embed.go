@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -119,6 +120,12 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	ec.LogLevel = "error"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	sock := url.URL{Scheme: "unix", Path: cfg.EmbedSocket()}
+	// etcd removes a socket file before it listens: a second intentd on
+	// the same data directory would take the socket from the first one.
+	if c, err := net.DialTimeout("unix", sock.Path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("intentd: --data-dir %s is in use: an etcd already answers on %s (another intentd?)", cfg.DataDir, sock.Path)
+	}
 	ec.ListenClientUrls = []url.URL{sock}
 	if cfg.embedTCP() {
 		cu, _ := url.Parse(cfg.EmbedClientURL)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
 	"github.com/intentd/intentd/internal/devcerts"
 )
@@ -141,6 +142,23 @@ func TestSecureModeEmbeddedEtcdRefusesUnauthenticated(t *testing.T) {
 				t.Fatalf("connecting to the socket as user nobody: %v, want permission denied", err)
 			}
 		})
+	}
+}
+
+// A second intentd on a data directory in use refuses to start, and leaves
+// the first one's etcd socket alone (etcd replaces a socket file it finds).
+func TestSecondIntentdOnSameDataDirRefused(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	first := start(t, cfg)
+	err, _ := runToExit(t, cfg)
+	if err == nil || !strings.Contains(err.Error(), "is in use") {
+		t.Fatalf("second intentd on %s: %v, want a refusal saying the data dir is in use", cfg.DataDir, err)
+	}
+	if _, err := rawRange(t, unixHTTP(cfg.EmbedSocket()), "http://etcd"); err != nil {
+		t.Fatalf("the first intentd's etcd socket after the refusal: %v, want it still answering", err)
+	}
+	if _, err := intentv1.NewIntentServiceClient(first.conn).Register(call(t), &intentv1.RegisterRequest{Key: "still-serving", Params: params(t, 1)}); err != nil {
+		t.Fatalf("the first intentd after the refusal: %v", err)
 	}
 }
 
