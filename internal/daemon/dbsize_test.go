@@ -9,12 +9,14 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
+	"github.com/intentd/intentd/internal/etcdtest"
 	"github.com/intentd/intentd/internal/fill"
 )
 
@@ -128,4 +130,20 @@ func TestFillingStoreIsMeasuredAndWarned(t *testing.T) {
 	if quota != 8<<20 || size < 0.8*quota || inUse <= 0 || inUse > size {
 		t.Errorf("db size %v, in use %v, quota %v: want quota 8388608, size at least 80%% of it, 0 < in use <= size", size, inUse, quota)
 	}
+}
+
+// With an external cluster the same gauges come from etcd's Status call:
+// the fullest member's size and its quota.
+func TestExternalEtcdSizeIsMeasured(t *testing.T) {
+	srv := etcdtest.StartWith(t, t.TempDir(), func(c *embed.Config) { c.QuotaBackendBytes = 64 << 20 })
+	cfg := testConfig(t.TempDir())
+	cfg.EtcdEndpoints = srv.Endpoints
+	cfg.MetricsListen = freeAddr(t)
+	start(t, cfg)
+	waitFor(t, "/metrics shows the external etcd's size and quota", func() bool {
+		b := scrape(t, cfg.MetricsListen)
+		quota, _ := metricValue(b, "intentd_etcd_db_quota_bytes")
+		size, _ := metricValue(b, "intentd_etcd_db_size_bytes")
+		return quota == 64<<20 && size > 0
+	})
 }
