@@ -19,13 +19,14 @@ import (
 // canonicalVector is one row of api/canonical-vectors.json, the table the
 // Go, Python and Node suites all check the server's answers against.
 type canonicalVector struct {
-	Name        string `json:"name"`
-	Action      string `json:"action"`
-	Identity    string `json:"identity"`
-	Canonical   string `json:"canonical"`
-	Key         string `json:"key"`
-	Fingerprint string `json:"fingerprint"`
-	Refused     *struct {
+	Name            string `json:"name"`
+	Action          string `json:"action"`
+	Identity        string `json:"identity"`
+	Canonical       string `json:"canonical"`
+	Key             string `json:"key"`
+	CanonicalParams string `json:"canonical_params"`
+	Fingerprint     string `json:"fingerprint"`
+	Refused         *struct {
 		DeriveKey string `json:"derive_key"`
 		Register  string `json:"register"`
 	} `json:"refused"`
@@ -65,6 +66,7 @@ func TestCanonicalVectors(t *testing.T) {
 			key := fmt.Sprintf("vector-%d-%d", time.Now().UnixNano(), i)
 			got, derr := c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Action: v.Action, Identity: identity})
 			fp, ferr := c.Fingerprint(ctx, identity)
+			params, perr := c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Params: identity})
 			reg, rerr := c.Register(ctx, &intentv1.RegisterRequest{Key: key, Params: identity})
 			if v.Refused != nil {
 				if f := refusedField(derr); f != v.Refused.DeriveKey {
@@ -80,6 +82,9 @@ func TestCanonicalVectors(t *testing.T) {
 			}
 			if derr != nil || ferr != nil || rerr != nil {
 				t.Fatalf("DeriveKey: %v; DeriveKey of params: %v; Register: %v", derr, ferr, rerr)
+			}
+			if perr != nil || params.GetCanonicalParams() != v.CanonicalParams {
+				t.Errorf("DeriveKey canonical params %s (err %v), want %s", params.GetCanonicalParams(), perr, v.CanonicalParams)
 			}
 			if fp != v.Fingerprint {
 				t.Errorf("DeriveKey fingerprint of params %s, want %s", fp, v.Fingerprint)

@@ -361,6 +361,8 @@ class LiveTest(unittest.TestCase):
                 got = self.client.derive_key(v["action"], identity)
                 self.assertEqual(got.canonical, v["canonical"])
                 self.assertEqual(got.key, v["key"])
+                fp = self.client.rpc.DeriveKey(intent_pb2.DeriveKeyRequest(params=intentd.struct(identity)))
+                self.assertEqual((fp.canonical_params, fp.fingerprint), (v["canonical_params"], v["fingerprint"]))
                 self.assertEqual(self.client.fingerprint(identity), v["fingerprint"])
                 reg = self.client.register(fresh_key("vector"), identity)
                 self.assertEqual(reg.intent.fingerprint, v["fingerprint"])

@@ -142,6 +142,7 @@ interface Vector {
   identity: string;
   canonical?: string;
   key?: string;
+  canonical_params?: string;
   fingerprint?: string;
   refused?: { derive_key: string; register: string };
 }
@@ -160,7 +161,8 @@ test("canonical vectors: the server's keys and fingerprints", async (t) => {
       const got = await intentd.deriveKey({ action: v.action, identity }, call);
       assert.equal(got.canonical, v.canonical);
       assert.equal(got.key, v.key);
-      assert.equal((await intentd.deriveKey({ params: identity }, call)).fingerprint, v.fingerprint);
+      const fp = await intentd.deriveKey({ params: identity }, call);
+      assert.deepEqual([fp.canonicalParams, fp.fingerprint], [v.canonical_params, v.fingerprint]);
       const reg = await intentd.register({ key: freshKey("vector"), params: identity, requestId: rid() }, call);
       assert.equal(reg.intent!.fingerprint, v.fingerprint);
     });
