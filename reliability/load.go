@@ -426,10 +426,9 @@ func (l *Load) serve(id int, c *client.Client, sess *client.Session, shop *Shop)
 		ctx, cancel := context.WithTimeout(l.ctx, 20*time.Second)
 		out, err := sess.Run(ctx, l.task(id, key, shop))
 		cancel()
-		r := reportRun(key, out, err)
-		l.account(r)
+		l.account(reportRun(key, out, err))
 		l.mu.Lock()
-		l.cycles = append(l.cycles, Cycle{Start: start, End: l.rec.Since(), Completed: r.Verdict == verdictCompleted})
+		l.cycles = append(l.cycles, Cycle{Start: start, End: l.rec.Since()})
 		l.mu.Unlock()
 	}
 }

@@ -9,11 +9,7 @@ import (
 // Cycle is one Run of a worker goroutine: from when it took the intent
 // (with LoadConfig.SelfRegister, from the start of the registration) until
 // Run returned, as offsets in the history.
-type Cycle struct {
-	Start, End time.Duration
-	// Completed is whether the Run ended with the intent COMPLETED.
-	Completed bool
-}
+type Cycle struct{ Start, End time.Duration }
 
 // Window is a span of a run's history, as offsets from its start.
 type Window struct{ From, To time.Duration }
