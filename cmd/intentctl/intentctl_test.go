@@ -42,7 +42,7 @@ func keys(intents []*intentv1.Intent) []string {
 func TestGet(t *testing.T) {
 	f := newFixture(t)
 	key := f.needsReview("lamp")
-	in := decode(t, mustRun(t, "get", key), &intentv1.Intent{})
+	in := decode(t, mustJSON(t, "get", key), &intentv1.GetResponse{}).GetIntent()
 	if in.GetKey() != key || in.GetState() != intentv1.State_STATE_NEEDS_REVIEW {
 		t.Errorf("get: key %q state %v, want %q NEEDS_REVIEW", in.GetKey(), in.GetState(), key)
 	}
@@ -110,8 +110,8 @@ func TestRefusedConnectionFailsAtOnce(t *testing.T) {
 	start := time.Now()
 	r := invocation{args: []string{"get", "k", "--timeout", "10s"}, env: map[string]string{envAddr: closed}}.run(t)
 	took := time.Since(start)
-	if r.code != exitFailure {
-		t.Errorf("exit %d, want %d\nstderr:\n%s", r.code, exitFailure, r.stderr)
+	if r.code != exitUnreachable {
+		t.Errorf("exit %d, want %d\nstderr:\n%s", r.code, exitUnreachable, r.stderr)
 	}
 	if took > 3*time.Second {
 		t.Errorf("took %v against a closed port, want under 3s (the --timeout is 10s)", took)
@@ -161,7 +161,7 @@ func TestList(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"list", "--label", f.label()}, tt.args...)
-			resp := decode(t, mustRun(t, args...), &intentv1.ListResponse{})
+			resp := decode(t, mustJSON(t, args...), &intentv1.ListResponse{})
 			if got := keys(resp.GetIntents()); !slices.Equal(got, tt.want) {
 				t.Errorf("keys = %q, want %q", got, tt.want)
 			}
@@ -175,8 +175,8 @@ func TestList(t *testing.T) {
 	}
 
 	// A page token continues where the first page stopped.
-	first := decode(t, mustRun(t, "list", "--label", f.label(), "--page-size", "3"), &intentv1.ListResponse{})
-	second := decode(t, mustRun(t, "list", "--label", f.label(), "--page-size", "3", "--page-token", first.GetNextPageToken()), &intentv1.ListResponse{})
+	first := decode(t, mustJSON(t, "list", "--label", f.label(), "--page-size", "3"), &intentv1.ListResponse{})
+	second := decode(t, mustJSON(t, "list", "--label", f.label(), "--page-size", "3", "--page-token", first.GetNextPageToken()), &intentv1.ListResponse{})
 	if got := keys(second.GetIntents()); !slices.Equal(got, all[3:6]) {
 		t.Errorf("second page = %q, want %q", got, all[3:6])
 	}
@@ -195,7 +195,7 @@ func TestReviewQueue(t *testing.T) {
 		{"list", "--label", f.label(), "--state", "unknown", "--state", "needs_review"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			resp := decode(t, mustRun(t, args...), &intentv1.ListResponse{})
+			resp := decode(t, mustJSON(t, args...), &intentv1.ListResponse{})
 			if got, want := keys(resp.GetIntents()), []string{unknown, review, unknown2}; !slices.Equal(got, want) {
 				t.Errorf("queue = %q, want %q (oldest first)", got, want)
 			}
@@ -240,11 +240,11 @@ func TestResolve(t *testing.T) {
 			key := f.unknown(strings.ReplaceAll(tt.name, " ", "-"))
 			reason := "checked the provider for " + tt.name
 			args := append([]string{"resolve", key, "--actor", "alice@ops", "--reason", reason}, tt.args...)
-			resp := decode(t, mustRun(t, args...), &intentv1.ResolveResponse{})
+			resp := decode(t, mustJSON(t, args...), &intentv1.ResolveResponse{})
 			if resp.GetIntent().GetState() != tt.wantState || resp.GetActionTaken() != "recorded" {
 				t.Errorf("resolve: state %v, action_taken %q; want %v, recorded", resp.GetIntent().GetState(), resp.GetActionTaken(), tt.wantState)
 			}
-			in := decode(t, mustRun(t, "get", key), &intentv1.Intent{})
+			in := decode(t, mustJSON(t, "get", key), &intentv1.GetResponse{}).GetIntent()
 			if in.GetState() != tt.wantState {
 				t.Errorf("get after resolve: state %v, want %v", in.GetState(), tt.wantState)
 			}
@@ -261,8 +261,8 @@ func TestResolve(t *testing.T) {
 	// The same request id never decides twice.
 	key := f.needsReview("once")
 	args := []string{"resolve", key, "--decision", "completed", "--actor", "bob", "--reason", "found it", "--request-id", "review-1"}
-	first := decode(t, mustRun(t, args...), &intentv1.ResolveResponse{})
-	again := decode(t, mustRun(t, args...), &intentv1.ResolveResponse{})
+	first := decode(t, mustJSON(t, args...), &intentv1.ResolveResponse{})
+	again := decode(t, mustJSON(t, args...), &intentv1.ResolveResponse{})
 	if first.GetActionTaken() != "recorded" || again.GetActionTaken() != "none" {
 		t.Errorf("action_taken %q then %q, want recorded then none", first.GetActionTaken(), again.GetActionTaken())
 	}
@@ -271,13 +271,13 @@ func TestResolve(t *testing.T) {
 func TestCancelAndEscalate(t *testing.T) {
 	f := newFixture(t)
 	pending := f.pending("cancel-me")
-	resp := decode(t, mustRun(t, "cancel", pending, "--reason", "customer withdrew", "--actor", "alice"), &intentv1.CancelResponse{})
+	resp := decode(t, mustJSON(t, "cancel", pending, "--reason", "customer withdrew", "--actor", "alice"), &intentv1.CancelResponse{})
 	if resp.GetIntent().GetState() != intentv1.State_STATE_CANCELLED {
 		t.Errorf("cancel: state %v, want CANCELLED", resp.GetIntent().GetState())
 	}
 
 	held, _ := f.acquired("escalate-me")
-	esc := decode(t, mustRun(t, "escalate", held, "--reason", "stuck for an hour", "--force"), &intentv1.EscalateResponse{})
+	esc := decode(t, mustJSON(t, "escalate", held, "--reason", "stuck for an hour", "--force"), &intentv1.EscalateResponse{})
 	if esc.GetIntent().GetState() != intentv1.State_STATE_NEEDS_REVIEW {
 		t.Errorf("escalate --force: state %v, want NEEDS_REVIEW", esc.GetIntent().GetState())
 	}
@@ -299,7 +299,7 @@ func TestDeriveKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := decode(t, mustRun(t, append([]string{"derive-key", "purchase"}, tt.args...)...), &intentv1.DeriveKeyResponse{})
+			resp := decode(t, mustJSON(t, append([]string{"derive-key", "purchase"}, tt.args...)...), &intentv1.DeriveKeyResponse{})
 			key, canonical, err := intent.DeriveKey("purchase", tt.identity)
 			if err != nil {
 				t.Fatal(err)
@@ -321,7 +321,7 @@ func TestDeriveKey(t *testing.T) {
 		{"derive-key", "--params", terms},
 		{"derive-key", "purchase", "cart=c-1", "--params", terms},
 	} {
-		resp := decode(t, mustRun(t, args...), &intentv1.DeriveKeyResponse{})
+		resp := decode(t, mustJSON(t, args...), &intentv1.DeriveKeyResponse{})
 		if resp.GetFingerprint() != intent.Fingerprint(canonical) || resp.GetCanonicalParams() != string(canonical) {
 			t.Errorf("%q: fingerprint %s of %s, want %s of %s", args, resp.GetFingerprint(), resp.GetCanonicalParams(), intent.Fingerprint(canonical), canonical)
 		}
@@ -462,7 +462,7 @@ func cancelled(events []*intentv1.WatchResponse) bool {
 func TestWatch(t *testing.T) {
 	f := newFixture(t)
 	key := f.pending("watched")
-	before := decode(t, mustRun(t, "list", "--label", f.label()), &intentv1.ListResponse{})
+	before := decode(t, mustJSON(t, "list", "--label", f.label()), &intentv1.ListResponse{})
 
 	w := startWatching(t, key, "--from", "1")
 	// A change after the watch started shows up too.
@@ -662,4 +662,55 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return c
+}
+
+// A resolve run again after its first run timed out — the decision was
+// recorded, the reply lost — got a fresh request id and used to fail
+// INVALID_TRANSITION, exit 1. It must say the decision is already made,
+// by whom and when, and exit 0; a different decision, or one by someone
+// else, is still refused and says who decided.
+func TestResolveRetriedAfterTimeoutSaysAlreadyDecided(t *testing.T) {
+	f := newFixture(t)
+	key := f.needsReview("retried")
+	args := []string{"resolve", key, "--decision", "completed", "--actor", "alice@ops", "--reason", "found it", "--ref", "order=SO-9"}
+	mustRun(t, args...)
+
+	again := intentctl(t, args...)
+	if again.code != exitOK {
+		t.Fatalf("rerun: exit %d, want 0\nstderr:\n%s", again.code, again.stderr)
+	}
+	if !strings.HasPrefix(again.stdout, "already decided (by you, at ") || !strings.Contains(again.stdout, key+" COMPLETED") {
+		t.Errorf("rerun: stdout %q, want already decided (by you, at …) … %s COMPLETED", again.stdout, key)
+	}
+	resp := decode(t, mustJSON(t, args...), &intentv1.ResolveResponse{})
+	if resp.GetActionTaken() != "none" || resp.GetIntent().GetState() != intentv1.State_STATE_COMPLETED {
+		t.Errorf("rerun -o json: action_taken %q state %v, want none COMPLETED", resp.GetActionTaken(), resp.GetIntent().GetState())
+	}
+
+	// The same request id replays on intentd's side; it reads the same.
+	withID := append(slices.Clone(args), "--request-id", key+"-review")
+	other := f.needsReview("replayed")
+	withID[1] = other
+	mustRun(t, withID...)
+	if out := mustRun(t, withID...); !strings.HasPrefix(out, "already decided (by you, at ") {
+		t.Errorf("replay by request id: stdout %q, want already decided (by you, at …)", out)
+	}
+
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"another decision", []string{"resolve", key, "--decision", "cancelled", "--actor", "alice@ops", "--reason", "r"}},
+		{"another reviewer", []string{"resolve", key, "--decision", "completed", "--actor", "bob@ops", "--reason", "r"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := intentctl(t, tt.args...)
+			if r.code != exitFailure {
+				t.Fatalf("exit %d, want 1\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+			}
+			if want := "was decided COMPLETED by alice@ops at "; !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "reason: INVALID_TRANSITION") {
+				t.Errorf("stderr lacks %q and the refusal:\n%s", want, r.stderr)
+			}
+		})
+	}
 }

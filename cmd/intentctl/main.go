@@ -43,10 +43,12 @@ import (
 )
 
 // Exit statuses.
+// Exit statuses, documented in the root command's help and the README.
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitUnreachable = 3
 )
 
 func main() {
@@ -74,6 +76,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var f *failure
 	if errors.As(err, &f) {
 		printFailure(stderr, f.err)
+		var u *unreachable
+		if errors.As(err, &u) || errors.Is(err, client.ErrUnavailable) {
+			return exitUnreachable
+		}
 		return exitFailure
 	}
 	fmt.Fprintf(stderr, "intentctl: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
@@ -86,6 +92,13 @@ type failure struct{ err error }
 
 func (f *failure) Error() string { return f.err.Error() }
 func (f *failure) Unwrap() error { return f.err }
+
+// unreachable is a failure to reach intentd at all: exit 3, as for
+// intentd's own UNAVAILABLE (its etcd does not answer).
+type unreachable struct{ err error }
+
+func (u *unreachable) Error() string { return u.err.Error() }
+func (u *unreachable) Unwrap() error { return u.err }
 
 // usageError is an error in a command's arguments that cobra cannot see
 // (a malformed value, flags that do not go together); it exits 2.

@@ -120,6 +120,12 @@ func mustRun(t *testing.T, args ...string) string {
 	return r.stdout
 }
 
+// mustJSON runs intentctl -o json and fails the test unless it exits 0.
+func mustJSON(t *testing.T, args ...string) string {
+	t.Helper()
+	return mustRun(t, append(args, "-o", "json")...)
+}
+
 // fixture sets up intents through the Go client, as workers and approvers
 // would, for intentctl to find.
 type fixture struct {

@@ -9,30 +9,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
-
-// Output formats: documents are indented, stream events one per line.
-// Default values are shown, so that "accepted": false in a history entry
-// is visible rather than absent.
-var (
-	pretty  = protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitDefaultValues: true}
-	oneLine = protojson.MarshalOptions{EmitDefaultValues: true}
-)
-
-func printProto(w io.Writer, opts protojson.MarshalOptions, m proto.Message) error {
-	b, err := opts.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
 
 func newGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
@@ -51,7 +32,9 @@ func newGetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printProto(cmd.OutOrStdout(), pretty, resp.GetIntent())
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, wide bool) error {
+				return printIntent(w, resp.GetIntent(), wide)
+			})
 		}),
 	}
 }
@@ -126,7 +109,9 @@ func (l *listFlags) list(cmd *cobra.Command, g *globals, states []intentv1.State
 		}
 		req.PageToken = next
 	}
-	return printProto(cmd.OutOrStdout(), pretty, out)
+	return g.out.print(cmd.OutOrStdout(), out, func(w io.Writer, wide bool) error {
+		return printIntents(w, out.GetIntents(), out.GetNextPageToken(), wide)
+	})
 }
 
 func newListCommand(g *globals) *cobra.Command {
@@ -261,9 +246,17 @@ An intent under a live lease is refused (LEASE_HELD) unless --force.`,
 			defer cancel()
 			resp, err := c.Resolve(ctx, req)
 			if err != nil {
-				return err
+				if resp = priorDecision(ctx, c, req, err, cmd.ErrOrStderr()); resp == nil {
+					return err
+				}
 			}
-			return printProto(cmd.OutOrStdout(), pretty, resp)
+			if resp.GetActionTaken() == "none" && len(resp.GetIntent().GetHistory()) == 0 {
+				// A replay by request id: the history says when it was decided.
+				if got, err := c.Get(ctx, &intentv1.GetRequest{Key: req.GetKey()}); err == nil {
+					resp.Intent = got.GetIntent()
+				}
+			}
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, _ bool) error { return printDecided(w, resp) })
 		}),
 	}
 	f := cmd.Flags()
@@ -299,7 +292,9 @@ func newCancelCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printProto(cmd.OutOrStdout(), pretty, resp)
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, _ bool) error {
+				return printChanged(w, "cancelled", resp.GetIntent(), "")
+			})
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the history)")
@@ -330,7 +325,9 @@ supersedes the lease.`,
 			if err != nil {
 				return err
 			}
-			return printProto(cmd.OutOrStdout(), pretty, resp)
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, _ bool) error {
+				return printChanged(w, "escalated", resp.GetIntent(), "")
+			})
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the history)")
@@ -451,7 +448,15 @@ double holds) is refused, in identity fields and params alike.`,
 			if err != nil {
 				return err
 			}
-			return printProto(cmd.OutOrStdout(), pretty, resp)
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, _ bool) error {
+				tw := table(w)
+				for _, f := range [][2]string{{"key", resp.GetKey()}, {"canonical", resp.GetCanonical()}, {"fingerprint", resp.GetFingerprint()}, {"canonical_params", resp.GetCanonicalParams()}} {
+					if f[1] != "" {
+						fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+					}
+				}
+				return tw.Flush()
+			})
 		}),
 	}
 	cmd.Flags().StringVar(&params, "params", "", "approved terms, a JSON object, to fingerprint")

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -26,11 +28,21 @@ import (
 // DefaultAddr is where intentd listens when started without flags.
 const DefaultAddr = "127.0.0.1:7650"
 
-// Environment variables read for flags not given on the command line.
+// envPrefix names the environment variable of each global flag not given
+// on the command line: --addr is INTENTCTL_ADDR, --cacert INTENTCTL_CACERT.
+const envPrefix = "INTENTCTL_"
+
+// Older names of INTENTCTL_ADDR and INTENTCTL_TOKEN, still read when the
+// new ones are unset: scripts written against them keep working.
 const (
 	envAddr  = "INTENTD_ADDR"
 	envToken = "INTENTD_TOKEN"
 )
+
+// envName is the environment variable of global flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
 
 // globals are the flags every command shares: where intentd is and how to
 // prove who is calling.
@@ -43,6 +55,7 @@ type globals struct {
 	cert    string
 	key     string
 	timeout time.Duration
+	out     output
 
 	// lastErr is the error of the latest failed attempt: the client
 	// retries while intentd does not answer, and when the deadline ends
@@ -58,9 +71,24 @@ func newRootCommand(env lookupEnv) *cobra.Command {
 		Long: `intentctl is the operator's command line for intentd.
 
 It talks to intentd through the Go client, as any caller does: it sees and
-changes only what its token (--token, $INTENTD_TOKEN) or client certificate
-(--cert/--key) is allowed to. Output is protojson; errors print intentd's
-code, reason, field and statement on stderr and exit 1 (2 for usage errors).`,
+changes only what its token (--token, $INTENTCTL_TOKEN) or client
+certificate (--cert/--key) is allowed to. Every global flag can be set by
+the environment variable named after it (--addr is INTENTCTL_ADDR; the
+older INTENTD_ADDR and INTENTD_TOKEN are still read); a flag on the
+command line wins.
+
+Output is for people by default: get prints a summary and the history as a
+timeline, list one line per intent. -o json prints the response as
+protojson, -o yaml the same as YAML, -o wide the people's form with more
+columns. Errors print intentd's code, reason, field and statement on stderr.
+
+Exit status, for scripts:
+  0  done (a resolve that finds its own decision already recorded is done)
+  1  intentd refused the call (code and reason on stderr), or it failed
+  2  usage: a bad command, flag, argument or environment variable
+  3  unreachable: nothing answered at --addr, TLS did not match, no answer
+     within --timeout, or intentd could not reach etcd (UNAVAILABLE). A
+     change may or may not have been made; every command is safe to rerun`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,14 +97,17 @@ code, reason, field and statement on stderr and exit 1 (2 for usage errors).`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: cliflag.Explain(err).Error()} })
 	f := root.PersistentFlags()
-	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address (env "+envAddr+")")
+	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address)")
 	f.StringVar(&g.tenant, "tenant", "", `tenant of the request; empty means intentd's "default"`)
-	f.StringVar(&g.token, "token", "", "bearer token sent as authorization metadata on every call (env "+envToken+")")
+	f.StringVar(&g.token, "token", "", "bearer token sent as authorization metadata on every call)")
 	f.BoolVar(&g.tls, "tls", false, "connect with TLS (implied by --cacert, --cert and --key)")
 	f.StringVar(&g.caCert, "cacert", "", "PEM file of the CA that signed intentd's certificate (default: the system's roots)")
 	f.StringVar(&g.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
 	f.StringVar(&g.key, "key", "", "PEM key of the client certificate (with --cert)")
 	f.DurationVar(&g.timeout, "timeout", 10*time.Second, "deadline of the whole command, retries included (watch has none)")
+	f.StringVarP(&g.out.format, "output", "o", formatText, "output format: text, wide, json or yaml")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
+	f.VisitAll(func(fl *pflag.Flag) { fl.Usage += " (env " + envName(fl.Name) + ")" })
 
 	root.AddCommand(
 		newGetCommand(g),
@@ -93,18 +124,31 @@ code, reason, field and statement on stderr and exit 1 (2 for usage errors).`,
 	return root
 }
 
-// fromEnv fills --addr and --token from the environment unless they were
-// given on the command line.
+// fromEnv sets every global flag not given on the command line from its
+// INTENTCTL_* variable (--addr and --token also from their older names),
+// then checks -o.
 func (g *globals) fromEnv(cmd *cobra.Command, env lookupEnv) error {
-	fs := cmd.Flags()
-	for flag, name := range map[string]string{"addr": envAddr, "token": envToken} {
-		if v, ok := env(name); ok && v != "" && !fs.Changed(flag) {
-			if err := fs.Set(flag, v); err != nil {
-				return usagef("%s: %v", name, err)
-			}
+	old := map[string]string{"addr": envAddr, "token": envToken}
+	var err error
+	cmd.Root().PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Changed || err != nil {
+			return
 		}
+		for _, name := range []string{envName(f.Name), old[f.Name]} {
+			v, ok := env(name)
+			if name == "" || !ok || v == "" {
+				continue
+			}
+			if f.Value.Set(v) != nil {
+				err = &usageError{msg: cliflag.BadValue(fmt.Sprintf("%s (--%s)", name, f.Name), v, f).Error()}
+			}
+			return
+		}
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	return g.out.check()
 }
 
 // useTLS reports whether the connection is TLS: asked for, or implied by a
@@ -214,8 +258,8 @@ func (g *globals) reach(conn *grpc.ClientConn) error {
 	if status.Code(err) != codes.Unavailable {
 		return nil
 	}
-	return fmt.Errorf("cannot reach intentd at %s: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
-		g.addr, status.Convert(err).Message())
+	return &unreachable{err: fmt.Errorf("cannot reach intentd at %s: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
+		g.addr, status.Convert(err).Message())}
 }
 
 // note remembers a failed attempt's error and returns it.
@@ -239,8 +283,8 @@ func (g *globals) action(body func(cmd *cobra.Command, args []string) error) fun
 		if p := g.lastErr.Load(); p != nil {
 			last = (*p).Error()
 		}
-		return fmt.Errorf("could not reach intentd at %s within --timeout %v: %w\n  last attempt: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
-			g.addr, g.timeout, err, last)
+		return &unreachable{err: fmt.Errorf("could not reach intentd at %s within --timeout %v: %w\n  last attempt: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
+			g.addr, g.timeout, err, last)}
 	})
 }
 

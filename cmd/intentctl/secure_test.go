@@ -80,12 +80,15 @@ func TestSecured(t *testing.T) {
 		code int
 		want string // on stdout for exit 0, on stderr otherwise
 	}{
-		{"token", append([]string{"review-queue", "--token", s.token}, tls...), nil, exitOK, `"revision"`},
-		{"token from the environment", append([]string{"review-queue"}, tls...), map[string]string{envToken: s.token}, exitOK, `"revision"`},
-		{"flag wins over the environment", append([]string{"review-queue", "--token", s.token}, tls...), map[string]string{envToken: "itd_wrong"}, exitOK, `"revision"`},
-		{"token, its own tenant named", append([]string{"review-queue", "--token", s.token, "--tenant", "acme"}, tls...), nil, exitOK, `"revision"`},
+		{"token", append([]string{"review-queue", "--token", s.token}, tls...), nil, exitOK, "(no intents)"},
+		{"token from the environment", append([]string{"review-queue"}, tls...), map[string]string{envToken: s.token}, exitOK, "(no intents)"},
+		{"token from INTENTCTL_TOKEN", append([]string{"review-queue"}, tls...), map[string]string{envName("token"): s.token}, exitOK, "(no intents)"},
+		{"INTENTCTL_TOKEN wins over INTENTD_TOKEN", append([]string{"review-queue"}, tls...), map[string]string{envName("token"): s.token, envToken: "itd_wrong"}, exitOK, "(no intents)"},
+		{"CA from INTENTCTL_CACERT", []string{"review-queue", "--token", s.token}, map[string]string{envName("cacert"): s.file("ca.pem")}, exitOK, "(no intents)"},
+		{"flag wins over the environment", append([]string{"review-queue", "--token", s.token}, tls...), map[string]string{envToken: "itd_wrong"}, exitOK, "(no intents)"},
+		{"token, its own tenant named", append([]string{"review-queue", "--token", s.token, "--tenant", "acme"}, tls...), nil, exitOK, "(no intents)"},
 		{"client certificate", append([]string{"get", "nothing-here"}, s.certFlags("ops-1")...), nil, exitFailure, "reason: INTENT_NOT_FOUND"},
-		{"--tls with the system roots does not trust a dev CA", []string{"get", "k", "--tls", "--timeout", "1s"}, nil, exitFailure, "reach intentd at"},
+		{"--tls with the system roots does not trust a dev CA", []string{"get", "k", "--tls", "--timeout", "1s"}, nil, exitUnreachable, "reach intentd at"},
 		{"wrong token", append([]string{"review-queue", "--token", "itd_wrong"}, tls...), nil, exitFailure, "code: UNAUTHENTICATED"},
 		{"no credentials", append([]string{"review-queue"}, tls...), nil, exitFailure, "code: UNAUTHENTICATED"},
 		{"certificate of no principal", append([]string{"review-queue"}, s.certFlags("stranger")...), nil, exitFailure, "code: UNAUTHENTICATED"},
@@ -94,9 +97,9 @@ func TestSecured(t *testing.T) {
 		// With TLS 1.3 the server refuses a client certificate after the
 		// client's side of the handshake: what the last attempt saw varies
 		// (the alert, or a broken pipe), so only the outcome is checked.
-		{"expired certificate", append([]string{"review-queue", "--timeout", "1s"}, s.certFlags("expired")...), nil, exitFailure, "reach intentd at"},
-		{"untrusted certificate", append([]string{"review-queue", "--timeout", "1s"}, s.certFlags("untrusted")...), nil, exitFailure, "reach intentd at"},
-		{"plaintext against TLS", []string{"review-queue", "--timeout", "1s"}, nil, exitFailure, "reach intentd at"},
+		{"expired certificate", append([]string{"review-queue", "--timeout", "1s"}, s.certFlags("expired")...), nil, exitUnreachable, "reach intentd at"},
+		{"untrusted certificate", append([]string{"review-queue", "--timeout", "1s"}, s.certFlags("untrusted")...), nil, exitUnreachable, "reach intentd at"},
+		{"plaintext against TLS", []string{"review-queue", "--timeout", "1s"}, nil, exitUnreachable, "reach intentd at"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
