@@ -83,14 +83,17 @@ func (m *metrics) db(st dbStatus) {
 	m.dbQuota.Set(float64(st.quota))
 }
 
-// serve serves /metrics on addr until ctx ends. Exits when ctx ends.
-func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
+// serve serves /metrics, /healthz and /readyz on addr until ctx ends.
+// Exits when ctx ends.
+func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("GET /readyz", ready.readyz)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { // exits when ctx ends
 		<-ctx.Done()

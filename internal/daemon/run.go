@@ -163,6 +163,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, log))
 	hs := health.NewServer()
 	srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
+	serving := newReadiness(hs)
 	reflection.Register(srv)
 
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -177,19 +178,26 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	wentBack := make(chan error, 1)
 	go func() { // exits when hctx ends, or when etcd's revision went back
 		defer close(healthDone)
-		if err := watchHealth(hctx, store, hs, floors, cfg.HealthInterval, log); err != nil {
+		if err := watchHealth(hctx, store, serving, floors, cfg.HealthInterval, cfg.RequestTimeout, log); err != nil {
 			wentBack <- err
 		}
 	}()
+	// The metrics listener outlives gRPC: probes read /readyz 503 while
+	// in-flight calls finish.
+	mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
 	metricsDone := make(chan struct{})
-	go func() { // exits when hctx ends
+	go func() { // exits when mctx ends
 		defer close(metricsDone)
 		if cfg.MetricsListen == "" {
 			return
 		}
-		if err := m.serve(hctx, cfg.MetricsListen, log); err != nil {
-			log.Error("metrics listener failed; serving gRPC without metrics", "addr", cfg.MetricsListen, "err", err)
+		if err := m.serve(mctx, cfg.MetricsListen, serving, log); err != nil {
+			log.Error("metrics listener failed; serving gRPC without metrics and HTTP health", "addr", cfg.MetricsListen, "err", err)
 		}
+	}()
+	defer func() {
+		stopMetrics()
+		<-metricsDone
 	}()
 	dbSizeDone := make(chan struct{})
 	go func() { // exits when hctx ends
@@ -231,7 +239,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		<-healthDone
 		<-janitorDone
 		<-reloadDone
-		<-metricsDone
 		<-dbSizeDone
 		persistFloor(store, floors, log)
 		return fmt.Errorf("intentd: serve: %w", err)
@@ -242,13 +249,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		log.Error("etcd's revision went back; stopping", "err", runErr)
 	}
 	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
+	serving.shutdown() // NOT_SERVING and /readyz 503: load balancers drain us first
 	stopHealth()
 	<-healthDone
 	<-janitorDone
 	<-reloadDone
-	<-metricsDone
 	<-dbSizeDone
-	hs.Shutdown() // every service NOT_SERVING: load balancers drain us first
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
 	timer := time.NewTimer(cfg.ShutdownTimeout)
@@ -438,30 +444,30 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog 
 	return grpc.NewServer(opts...), nil
 }
 
-// watchHealth reports SERVING only while etcd answers a linearizable read,
-// and persists the revision floor when it grew (so at most once per
-// interval, not per call). It returns nil when ctx ends, and the store's
-// refusal, after turning health NOT_SERVING, when etcd's revision went back
-// (whichever call noticed first: the store refuses everything after).
-func watchHealth(ctx context.Context, store *etcdstore.Store, hs *health.Server, floors *floorKeeper, every time.Duration, log *slog.Logger) error {
-	last := healthpb.HealthCheckResponse_UNKNOWN
+// watchHealth decides readiness (gRPC health SERVING and /readyz 200) only
+// while etcd answers a linearizable read, and persists the revision floor
+// when it grew (so at most once per interval, not per call). It returns nil
+// when ctx ends, and the store's refusal, after turning readiness off, when
+// etcd's revision went back (whichever call noticed first: the store
+// refuses everything after).
+func watchHealth(ctx context.Context, store *etcdstore.Store, ready *readiness, floors *floorKeeper, every, requestTimeout time.Duration, log *slog.Logger) error {
+	last := "unprobed"
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		st := healthpb.HealthCheckResponse_SERVING
 		err := store.Ping(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		if err != nil && ctx.Err() != nil {
+			return nil
+		}
+		ready.set(err, requestTimeout)
+		if reason := ready.state(); reason != last {
+			if reason == "" {
+				log.Info("health", "status", healthpb.HealthCheckResponse_SERVING.String())
+			} else {
+				log.Info("health", "status", healthpb.HealthCheckResponse_NOT_SERVING.String(), "reason", reason)
 			}
-			st = healthpb.HealthCheckResponse_NOT_SERVING
+			last = reason
 		}
-		if st != last {
-			log.Info("health", "status", st.String())
-			last = st
-		}
-		hs.SetServingStatus("", st)
-		hs.SetServingStatus(intentv1.IntentService_ServiceDesc.ServiceName, st)
 		if errors.Is(err, etcdstore.ErrRevisionWentBack) {
 			return err
 		}
