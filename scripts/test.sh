@@ -51,6 +51,22 @@ go vet ./...
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
 
+step "deploy/: release build (static, version stamped) and the deployment files' tests (own module)"
+release_dir="$(mktemp -d)"
+VERSION=v0.0.0-ci OUT="$release_dir" ./deploy/build.sh
+rm -rf "$release_dir"
+(
+  cd deploy
+  go mod tidy -diff
+  unformatted=$(gofmt -l .)
+  if [[ -n "$unformatted" ]]; then
+    echo "gofmt would change: $unformatted" >&2
+    exit 1
+  fi
+  go vet ./...
+  go test -race -count=1 ./...
+)
+
 step "store sizing: intentd-fill on a fresh embedded etcd (README's figures: -n 1000000)"
 go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16
 

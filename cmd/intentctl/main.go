@@ -13,6 +13,8 @@
 //	intentctl token new --name N --tenant T --role R [--role R2]
 //	intentctl token hash                    the SHA-256 of a token read on stdin
 //	intentctl dev-certs --out DIR [--client NAME ...] [--host H ...] [--test-certs] [--force]
+//	intentctl probe URL                     GET /healthz or /readyz: exit 0 on 2xx (an image's health check)
+//	intentctl --version                     the build's version (intentd --version too)
 //
 // Global flags: --addr (default 127.0.0.1:7650, or $INTENTD_ADDR), --tenant,
 // --token (or $INTENTD_TOKEN; sent as "authorization: Bearer <token>" on

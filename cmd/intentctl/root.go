@@ -23,6 +23,7 @@ import (
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/internal/cliflag"
 	"github.com/intentd/intentd/internal/netaddr"
+	"github.com/intentd/intentd/internal/version"
 )
 
 // DefaultAddr is where intentd listens when started without flags.
@@ -66,8 +67,9 @@ type globals struct {
 func newRootCommand(env lookupEnv) *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:   "intentctl",
-		Short: "Operate intentd: read intents, work the review queue, issue tokens and dev certificates",
+		Use:     "intentctl",
+		Version: version.String(),
+		Short:   "Operate intentd: read intents, work the review queue, issue tokens and dev certificates",
 		Long: `intentctl is the operator's command line for intentd.
 
 It talks to intentd through the Go client, as any caller does: it sees and
@@ -96,6 +98,7 @@ Exit status, for scripts:
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: cliflag.Explain(err).Error()} })
+	root.SetVersionTemplate("intentctl {{.Version}}\n")
 	f := root.PersistentFlags()
 	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address)")
 	f.StringVar(&g.tenant, "tenant", "", `tenant of the request; empty means intentd's "default"`)
@@ -120,6 +123,7 @@ Exit status, for scripts:
 		newDeriveKeyCommand(g),
 		newTokenCommand(),
 		newDevCertsCommand(),
+		newProbeCommand(g),
 	)
 	return root
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/intentd/intentd/internal/cliflag"
 	"github.com/intentd/intentd/internal/daemon"
+	"github.com/intentd/intentd/internal/version"
 )
 
 // Exit statuses.
@@ -77,8 +78,9 @@ func envName(flag string) string {
 func newCommand(stderr io.Writer) *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	cmd := &cobra.Command{
-		Use:   "intentd",
-		Short: "Durable, fenced records of approved business intents, on etcd",
+		Use:     "intentd",
+		Version: version.String(),
+		Short:   "Durable, fenced records of approved business intents, on etcd",
 		Long: `intentd serves the intent.v1.IntentService API: the durable, fenced record
 of approved business intents, on an embedded or external etcd.
 
@@ -111,6 +113,7 @@ variable or argument.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: cliflag.Explain(err)} })
+	cmd.SetVersionTemplate("intentd {{.Version}}\n")
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (comma-separated); empty runs an embedded etcd")
@@ -182,10 +185,14 @@ func underGoRun(exe string) bool {
 }
 
 // fromEnv sets every flag not given on the command line from its INTENTD_*
-// variable.
+// variable. --help and --version are requests, not settings: an
+// INTENTD_VERSION an image sets for its own bookkeeping is no flag value.
 func fromEnv(fs *pflag.FlagSet) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "help" || f.Name == "version" {
+			return
+		}
 		name := envName(f.Name)
 		v, ok := os.LookupEnv(name)
 		if !ok || f.Changed || err != nil {
