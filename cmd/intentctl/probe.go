@@ -18,12 +18,13 @@ import (
 func newProbeCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "probe URL",
-		Short: "GET an HTTP health endpoint (/healthz, /readyz): exit 0 on 2xx, 1 otherwise",
+		Short: "GET an HTTP health endpoint (/healthz, /readyz): exit 0 on 2xx, 1 otherwise, 3 if nothing answers",
 		Long: `probe GETs URL within --timeout and prints the answer's first line.
-It exits 0 when the status is 2xx and 1 otherwise (intentd's 503 says why in
-its body), so a container runtime can use it as its health check.`,
+It exits 0 when the status is 2xx, 1 for any other status (intentd's 503
+says why in its body) and 3 when nothing answers, so a container runtime can
+use it as its health check.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: action(func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
@@ -32,11 +33,11 @@ its body), so a container runtime can use it as its health check.`,
 			}
 			line, err := probe(req)
 			if err != nil {
-				return &failure{err: err}
+				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), line)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -46,7 +47,7 @@ func probe(req *http.Request) (string, error) {
 	url := req.URL.String()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("probe %s: %w", url, err)
+		return "", &unreachable{err: fmt.Errorf("probe %s: %w", url, err)}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -39,7 +39,7 @@ func TestProbeExitStatusFollowsHTTPStatus(t *testing.T) {
 		{"healthy", srv.URL + "/healthz", exitOK, "200 OK ok\n", ""},
 		{"not ready says why", srv.URL + "/readyz", exitFailure, "", "503 Service Unavailable etcd unreachable: context deadline exceeded\n"},
 		{"no such path", srv.URL + "/nope", exitFailure, "", "404 Not Found"},
-		{"nothing listens", closedURL, exitFailure, "", "connection refused"},
+		{"nothing listens", closedURL, exitUnreachable, "", "connection refused"},
 		{"not a URL", "http://[::1", exitUsage, "", "probe \"http://[::1\""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
