@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
 )
@@ -50,6 +51,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the store's rare warnings.
 	Logger *slog.Logger
+	// TracerProvider receives a span per etcd transaction about an intent
+	// (see AttrKeyHash and the other Attr keys); nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultMaxAttempts is the default of Config.MaxAttempts: enough for a
@@ -114,7 +118,8 @@ type Store struct {
 	// once opened, it only ends.
 	sessions *lru.Cache[string, session]
 
-	stats stats
+	stats  stats
+	tracer trace.Tracer
 	// floor refuses etcd answers below the highest revision seen: see
 	// flooredKV.
 	floor revisionFloor
@@ -183,7 +188,8 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions}
+	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions,
+		tracer: newTracer(cfg.TracerProvider)}
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor}
 	return s, nil
@@ -256,7 +262,9 @@ func (s *Store) readExtra(ctx context.Context, tenant, key string, extra []strin
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
+	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
 	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	endRead(span, err)
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +410,9 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 		if full {
 			return fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
 		}
-		resp, err := s.commit(ctx, tenant, key, v, ch)
+		cctx, span := s.startSpan(ctx, "etcd txn", tenant, key)
+		resp, err := s.commit(cctx, tenant, key, v, ch)
+		endCommit(span, attempt, ch, resp, err)
 		if errors.Is(err, intent.ErrTooLarge) {
 			return err
 		}

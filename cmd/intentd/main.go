@@ -100,6 +100,9 @@ variable or argument.`,
 			if err := fromEnv(cmd.Flags()); err != nil {
 				return &usageError{err: err}
 			}
+			if !cmd.Flags().Changed("otlp-endpoint") {
+				cfg.Tracing.Endpoint = otelEndpoint()
+			}
 			if err := cfg.Validate(); err != nil {
 				return &usageError{err: err}
 			}
@@ -152,6 +155,8 @@ variable or argument.`,
 	f.Float64Var(&cfg.RatePerTenant, "rate-per-tenant", cfg.RatePerTenant, "requests per second per tenant (0: unlimited)")
 	f.IntVar(&cfg.BurstPerTenant, "burst-per-tenant", cfg.BurstPerTenant, "burst per tenant")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "address of the Prometheus /metrics endpoint (empty: off)")
+	f.StringVar(&cfg.Tracing.Endpoint, "otlp-endpoint", "", "OTLP/gRPC collector URL that receives traces (http://host:4317 plaintext, https:// TLS); unset: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then $OTEL_EXPORTER_OTLP_ENDPOINT; empty: no tracing")
+	f.Float64Var(&cfg.Tracing.SampleRatio, "trace-sample-ratio", cfg.Tracing.SampleRatio, "share of the traces intentd starts that are recorded (0-1); a caller's sampled trace context is always followed")
 	f.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize, "largest request accepted, in bytes")
 	f.DurationVar(&cfg.ReloadInterval, "reload-interval", cfg.ReloadInterval, "how often the tokens and TLS files are checked for changes")
 	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
@@ -182,6 +187,15 @@ func nextSteps(addr string, cfg daemon.Config) string {
 // it lives in a go-build directory under the build cache's temporary root.
 func underGoRun(exe string) bool {
 	return strings.Contains(filepath.ToSlash(exe), "/go-build")
+}
+
+// otelEndpoint is the OTLP endpoint of OpenTelemetry's standard variables,
+// for an intentd given neither --otlp-endpoint nor INTENTD_OTLP_ENDPOINT.
+func otelEndpoint() string {
+	if v := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
+		return v
+	}
+	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 }
 
 // fromEnv sets every flag not given on the command line from its INTENTD_*

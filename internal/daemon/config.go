@@ -17,6 +17,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/netaddr"
+	"github.com/intentd/intentd/internal/tracing"
 )
 
 // Config is intentd's configuration. Start from DefaultConfig.
@@ -106,6 +107,9 @@ type Config struct {
 	BurstPerPrincipal, BurstPerTenant int
 	// MetricsListen serves Prometheus metrics at /metrics; empty: off.
 	MetricsListen string
+	// Tracing exports spans over OTLP when Tracing.Endpoint is set
+	// (--otlp-endpoint, --trace-sample-ratio); see package tracing.
+	Tracing tracing.Config
 	// MaxRecvMsgSize bounds a request's size in bytes.
 	MaxRecvMsgSize int
 	// ReloadInterval is how often the tokens and TLS files are checked for
@@ -164,6 +168,7 @@ func DefaultConfig() Config {
 		MaxRecvMsgSize:     2 << 20,
 		ReloadInterval:     2 * time.Second,
 		MetricsListen:      "127.0.0.1:7651",
+		Tracing:            tracing.Config{SampleRatio: 1},
 
 		// gRPC never pings more often than every 10s, and an etcd with
 		// its default --grpc-keepalive-min-time (5s) closes connections
@@ -243,6 +248,14 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			bad("--metrics-listen %q: %v", c.MetricsListen, err)
 		}
+	}
+	if c.Tracing.Endpoint != "" {
+		if err := tracing.ParseEndpoint(c.Tracing.Endpoint); err != nil {
+			bad("--otlp-endpoint %q: %v", c.Tracing.Endpoint, err)
+		}
+	}
+	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) { // NaN too
+		bad("--trace-sample-ratio %v: want 0 to 1", c.Tracing.SampleRatio)
 	}
 	if c.ReloadInterval <= 0 {
 		bad("--reload-interval %v: must be positive", c.ReloadInterval)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -226,6 +227,14 @@ func TestConfigValidate(t *testing.T) {
 		{"log format", func(c *daemon.Config) { c.LogFormat = "xml" }, "--log-format"},
 		{"no attempts", func(c *daemon.Config) { c.MaxAttempts = 0 }, "--max-attempts 0: want 1 to 1000"},
 		{"too many attempts", func(c *daemon.Config) { c.MaxAttempts = 1001 }, "--max-attempts 1001: want 1 to 1000"},
+		{"otlp endpoint without scheme", func(c *daemon.Config) { c.Tracing.Endpoint = "collector:4317" }, `--otlp-endpoint "collector:4317": want an http://`},
+		{"otlp endpoint without host", func(c *daemon.Config) { c.Tracing.Endpoint = "http://" }, `--otlp-endpoint "http://": the URL names no host`},
+		{"otlp endpoint plaintext", func(c *daemon.Config) { c.Tracing.Endpoint = "http://127.0.0.1:4317" }, ""},
+		{"otlp endpoint TLS", func(c *daemon.Config) { c.Tracing.Endpoint = "https://otel.example:4317" }, ""},
+		{"sample ratio above 1", func(c *daemon.Config) { c.Tracing.SampleRatio = 1.5 }, "--trace-sample-ratio 1.5: want 0 to 1"},
+		{"sample ratio negative", func(c *daemon.Config) { c.Tracing.SampleRatio = -0.1 }, "--trace-sample-ratio -0.1: want 0 to 1"},
+		{"sample ratio NaN", func(c *daemon.Config) { c.Tracing.SampleRatio = math.NaN() }, "--trace-sample-ratio NaN: want 0 to 1"},
+		{"sample ratio 0", func(c *daemon.Config) { c.Tracing.SampleRatio = 0 }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,6 +34,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/etcdsteer"
 	"github.com/intentd/intentd/internal/netaddr"
+	"github.com/intentd/intentd/internal/tracing"
 	"github.com/intentd/intentd/server"
 )
 
@@ -112,6 +113,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	scfg.TombstoneRetention = cfg.TombstoneRetention
 	scfg.MaxAttempts = cfg.MaxAttempts
 	scfg.Now = now
+	tr, err := tracing.Start(ctx, cfg.Tracing)
+	if err != nil {
+		return fmt.Errorf("intentd: --otlp-endpoint: %w", err)
+	}
+	defer flushTraces(tr, cfg.ShutdownTimeout, log)
+	scfg.TracerProvider = tr.Provider()
 	store, err := etcdstore.New(cli, scfg)
 	if err != nil {
 		return err
@@ -145,7 +152,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		return err
 	}
 	var serverCerts *certs
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize)}
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize)}, tr.ServerOptions()...)
 	if cfg.TLS() {
 		if serverCerts, err = loadCerts(cfg, log); err != nil {
 			return err
@@ -269,6 +276,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	<-served
 	persistFloor(store, floors, log)
 	return runErr
+}
+
+// flushTraces exports the spans not sent yet, within timeout.
+func flushTraces(tr *tracing.Tracing, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		log.Warn("spans not exported at shutdown", "err", err)
+	}
 }
 
 // steer keeps cli's calls off the etcd members that do not answer: it asks

@@ -1,0 +1,105 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// tracerName is the instrumentation scope of the store's spans.
+const tracerName = "github.com/intentd/intentd/etcdstore"
+
+// Span attributes of the store. Params, results and the intent key itself
+// are never recorded: only KeyHash of the key.
+const (
+	// AttrKeyHash is intent.KeyHash of the intent a span is about.
+	AttrKeyHash = attribute.Key("intentd.intent.key_hash")
+	// AttrTxnAttempt counts the store's tries of one transition from 0:
+	// a conflict or an ambiguous commit is decided again on a fresh read.
+	AttrTxnAttempt = attribute.Key("intentd.txn.attempt")
+	// AttrTxnOutcome is what etcd made of a write: committed, conflict
+	// (a compare failed), ambiguous (no answer: read back), no_space
+	// (quota exhausted: read back) or refused (nothing to read back).
+	AttrTxnOutcome = attribute.Key("intentd.txn.outcome")
+	// AttrState is the state a committed write gave the intent.
+	AttrState = attribute.Key("intentd.intent.state")
+	// AttrToken is the fencing token of the lease a committed write left
+	// on the intent.
+	AttrToken = attribute.Key("intentd.fencing.token")
+)
+
+// newTracer returns the configured tracer, or a no-op one.
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return tp.Tracer(tracerName)
+}
+
+// startSpan starts a client span for one etcd call about one intent. The
+// key is hashed only when the span records: a no-op tracer costs nothing
+// more than the call.
+func (s *Store) startSpan(ctx context.Context, name, tenant, key string) (context.Context, trace.Span) {
+	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(AttrKeyHash.String(intent.KeyHash(tenant, key)))
+	}
+	return ctx, span
+}
+
+// endRead ends the span of a read.
+func endRead(span trace.Span, err error) {
+	if err != nil && span.IsRecording() {
+		span.SetStatus(codes.Error, "etcd read failed")
+	}
+	span.End()
+}
+
+// endCommit ends the span of a write of ch, classifying its outcome the way
+// transition acts on it. Error texts are not recorded: they may quote keys.
+func endCommit(span trace.Span, attempt int, ch *change, resp *clientv3.TxnResponse, err error) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(AttrTxnAttempt.Int(attempt))
+	switch {
+	case err == nil && resp.Succeeded:
+		span.SetAttributes(AttrTxnOutcome.String("committed"), AttrState.String(ch.next.State.String()))
+		if l := ch.next.Lease; l != nil {
+			token := int64(l.Token)
+			if token == 0 { // issued by this write: its revision
+				token = resp.Header.Revision
+			}
+			span.SetAttributes(AttrToken.Int64(token))
+		}
+	case err == nil:
+		span.SetAttributes(AttrTxnOutcome.String("conflict"))
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		// Applied or not: transition reads back, and refuses what still
+		// needs a write.
+		span.SetAttributes(AttrTxnOutcome.String("no_space"))
+		span.SetStatus(codes.Error, "etcd backend quota exhausted")
+	case refusedWrite(err):
+		span.SetAttributes(AttrTxnOutcome.String("refused"))
+		span.SetStatus(codes.Error, "etcd refused the write")
+	default:
+		span.SetAttributes(AttrTxnOutcome.String("ambiguous"))
+		span.SetStatus(codes.Error, "etcd write outcome unknown")
+	}
+}
+
+// refusedWrite reports whether a commit error means nothing is to be read
+// back as ambiguous (see transition).
+func refusedWrite(err error) bool {
+	return errors.Is(err, intent.ErrTooLarge) || errors.Is(err, ErrRevisionWentBack) ||
+		errors.Is(err, rpctypes.ErrRequestTooLarge)
+}

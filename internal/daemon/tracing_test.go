@@ -1,0 +1,263 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/etcdstore"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+)
+
+// TestTracingFollowsAcquireToEtcd runs one Acquire → Complete from a
+// client dialled with client.Tracing against an intentd with tracing on,
+// and checks the trace: the client span of each call is the parent of
+// intentd's server span (the W3C trace context crossed the wire), which is
+// the parent of the etcd transaction spans, and these carry the hashed
+// key, outcome, state, token and try. Neither the key nor anything of the
+// params or the result appears in any span.
+func TestTracingFollowsAcquireToEtcd(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	// Two providers, as in two processes: only the wire links them.
+	serverTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	clientTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	cfg := testConfig(t.TempDir())
+	cfg.Tracing.Provider = serverTP
+	in := start(t, cfg)
+
+	conn, err := grpc.NewClient(in.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), client.Tracing(clientTP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := intentv1.NewIntentServiceClient(conn)
+
+	const (
+		key         = "order-for-jane.doe@example.com" // a caller's key may carry personal data
+		paramSecret = "42 Secret Street"
+		resultRef   = "SO-SECRET-77"
+	)
+	p, err := structpb.NewStruct(map[string]any{"item": "desk lamp", "address": paramSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.OpenSession(call(t), &intentv1.OpenSessionRequest{Worker: "w1", Ttl: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acq, err := c.Acquire(call(t), &intentv1.AcquireRequest{
+		Key: key, SessionId: sess.GetSessionId(), RequestId: "r1",
+		Register: &intentv1.RegisterRequest{Key: key, Params: p},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := int64(acq.GetLease().GetToken())
+	if _, err := c.Complete(call(t), &intentv1.CompleteRequest{Key: key, Token: acq.GetLease().GetToken(),
+		Result: &intentv1.Result{Payload: []byte(resultRef), ExternalRefs: map[string]string{"supplier_order_id": resultRef}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	const acquire, complete = "intent.v1.IntentService/Acquire", "intent.v1.IntentService/Complete"
+	// A server span ends just after its response is sent: wait for both.
+	ended := func() []sdktrace.ReadOnlySpan { return spans.Ended() }
+	deadline := time.Now().Add(10 * time.Second)
+	for countKind(ended(), complete, trace.SpanKindServer) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	all := ended()
+
+	hash := intent.KeyHash(intent.DefaultTenant, key)
+	for _, tt := range []struct {
+		method string
+		state  string
+	}{
+		{acquire, intent.StateInProgress.String()},
+		{complete, intent.StateCompleted.String()},
+	} {
+		t.Run(tt.method, func(t *testing.T) {
+			cs := only(t, all, tt.method, trace.SpanKindClient)
+			ss := only(t, all, tt.method, trace.SpanKindServer)
+			if ss.Parent().SpanID() != cs.SpanContext().SpanID() || ss.SpanContext().TraceID() != cs.SpanContext().TraceID() {
+				t.Errorf("server span's parent is %v in trace %v, want the client span %v in trace %v",
+					ss.Parent().SpanID(), ss.SpanContext().TraceID(), cs.SpanContext().SpanID(), cs.SpanContext().TraceID())
+			}
+			var txn sdktrace.ReadOnlySpan
+			for _, s := range all {
+				if s.Name() == "etcd txn" && s.Parent().SpanID() == ss.SpanContext().SpanID() {
+					txn = s
+				}
+			}
+			if txn == nil {
+				t.Fatalf("no etcd txn span under the server span of %s; spans: %v", tt.method, names(all))
+			}
+			want := map[attribute.Key]attribute.Value{
+				etcdstore.AttrKeyHash:    attribute.StringValue(hash),
+				etcdstore.AttrTxnOutcome: attribute.StringValue("committed"),
+				etcdstore.AttrTxnAttempt: attribute.IntValue(0),
+				etcdstore.AttrState:      attribute.StringValue(tt.state),
+				etcdstore.AttrToken:      attribute.Int64Value(token),
+			}
+			got := map[attribute.Key]attribute.Value{}
+			for _, a := range txn.Attributes() {
+				got[a.Key] = a.Value
+			}
+			for k, w := range want {
+				if got[k] != w {
+					t.Errorf("etcd txn span of %s: %s = %v, want %v", tt.method, k, got[k].Emit(), w.Emit())
+				}
+			}
+		})
+	}
+
+	for _, s := range all {
+		for _, text := range spanTexts(s) {
+			for _, secret := range []string{key, paramSecret, resultRef} {
+				if strings.Contains(text, secret) {
+					t.Errorf("span %q records %q: %s", s.Name(), secret, text)
+				}
+			}
+		}
+	}
+}
+
+// spanTexts is everything a span would export as text: name, attributes,
+// events and their attributes, status.
+func spanTexts(s sdktrace.ReadOnlySpan) []string {
+	texts := []string{s.Name(), s.Status().Description}
+	for _, a := range s.Attributes() {
+		texts = append(texts, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+	}
+	for _, e := range s.Events() {
+		texts = append(texts, e.Name)
+		for _, a := range e.Attributes {
+			texts = append(texts, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+		}
+	}
+	for _, a := range s.Resource().Attributes() {
+		texts = append(texts, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+	}
+	return texts
+}
+
+func countKind(spans []sdktrace.ReadOnlySpan, name string, kind trace.SpanKind) int {
+	n := 0
+	for _, s := range spans {
+		if s.Name() == name && s.SpanKind() == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func only(t *testing.T, spans []sdktrace.ReadOnlySpan, name string, kind trace.SpanKind) sdktrace.ReadOnlySpan {
+	t.Helper()
+	var found []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == name && s.SpanKind() == kind {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d %v spans named %s, want 1; spans: %v", len(found), kind, name, names(spans))
+	}
+	return found[0]
+}
+
+func names(spans []sdktrace.ReadOnlySpan) []string {
+	var n []string
+	for _, s := range spans {
+		n = append(n, s.SpanKind().String()+" "+s.Name())
+	}
+	return n
+}
+
+// collector is an OTLP/gRPC trace collector in-process: it keeps what it
+// is sent.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans map[string]string // span name → service.name of its resource
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		service := ""
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.GetKey() == "service.name" {
+				service = a.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				c.spans[s.GetName()] = service
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// TestOTLPEndpointReceivesSpans starts intentd with --otlp-endpoint at a
+// collector on loopback, makes one Acquire, and stops intentd: the spans
+// not exported yet are flushed at shutdown, so the collector then holds the
+// call's server span and its etcd transaction, from service intentd.
+func TestOTLPEndpointReceivesSpans(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := &collector{spans: map[string]string{}}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, col)
+	go func() { _ = srv.Serve(lis) }() // exits at srv.Stop
+	defer srv.Stop()
+
+	cfg := testConfig(t.TempDir())
+	cfg.Tracing.Endpoint = "http://" + lis.Addr().String()
+	in := start(t, cfg)
+	if _, err := healthpb.NewHealthClient(in.conn).Check(call(t), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	c := intentv1.NewIntentServiceClient(in.conn)
+	sess, err := c.OpenSession(call(t), &intentv1.OpenSessionRequest{Worker: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(call(t), &intentv1.AcquireRequest{
+		Key: "k1", SessionId: sess.GetSessionId(), RequestId: "r1",
+		Register: &intentv1.RegisterRequest{Key: "k1", Params: params(t, 1)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	in.shutdown(t)
+
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	for _, name := range []string{"intent.v1.IntentService/Acquire", "etcd txn"} {
+		if got, ok := col.spans[name]; !ok || got != "intentd" {
+			t.Errorf("collector: span %q from service %q (received: %v), want it from intentd", name, got, ok)
+		}
+	}
+	if _, ok := col.spans["grpc.health.v1.Health/Check"]; ok {
+		t.Error("collector received a health check span: probes would drown the calls")
+	}
+}
