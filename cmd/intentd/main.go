@@ -5,7 +5,8 @@
 // 127.0.0.1:7650. --etcd-endpoints points it at an external etcd cluster
 // instead. Every flag can also be set as an INTENTD_* environment variable:
 // --etcd-endpoints is INTENTD_ETCD_ENDPOINTS. A flag given on the command
-// line wins over the environment.
+// line wins over the environment, which wins over the optional --config
+// file (YAML, its keys the flags' names), which wins over the default.
 //
 // Exit status: 0 after a clean stop, 1 when intentd fails while starting or
 // serving (etcd unreachable, port taken), 2 for a bad flag, environment
@@ -84,10 +85,15 @@ func newCommand(stderr io.Writer) *cobra.Command {
 		Long: `intentd serves the intent.v1.IntentService API: the durable, fenced record
 of approved business intents, on an embedded or external etcd.
 
-Every flag can also be set by the environment variable named after it; a
-flag on the command line wins. Exit status: 0 after a clean stop, 1 when
-intentd fails while starting or serving, 2 for a bad flag, environment
-variable or argument.`,
+Every flag can also be set by the environment variable named after it
+(--etcd-endpoints is INTENTD_ETCD_ENDPOINTS), or by the key of its name in
+the YAML file of --config (etcd-endpoints: [https://etcd-0:2379]). A flag on
+the command line wins over the environment, which wins over the file, which
+wins over the default; an unknown key in the file is an error.
+
+Exit status: 0 after a clean stop, 1 when intentd fails while starting or
+serving, 2 for a bad flag, environment variable, config file key or
+argument.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return &usageError{err: fmt.Errorf("unexpected argument %q: intentd takes flags only", args[0])}
@@ -97,7 +103,7 @@ variable or argument.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := fromEnv(cmd.Flags()); err != nil {
+			if err := settle(cmd.Flags()); err != nil {
 				return &usageError{err: err}
 			}
 			if !cmd.Flags().Changed("otlp-endpoint") {
@@ -118,6 +124,7 @@ variable or argument.`,
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: cliflag.Explain(err)} })
 	cmd.SetVersionTemplate("intentd {{.Version}}\n")
 	f := cmd.Flags()
+	f.String(configFlag, "", "YAML file of flag settings, keys named as the flags (the command line and the environment win over it)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (comma-separated); empty runs an embedded etcd")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory: the revision floor file (also with --etcd-endpoints; one per replica) and the embedded etcd's data")
