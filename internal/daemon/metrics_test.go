@@ -62,3 +62,23 @@ func scrape(t *testing.T, addr string) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A dashboard or an alert on a method's calls (a rate of refusals, a
+// latency quantile) needs the series before the first call: every method
+// of the API starts at zero. They used to be initialised before the
+// services were registered, so nothing existed until it was called.
+func TestGRPCMetricsExistBeforeTheFirstCall(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.MetricsListen = freeAddr(t)
+	start(t, cfg)
+	body := scrape(t, cfg.MetricsListen)
+	for _, want := range []string{
+		`grpc_server_handled_total{grpc_code="Aborted",grpc_method="Complete",grpc_service="intent.v1.IntentService",grpc_type="unary"} 0`,
+		`grpc_server_handled_total{grpc_code="Unavailable",grpc_method="Acquire",grpc_service="intent.v1.IntentService",grpc_type="unary"} 0`,
+		`grpc_server_handling_seconds_count{grpc_method="Acquire",grpc_service="intent.v1.IntentService",grpc_type="unary"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics before any call lacks %q", want)
+		}
+	}
+}

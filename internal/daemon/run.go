@@ -166,12 +166,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return err
 	}
-	m.grpc.InitializeMetrics(srv)
 	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, log))
 	hs := health.NewServer()
 	srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
 	serving := newReadiness(hs)
 	reflection.Register(srv)
+	// After every service is registered: it starts their series at zero.
+	m.grpc.InitializeMetrics(srv)
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
