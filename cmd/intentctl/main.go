@@ -2,29 +2,37 @@
 // intentd through the Go client (package client), exactly as any other
 // caller does, and so sees only what its token or certificate may see.
 //
-//	intentctl get KEY                       the intent as protojson, history included
+//	intentctl get KEY                       a summary, then the history as a timeline
+//	intentctl history KEY                   the history alone
 //	intentctl list [--state S ...] [--label k=v] [--parent P] [--page-size N] [--page-token T] [--all]
 //	intentctl review-queue [...list flags]  list --state UNKNOWN --state NEEDS_REVIEW
+//	intentctl sessions [...list flags]      the worker sessions holding leases, from the IN_PROGRESS intents
+//	intentctl register KEY --params JSON [--params-version V] [--label k=v ...] [--parent P] [--retention D] [--max-attempts N]
 //	intentctl resolve KEY --decision completed|pending|failed|cancelled --actor A --reason R [--ref k=v ...] [--payload P] [--failure-code C] [--force] [--request-id ID]
 //	intentctl cancel KEY --reason R [--actor A]
 //	intentctl escalate KEY --reason R [--actor A] [--force]
 //	intentctl watch [KEY] [--state S ...] [--label k=v] [--parent P] [--from REV]
 //	intentctl derive-key ACTION k=v ...     values are JSON when they parse as JSON, else strings
+//	intentctl health                        gRPC health: SERVING while intentd's etcd answers
 //	intentctl token new --name N --tenant T --role R [--role R2]
 //	intentctl token hash                    the SHA-256 of a token read on stdin
 //	intentctl dev-certs --out DIR [--client NAME ...] [--host H ...] [--test-certs] [--force]
 //	intentctl probe URL                     GET /healthz or /readyz: exit 0 on 2xx (an image's health check)
+//	intentctl completion bash|zsh|fish      a shell completion script
 //	intentctl --version                     the build's version (intentd --version too)
 //
-// Global flags: --addr (default 127.0.0.1:7650, or $INTENTD_ADDR), --tenant,
-// --token (or $INTENTD_TOKEN; sent as "authorization: Bearer <token>" on
-// every call), --tls, --cacert, --cert and --key (a client certificate for
-// mutual TLS), --timeout (the deadline of a whole command; watch has none).
-// A flag on the command line wins over the environment.
+// Global flags, each also read from INTENTCTL_<NAME> when not given:
+// --addr (default 127.0.0.1:7650; also the older INTENTD_ADDR), --tenant,
+// --token (also the older INTENTD_TOKEN; sent as "authorization: Bearer
+// <token>" on every call), --tls, --cacert, --cert and --key (a client
+// certificate for mutual TLS), --timeout (the deadline of a whole command;
+// watch has none), -o/--output (text, wide, json or yaml). A flag on the
+// command line wins over the environment.
 //
-// Exit status: 0 on success, 1 when intentd refuses a call or cannot be
-// reached (the error's code, reason, field and statement are printed on
-// stderr), 2 for a usage error.
+// Exit status: 0 done, 1 intentd refused the call (its code, reason, field
+// and statement are printed on stderr) or the command failed, 2 usage
+// error, 3 intentd unreachable or UNAVAILABLE (no answer: the call may or
+// may not have taken effect, and is safe to repeat).
 package main
 
 import (

@@ -18,17 +18,10 @@ import (
 func newGetCommand(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "get KEY",
-		Short: "Print an intent as protojson: state, params, lease, result, history and children",
+		Short: "Print an intent: a summary (state, fingerprint, lease, result, attempts), then its history as a timeline",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			c, done, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := g.deadline(cmd.Context())
-			defer cancel()
-			resp, err := c.Get(ctx, &intentv1.GetRequest{Key: args[0]})
+			resp, err := g.get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -74,16 +67,27 @@ func (l *listFlags) request(states []intentv1.State) (*intentv1.ListRequest, err
 	return &intentv1.ListRequest{States: states, Label: l.label, ParentKey: l.parent, PageSize: l.pageSize, PageToken: l.pageToken}, nil
 }
 
-// list prints one page, or with --all every page as one ListResponse (the
-// revision is the first page's, which every page reads).
+// list prints one page, or with --all every page as one listing.
 func (l *listFlags) list(cmd *cobra.Command, g *globals, states []intentv1.State) error {
-	req, err := l.request(states)
+	out, err := l.fetch(cmd, g, states)
 	if err != nil {
 		return err
 	}
+	return g.out.print(cmd.OutOrStdout(), out, func(w io.Writer, wide bool) error {
+		return printIntents(w, out.GetIntents(), out.GetNextPageToken(), wide)
+	})
+}
+
+// fetch reads one page, or with --all every page as one ListResponse (the
+// revision is the first page's, which every page reads).
+func (l *listFlags) fetch(cmd *cobra.Command, g *globals, states []intentv1.State) (*intentv1.ListResponse, error) {
+	req, err := l.request(states)
+	if err != nil {
+		return nil, err
+	}
 	c, done, err := g.connect()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer done()
 	ctx, cancel := g.deadline(cmd.Context())
@@ -92,7 +96,7 @@ func (l *listFlags) list(cmd *cobra.Command, g *globals, states []intentv1.State
 	for {
 		page, err := c.List(ctx, req)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if out == nil {
 			out = page
@@ -105,13 +109,11 @@ func (l *listFlags) list(cmd *cobra.Command, g *globals, states []intentv1.State
 			break
 		}
 		if next == req.GetPageToken() {
-			return fmt.Errorf("intentd returned page token %q twice; stopping", next)
+			return nil, fmt.Errorf("intentd returned page token %q twice; stopping", next)
 		}
 		req.PageToken = next
 	}
-	return g.out.print(cmd.OutOrStdout(), out, func(w io.Writer, wide bool) error {
-		return printIntents(w, out.GetIntents(), out.GetNextPageToken(), wide)
-	})
+	return out, nil
 }
 
 func newListCommand(g *globals) *cobra.Command {

@@ -177,11 +177,15 @@ func leaseText(l *intentv1.Lease) string {
 	if l == nil || l.GetToken() == 0 {
 		return ""
 	}
-	live := "lapsed"
-	if l.GetLive() {
-		live = "live"
+	s := fmt.Sprintf("%s, token %d, %s", l.GetWorker(), l.GetToken(), modeName(l.GetMode()))
+	switch {
+	case l.GetLive():
+		return s + ", live until " + stamp(l.GetExpiresAt())
+	case l.GetExpiresAt() != nil:
+		return s + ", lapsed at " + stamp(l.GetExpiresAt())
 	}
-	return fmt.Sprintf("%s, token %d, %s, %s until %s", l.GetWorker(), l.GetToken(), modeName(l.GetMode()), live, stamp(l.GetExpiresAt()))
+	return s + ", ended" // superseded, or the intent is decided
+
 }
 
 func attemptsText(in *intentv1.Intent) string {
@@ -296,7 +300,7 @@ func printIntents(w io.Writer, intents []*intentv1.Intent, next string, wide boo
 	tw := table(w)
 	head := []string{"KEY", "STATE", "ATTEMPTS", "HOLDER", "TOKEN", "UPDATED"}
 	if wide {
-		head = append(head, "FINGERPRINT", "PARAMS_VERSION", "EXPIRES", "RESULT", "LABELS")
+		head = append(head, "CREATED", "FINGERPRINT", "PARAMS_VERSION", "RESULT", "LABELS")
 	}
 	row(tw, head...)
 	for _, in := range intents {
@@ -307,7 +311,7 @@ func printIntents(w io.Writer, intents []*intentv1.Intent, next string, wide boo
 		}
 		cells := []string{in.GetKey(), stateName(in.GetState()), attemptsText(in), holder, token(l.GetToken()), stamp(in.GetUpdatedAt())}
 		if wide {
-			cells = append(cells, short(in.GetFingerprint(), false), in.GetParamsVersion(), stamp(l.GetExpiresAt()),
+			cells = append(cells, stamp(in.GetCreatedAt()), short(in.GetFingerprint(), false), in.GetParamsVersion(),
 				firstNonEmpty(resultText(in.GetResult()), failureText(in.GetFailure())), pairsText(in.GetLabels()))
 		}
 		row(tw, cells...)

@@ -100,9 +100,9 @@ Exit status, for scripts:
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: cliflag.Explain(err).Error()} })
 	root.SetVersionTemplate("intentctl {{.Version}}\n")
 	f := root.PersistentFlags()
-	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address)")
+	f.StringVar(&g.addr, "addr", DefaultAddr, "intentd's gRPC address")
 	f.StringVar(&g.tenant, "tenant", "", `tenant of the request; empty means intentd's "default"`)
-	f.StringVar(&g.token, "token", "", "bearer token sent as authorization metadata on every call)")
+	f.StringVar(&g.token, "token", "", "bearer token sent as authorization metadata on every call")
 	f.BoolVar(&g.tls, "tls", false, "connect with TLS (implied by --cacert, --cert and --key)")
 	f.StringVar(&g.caCert, "cacert", "", "PEM file of the CA that signed intentd's certificate (default: the system's roots)")
 	f.StringVar(&g.cert, "cert", "", "PEM client certificate for mutual TLS (with --key)")
@@ -121,6 +121,10 @@ Exit status, for scripts:
 		newEscalateCommand(g),
 		newWatchCommand(g),
 		newDeriveKeyCommand(g),
+		newHistoryCommand(g),
+		newRegisterCommand(g),
+		newHealthCommand(g),
+		newSessionsCommand(g),
 		newTokenCommand(),
 		newDevCertsCommand(),
 		newProbeCommand(g),
@@ -212,14 +216,25 @@ func (g *globals) tlsConfig() (*tls.Config, error) {
 // connection. grpc.NewClient does not dial: an unreachable intentd shows up
 // as the first call's error.
 func (g *globals) connect() (*client.Client, func(), error) {
-	if err := g.check(); err != nil {
+	conn, err := g.dial()
+	if err != nil {
 		return nil, nil, err
+	}
+	c := client.New(conn, client.WithTenant(g.tenant), client.WithCallTimeout(g.timeout))
+	return c, func() { _ = conn.Close() }, nil
+}
+
+// dial returns a connection to intentd that has answered once: with the
+// credentials of the flags, checked together first.
+func (g *globals) dial() (*grpc.ClientConn, error) {
+	if err := g.check(); err != nil {
+		return nil, err
 	}
 	creds := insecure.NewCredentials()
 	if g.useTLS() {
 		cfg, err := g.tlsConfig()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		creds = credentials.NewTLS(cfg)
 	}
@@ -238,14 +253,13 @@ func (g *globals) connect() (*client.Client, func(), error) {
 	}
 	conn, err := grpc.NewClient(g.addr, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--addr %s: %w", g.addr, err)
+		return nil, fmt.Errorf("--addr %s: %w", g.addr, err)
 	}
 	if err := g.reach(conn); err != nil {
 		_ = conn.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	c := client.New(conn, client.WithTenant(g.tenant), client.WithCallTimeout(g.timeout))
-	return c, func() { _ = conn.Close() }, nil
+	return conn, nil
 }
 
 // reach fails at once when intentd cannot be reached at all — nothing

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run's output")
+
+// binary is intentctl built once, so that the golden tests run it as a
+// user does: exit status, stdout and stderr of a process.
+var binary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "intentctl-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "intentctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// runBinary runs the built intentctl against the test intentd.
+func runBinary(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), envName("addr") + "=" + addr}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	code := 0
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatalf("intentctl %v: %v", args, err)
+	}
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: code}
+}
+
+var (
+	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`)
+	cellRE = regexp.MustCompile(`\s{2,}`)
+)
+
+// normalizer replaces what changes from run to run — times, tokens, the
+// test's key prefix and session id — with stable names, then aligns the
+// columns again, so that a golden file holds the table's layout and words.
+type normalizer struct {
+	words  *strings.Replacer
+	tokens map[string]string
+}
+
+func newNormalizer(run, session string, intents ...*intentv1.Intent) *normalizer {
+	var seen []uint64
+	for _, in := range intents {
+		seen = append(seen, in.GetLease().GetToken())
+		for _, h := range in.GetHistory() {
+			seen = append(seen, h.GetToken())
+		}
+	}
+	slices.Sort(seen)
+	seen = slices.Compact(seen)
+	tokens := map[string]string{}
+	for _, tok := range seen {
+		if tok != 0 {
+			tokens[fmt.Sprint(tok)] = fmt.Sprintf("T%d", len(tokens)+1)
+		}
+	}
+	return &normalizer{words: strings.NewReplacer(run, "RUN", session, "SESSION"), tokens: tokens}
+}
+
+var tokenInText = regexp.MustCompile(`token (\d+)`)
+
+func (n *normalizer) normalize(out string) string {
+	var b bytes.Buffer
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		line = timeRE.ReplaceAllString(n.words.Replace(line), "TIME")
+		cells := cellRE.Split(strings.TrimRight(line, " "), -1)
+		for i, c := range cells {
+			if tok, ok := n.tokens[c]; ok {
+				cells[i] = tok
+			}
+			cells[i] = tokenInText.ReplaceAllStringFunc(cells[i], func(s string) string {
+				if tok, ok := n.tokens[strings.TrimPrefix(s, "token ")]; ok {
+					return "token " + tok
+				}
+				return s
+			})
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	_ = tw.Flush()
+	return b.String()
+}
+
+// golden compares got with testdata/name.golden, or rewrites it with
+// -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run %s -update to write it)", err, t.Name())
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (go test -run %s -update rewrites it)\n--- got ---\n%s--- want ---\n%s", path, t.Name(), got, want)
+	}
+}
+
+// The tables people read: list and review-queue one line per intent, get a
+// summary and the history as a timeline, history alone, sessions; each as
+// the built binary prints it, compared with a golden file.
+func TestGoldenTables(t *testing.T) {
+	f := newFixture(t)
+	f.pending("a-pending")
+	held, _ := f.acquired("b-held")
+	f.unknown("c-unknown")
+	f.needsReview("d-review")
+	f.completed("e-completed")
+	resolved := f.needsReview("f-resolved")
+	if r := runBinary(t, nil, "resolve", resolved, "--decision", "completed", "--actor", "alice@ops", "--reason", "found the order", "--ref", "order=SO-7"); r.code != exitOK {
+		t.Fatalf("resolve: exit %d\n%s", r.code, r.stderr)
+	}
+	// A report under a superseded token: kept in history, accepted no.
+	stale, token := f.acquired("g-stale")
+	if r := runBinary(t, nil, "escalate", stale, "--reason", "stuck", "--actor", "bob@ops", "--force"); r.code != exitOK {
+		t.Fatalf("escalate: exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := f.c.Complete(ctxFor(t), &intentv1.CompleteRequest{Key: stale, Token: token, Result: &intentv1.Result{ExternalRefs: map[string]string{"order": "SO-8"}}}); err == nil {
+		t.Fatal("Complete under a superseded token was accepted")
+	}
+
+	var intents []*intentv1.Intent
+	for _, k := range []string{"a-pending", "b-held", "c-unknown", "d-review", "e-completed", "f-resolved", "g-stale"} {
+		intents = append(intents, decode(t, mustJSON(t, "get", f.key(k)), &intentv1.GetResponse{}).GetIntent())
+	}
+	n := newNormalizer(f.run, f.sess.ID(), intents...)
+
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"list", []string{"list", "--label", f.label()}},
+		{"list-wide", []string{"list", "--label", f.label(), "-o", "wide"}},
+		{"list-empty", []string{"list", "--label", "run=nothing-" + f.run}},
+		{"review-queue", []string{"review-queue", "--label", f.label()}},
+		{"get", []string{"get", resolved}},
+		{"get-held", []string{"get", held}},
+		{"history-stale", []string{"history", stale}},
+		{"sessions", []string{"sessions", "--label", f.label()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runBinary(t, nil, tt.args...)
+			if r.code != exitOK {
+				t.Fatalf("exit %d, want 0\nstderr:\n%s", r.code, r.stderr)
+			}
+			golden(t, tt.name, n.normalize(r.stdout))
+		})
+	}
+}
+
+// The exit statuses intentctl --help documents are the ones the built
+// binary returns: 0 done, 1 refused, 2 usage, 3 unreachable.
+func TestExitStatusesAreDocumentedAndTrue(t *testing.T) {
+	help := runBinary(t, nil, "--help")
+	for _, want := range []string{"0  done", "1  intentd refused", "2  usage", "3  unreachable"} {
+		if !strings.Contains(help.stdout, want) {
+			t.Errorf("--help lacks %q:\n%s", want, help.stdout)
+		}
+	}
+	f := newFixture(t)
+	key := f.pending("exit")
+	closed := freeAddr(t)
+	for _, tt := range []struct {
+		name string
+		env  []string
+		args []string
+		want int
+	}{
+		{"done", nil, []string{"get", key}, exitOK},
+		{"refused: no such intent", nil, []string{"get", f.key("missing")}, exitFailure},
+		{"refused: other params for the key", nil, []string{"register", key, "--params", `{"item": "other"}`}, exitFailure},
+		{"usage: unknown flag", nil, []string{"get", key, "--bogus"}, exitUsage},
+		{"usage: unknown output format", nil, []string{"get", key, "-o", "xml"}, exitUsage},
+		{"usage: bad INTENTCTL_TIMEOUT", []string{envName("timeout") + "=soon"}, []string{"get", key}, exitUsage},
+		{"unreachable: nothing listens", []string{envName("addr") + "=" + closed}, []string{"get", key}, exitUnreachable},
+		{"unreachable: health", []string{envName("addr") + "=" + closed}, []string{"health"}, exitUnreachable},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := runBinary(t, tt.env, tt.args...); r.code != tt.want {
+				t.Errorf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, tt.want, r.stdout, r.stderr)
+			}
+		})
+	}
+}
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := lis.Addr().String()
+	_ = lis.Close()
+	return a
+}
+
+// Every output format of every reading command: json and yaml are the
+// response and parse as such; INTENTCTL_OUTPUT sets the default.
+func TestOutputFormats(t *testing.T) {
+	f := newFixture(t)
+	key := f.completed("formats")
+	j := decode(t, runBinary(t, nil, "get", key, "-o", "json").stdout, &intentv1.GetResponse{})
+	if j.GetIntent().GetState() != intentv1.State_STATE_COMPLETED {
+		t.Errorf("-o json: state %v, want COMPLETED", j.GetIntent().GetState())
+	}
+	y := runBinary(t, nil, "get", key, "-o", "yaml")
+	var back intentv1.GetResponse
+	if b, err := yaml.YAMLToJSON([]byte(y.stdout)); err != nil {
+		t.Errorf("-o yaml is not YAML: %v\n%s", err, y.stdout)
+	} else if err := protojson.Unmarshal(b, &back); err != nil || !proto.Equal(&back, j) {
+		t.Errorf("-o yaml is not the response: %v\n%s", err, y.stdout)
+	}
+	if env := runBinary(t, []string{envName("output") + "=json"}, "list", "--label", f.label()); !strings.HasPrefix(env.stdout, "{") {
+		t.Errorf("INTENTCTL_OUTPUT=json: stdout %q, want JSON", env.stdout)
+	}
+	for _, args := range [][]string{
+		{"get", key}, {"history", key}, {"list", "--label", f.label()}, {"review-queue", "--label", f.label()},
+		{"sessions", "--label", f.label()}, {"health"}, {"derive-key", "purchase", "customer=c-1"},
+	} {
+		for _, o := range formats {
+			r := runBinary(t, nil, append(args, "-o", o)...)
+			if r.code != exitOK || r.stdout == "" {
+				t.Errorf("%s -o %s: exit %d, stdout %q\nstderr:\n%s", strings.Join(args, " "), o, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+}
+
+func TestRegister(t *testing.T) {
+	f := newFixture(t)
+	key := f.key("registered")
+	args := []string{"register", key, "--params", `{"item": "desk lamp", "quantity": 1}`, "--params-version", "v2", "--label", "team=checkout", "--max-attempts", "4"}
+	if out := mustRun(t, args...); out != "registered "+key+": now PENDING (created)\n" {
+		t.Errorf("register: %q", out)
+	}
+	if out := mustRun(t, args...); !strings.Contains(out, "already registered, same params") {
+		t.Errorf("register again: %q, want already registered", out)
+	}
+	in := decode(t, mustJSON(t, "get", key), &intentv1.GetResponse{}).GetIntent()
+	if in.GetParamsVersion() != "v2" || in.GetLabels()["team"] != "checkout" || in.GetMaxAttempts() != 4 || in.GetParams().GetFields()["item"].GetStringValue() != "desk lamp" {
+		t.Errorf("registered %v, want params_version v2, label team=checkout, max_attempts 4, item desk lamp", in)
+	}
+	r := intentctl(t, "register", key, "--params", `{"item": "desk lamp", "quantity": 2}`)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "reason: FINGERPRINT_MISMATCH") {
+		t.Errorf("other params: exit %d, stderr %q; want 1 and FINGERPRINT_MISMATCH", r.code, r.stderr)
+	}
+	if r := intentctl(t, "register", key); r.code != exitUsage {
+		t.Errorf("register without --params: exit %d, want 2", r.code)
+	}
+}
+
+// Shell completion scripts come from cobra; -o completes its formats.
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		if r := runBinary(t, nil, "completion", shell); r.code != exitOK || !strings.Contains(r.stdout, "intentctl") {
+			t.Errorf("completion %s: exit %d, %d bytes\nstderr:\n%s", shell, r.code, len(r.stdout), r.stderr)
+		}
+	}
+	r := runBinary(t, nil, "__complete", "get", "k", "-o", "")
+	for _, o := range formats {
+		if !strings.Contains(r.stdout, o+"\n") {
+			t.Errorf("completion of -o lacks %s:\n%s", o, r.stdout)
+		}
+	}
+}

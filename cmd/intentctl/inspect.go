@@ -1,0 +1,264 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+)
+
+func newHistoryCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "history KEY",
+		Short: "Print an intent's history as a timeline: time, event, who, token, accepted",
+		Long: `history prints one line per event of an intent's life, oldest first:
+when, what (registered, acquired, completed, marked_unknown, lease_lapsed,
+escalated, resolved, ...), who (the worker, else the principal), under which
+fencing token, and whether it was accepted. A report under a superseded
+token is kept with accepted "no": it changed nothing, and is evidence.
+-o json and -o yaml print the whole GetResponse.`,
+		Args: cobra.ExactArgs(1),
+		RunE: g.action(func(cmd *cobra.Command, args []string) error {
+			resp, err := g.get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, wide bool) error {
+				return printHistory(w, resp.GetIntent().GetHistory(), wide)
+			})
+		}),
+	}
+}
+
+// get reads one intent within --timeout.
+func (g *globals) get(ctx context.Context, key string) (*intentv1.GetResponse, error) {
+	c, done, err := g.connect()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	return c.Get(ctx, &intentv1.GetRequest{Key: key})
+}
+
+func newRegisterCommand(g *globals) *cobra.Command {
+	var (
+		params, version, parent, requestID string
+		labels                             []string
+		retention                          time.Duration
+		maxAttempts                        uint32
+	)
+	cmd := &cobra.Command{
+		Use:   "register KEY --params JSON [--params-version V] [--label k=v ...]",
+		Short: "Approve an intent: store KEY with its params (idempotent for the same params)",
+		Long: `register approves an intent as an approver does: KEY with the approved
+terms (--params, a JSON object). Running it again with the same params is
+harmless (created: no); other params for the same key are refused with
+FINGERPRINT_MISMATCH: a changed term is a new decision, under a new key.
+derive-key computes a key from an action and identity fields.`,
+		Example: `  intentctl register purchase-c17-cart9 --params '{"item": "desk lamp", "quantity": 1, "max_eur": 89}' --params-version v2 --label team=checkout`,
+		Args:    cobra.ExactArgs(1),
+		RunE: g.action(func(cmd *cobra.Command, args []string) error {
+			p, err := jsonObject("--params", params)
+			if err != nil {
+				return err
+			}
+			l, err := pairs("--label", labels)
+			if err != nil {
+				return err
+			}
+			if retention < 0 {
+				return usagef("--retention %v: must not be negative", retention)
+			}
+			req := &intentv1.RegisterRequest{Key: args[0], Params: p, ParamsVersion: version, Labels: l, ParentKey: parent, MaxAttempts: maxAttempts, RequestId: requestID}
+			if retention > 0 {
+				req.Retention = durationpb.New(retention)
+			}
+			c, done, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ctx, cancel := g.deadline(cmd.Context())
+			defer cancel()
+			resp, err := c.Register(ctx, req)
+			if err != nil {
+				return err
+			}
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, _ bool) error {
+				action := "already registered, same params"
+				if resp.GetCreated() {
+					action = "created"
+				}
+				return printChanged(w, "registered", resp.GetIntent(), action)
+			})
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&params, "params", "", "the approved terms, a JSON object (required)")
+	f.StringVar(&version, "params-version", "", "version of the params' schema, stored with them")
+	f.StringArrayVar(&labels, "label", nil, "label, name=value (repeatable); list and watch select by label")
+	f.StringVar(&parent, "parent", "", "key of the parent intent, for a sub-operation")
+	f.DurationVar(&retention, "retention", 0, "how long the final record is kept (default: intentd's --retention)")
+	f.Uint32Var(&maxAttempts, "max-attempts", 0, "attempts without a report before NEEDS_REVIEW (default: intentd's --max-attempts)")
+	f.StringVar(&requestID, "request-id", "", "idempotency id (default: a fresh one, kept across retries)")
+	_ = cmd.MarkFlagRequired("params")
+	return cmd
+}
+
+// services are the names intentd's gRPC health service reports: the
+// server as a whole, and the intent API.
+var services = []string{"", intentv1.IntentService_ServiceDesc.ServiceName}
+
+func newHealthCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "health",
+		Short: "Ask intentd's gRPC health service: SERVING only while its etcd answers",
+		Long: `health asks intentd's gRPC health service (grpc.health.v1), which needs no
+credentials. intentd reports SERVING only while etcd answers a linearizable
+read and its revision floor holds; NOT_SERVING otherwise, and while it shuts
+down. Exit 0 when SERVING, 1 otherwise, 3 when nothing answers. The HTTP
+/readyz of the metrics listener (intentctl probe URL) also says why.`,
+		Args: cobra.NoArgs,
+		RunE: g.action(func(cmd *cobra.Command, _ []string) error {
+			conn, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ctx, cancel := g.deadline(cmd.Context())
+			defer cancel()
+			resp := &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}
+			tw := table(cmd.OutOrStdout())
+			if !g.out.machine() {
+				row(tw, "SERVICE", "STATUS", "ANSWERED IN")
+			}
+			for _, svc := range services {
+				start := time.Now()
+				r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+				if err != nil {
+					return err
+				}
+				if r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					resp = r
+				}
+				if !g.out.machine() {
+					row(tw, cmp.Or(svc, "(server)"), r.GetStatus().String(), time.Since(start).Round(10*time.Microsecond).String())
+				}
+			}
+			if g.out.machine() {
+				if err := g.out.print(cmd.OutOrStdout(), resp, nil); err != nil {
+					return err
+				}
+			} else if err := tw.Flush(); err != nil {
+				return err
+			}
+			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				return fmt.Errorf("intentd at %s is %s: its etcd does not answer, its revision floor does not hold, or it is shutting down", g.addr, resp.GetStatus())
+			}
+			return nil
+		}),
+	}
+}
+
+// session is what the intents a worker session holds tell of it: the API
+// has no call that lists sessions, so a session holding nothing is not
+// seen.
+type session struct {
+	id, worker string
+	held       []string
+	expires    time.Time
+}
+
+func newSessionsCommand(g *globals) *cobra.Command {
+	l := &listFlags{all: true}
+	cmd := &cobra.Command{
+		Use:   "sessions",
+		Short: "List the worker sessions that hold leases now, with what each holds",
+		Long: `sessions lists the worker sessions holding a live lease, one line each:
+session id, worker, how many intents it holds, and when its lease ends
+unless the worker heartbeats. intentd's API has no call that lists sessions;
+this is what the IN_PROGRESS intents say (List, every page), so a session
+that holds nothing does not appear. -o json prints the listing it read.`,
+		Args: cobra.NoArgs,
+		RunE: g.action(func(cmd *cobra.Command, _ []string) error {
+			resp, err := l.fetch(cmd, g, []intentv1.State{intentv1.State_STATE_IN_PROGRESS})
+			if err != nil {
+				return err
+			}
+			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, wide bool) error {
+				list := sessions(resp.GetIntents())
+				// List leaves a lease's expiry out (it would cost a read
+				// per intent); Get of one held intent gives its session's.
+				for _, s := range list {
+					if got, err := g.get(cmd.Context(), s.held[0]); err == nil && got.GetIntent().GetLease().GetExpiresAt() != nil {
+						s.expires = got.GetIntent().GetLease().GetExpiresAt().AsTime()
+					}
+				}
+				return printSessions(w, list, wide)
+			})
+		}),
+	}
+	l.register(cmd, false)
+	return cmd
+}
+
+// sessions gathers the live leases of intents by session, ordered by
+// worker, then id.
+func sessions(intents []*intentv1.Intent) []*session {
+	byID := map[string]*session{}
+	for _, in := range intents {
+		ls := in.GetLease()
+		if !ls.GetLive() || ls.GetSessionId() == "" {
+			continue
+		}
+		s := byID[ls.GetSessionId()]
+		if s == nil {
+			s = &session{id: ls.GetSessionId(), worker: ls.GetWorker()}
+			byID[s.id] = s
+		}
+		s.held = append(s.held, in.GetKey())
+	}
+	return slices.SortedFunc(func(yield func(*session) bool) {
+		for _, s := range byID {
+			if !yield(s) {
+				return
+			}
+		}
+	}, func(a, b *session) int { return cmp.Or(cmp.Compare(a.worker, b.worker), cmp.Compare(a.id, b.id)) })
+}
+
+func printSessions(w io.Writer, list []*session, wide bool) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "(no session holds a lease)")
+		return err
+	}
+	tw := table(w)
+	head := []string{"SESSION", "WORKER", "HELD", "EXPIRES"}
+	if wide {
+		head = append(head, "KEYS")
+	}
+	row(tw, head...)
+	for _, s := range list {
+		expires := "" // List leaves the lease's expiry out: Get has it
+		if !s.expires.IsZero() {
+			expires = s.expires.UTC().Format(timeLayout)
+		}
+		cells := []string{s.id, s.worker, fmt.Sprint(len(s.held)), expires}
+		if wide {
+			cells = append(cells, strings.Join(s.held, ","))
+		}
+		row(tw, cells...)
+	}
+	return tw.Flush()
+}
