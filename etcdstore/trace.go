@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/intentd/intentd/intent"
 )
@@ -36,19 +35,29 @@ const (
 	AttrToken = attribute.Key("intentd.fencing.token")
 )
 
-// newTracer returns the configured tracer, or a no-op one.
+// newTracer returns the configured tracer, or nil for none.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = noop.NewTracerProvider()
+		return nil
 	}
 	return tp.Tracer(tracerName)
 }
 
+// untraced is the span of every etcd call when tracing is off: a no-op
+// that costs no allocation.
+var untraced = trace.SpanFromContext(context.Background())
+
+// clientSpan starts a span as the client of etcd.
+var clientSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+
 // startSpan starts a client span for one etcd call about one intent. The
-// key is hashed only when the span records: a no-op tracer costs nothing
-// more than the call.
+// key is hashed only when the span records; without a tracer (the
+// default) nothing is started at all.
 func (s *Store) startSpan(ctx context.Context, name, tenant, key string) (context.Context, trace.Span) {
-	ctx, span := s.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
+	if s.tracer == nil {
+		return ctx, untraced
+	}
+	ctx, span := s.tracer.Start(ctx, name, clientSpan...)
 	if span.IsRecording() {
 		span.SetAttributes(AttrKeyHash.String(intent.KeyHash(tenant, key)))
 	}

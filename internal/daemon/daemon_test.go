@@ -38,7 +38,7 @@ func testConfig(dataDir string) daemon.Config {
 	return cfg
 }
 
-func start(t *testing.T, cfg daemon.Config) *instance {
+func start(t testing.TB, cfg daemon.Config) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{stop: cancel, exited: make(chan error, 1)}
@@ -62,7 +62,7 @@ func start(t *testing.T, cfg daemon.Config) *instance {
 }
 
 // shutdown stops intentd as SIGTERM does and waits for Run to return.
-func (in *instance) shutdown(t *testing.T) {
+func (in *instance) shutdown(t testing.TB) {
 	t.Helper()
 	if in.stop == nil {
 		return
@@ -80,14 +80,14 @@ func (in *instance) shutdown(t *testing.T) {
 	}
 }
 
-func call(t *testing.T) context.Context {
+func call(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func params(t *testing.T, quantity float64) *structpb.Struct {
+func params(t testing.TB, quantity float64) *structpb.Struct {
 	t.Helper()
 	s, err := structpb.NewStruct(map[string]any{"item": "desk lamp", "quantity": quantity})
 	if err != nil {
