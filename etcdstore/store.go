@@ -52,7 +52,7 @@ type Config struct {
 	// Logger receives the store's rare warnings.
 	Logger *slog.Logger
 	// TracerProvider receives a span per etcd transaction about an intent
-	// (see AttrKeyHash and the other Attr keys); nil: no tracing.
+	// (attributes: package traceattr); nil: no tracing.
 	TracerProvider trace.TracerProvider
 }
 

@@ -6,34 +6,15 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/traceattr"
 )
 
 // tracerName is the instrumentation scope of the store's spans.
 const tracerName = "github.com/intentd/intentd/etcdstore"
-
-// Span attributes of the store. Params, results and the intent key itself
-// are never recorded: only KeyHash of the key.
-const (
-	// AttrKeyHash is intent.KeyHash of the intent a span is about.
-	AttrKeyHash = attribute.Key("intentd.intent.key_hash")
-	// AttrTxnAttempt counts the store's tries of one transition from 0:
-	// a conflict or an ambiguous commit is decided again on a fresh read.
-	AttrTxnAttempt = attribute.Key("intentd.txn.attempt")
-	// AttrTxnOutcome is what etcd made of a write: committed, conflict
-	// (a compare failed), ambiguous (no answer: read back), no_space
-	// (quota exhausted: read back) or refused (nothing to read back).
-	AttrTxnOutcome = attribute.Key("intentd.txn.outcome")
-	// AttrState is the state a committed write gave the intent.
-	AttrState = attribute.Key("intentd.intent.state")
-	// AttrToken is the fencing token of the lease a committed write left
-	// on the intent.
-	AttrToken = attribute.Key("intentd.fencing.token")
-)
 
 // newTracer returns the configured tracer, or nil for none.
 func newTracer(tp trace.TracerProvider) trace.Tracer {
@@ -59,7 +40,7 @@ func (s *Store) startSpan(ctx context.Context, name, tenant, key string) (contex
 	}
 	ctx, span := s.tracer.Start(ctx, name, clientSpan...)
 	if span.IsRecording() {
-		span.SetAttributes(AttrKeyHash.String(intent.KeyHash(tenant, key)))
+		span.SetAttributes(traceattr.KeyHash.String(intent.KeyHash(tenant, key)))
 	}
 	return ctx, span
 }
@@ -79,29 +60,29 @@ func endCommit(span trace.Span, attempt int, ch *change, resp *clientv3.TxnRespo
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(AttrTxnAttempt.Int(attempt))
+	span.SetAttributes(traceattr.TxnAttempt.Int(attempt))
 	switch {
 	case err == nil && resp.Succeeded:
-		span.SetAttributes(AttrTxnOutcome.String("committed"), AttrState.String(ch.next.State.String()))
+		span.SetAttributes(traceattr.TxnOutcome.String("committed"), traceattr.State.String(ch.next.State.String()))
 		if l := ch.next.Lease; l != nil {
 			token := int64(l.Token)
 			if token == 0 { // issued by this write: its revision
 				token = resp.Header.Revision
 			}
-			span.SetAttributes(AttrToken.Int64(token))
+			span.SetAttributes(traceattr.Token.Int64(token))
 		}
 	case err == nil:
-		span.SetAttributes(AttrTxnOutcome.String("conflict"))
+		span.SetAttributes(traceattr.TxnOutcome.String("conflict"))
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		// Applied or not: transition reads back, and refuses what still
 		// needs a write.
-		span.SetAttributes(AttrTxnOutcome.String("no_space"))
+		span.SetAttributes(traceattr.TxnOutcome.String("no_space"))
 		span.SetStatus(codes.Error, "etcd backend quota exhausted")
 	case refusedWrite(err):
-		span.SetAttributes(AttrTxnOutcome.String("refused"))
+		span.SetAttributes(traceattr.TxnOutcome.String("refused"))
 		span.SetStatus(codes.Error, "etcd refused the write")
 	default:
-		span.SetAttributes(AttrTxnOutcome.String("ambiguous"))
+		span.SetAttributes(traceattr.TxnOutcome.String("ambiguous"))
 		span.SetStatus(codes.Error, "etcd write outcome unknown")
 	}
 }

@@ -140,6 +140,7 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 	if err != nil {
 		return nil, s.fail(err)
 	}
+	traceAcquire(ctx, ar.Tenant, ar.Key, a)
 	taken := "none"
 	if a.Outcome == intent.OutcomeExecute || a.Outcome == intent.OutcomeReconcile {
 		taken = "lease_issued"

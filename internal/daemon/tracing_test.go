@@ -21,9 +21,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/client"
-	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/traceattr"
 )
 
 // TestTracingFollowsAcquireToEtcd runs one Acquire → Complete from a
@@ -88,9 +88,14 @@ func TestTracingFollowsAcquireToEtcd(t *testing.T) {
 	for _, tt := range []struct {
 		method string
 		state  string
+		server map[attribute.Key]attribute.Value // beyond otelgrpc's
 	}{
-		{acquire, intent.StateInProgress.String()},
-		{complete, intent.StateCompleted.String()},
+		{acquire, intent.StateInProgress.String(), map[attribute.Key]attribute.Value{
+			traceattr.KeyHash: attribute.StringValue(hash),
+			traceattr.Outcome: attribute.StringValue("EXECUTE"),
+			traceattr.Token:   attribute.Int64Value(token),
+		}},
+		{complete, intent.StateCompleted.String(), nil},
 	} {
 		t.Run(tt.method, func(t *testing.T) {
 			cs := only(t, all, tt.method, trace.SpanKindClient)
@@ -99,6 +104,7 @@ func TestTracingFollowsAcquireToEtcd(t *testing.T) {
 				t.Errorf("server span's parent is %v in trace %v, want the client span %v in trace %v",
 					ss.Parent().SpanID(), ss.SpanContext().TraceID(), cs.SpanContext().SpanID(), cs.SpanContext().TraceID())
 			}
+			checkAttrs(t, ss, tt.server)
 			var txn sdktrace.ReadOnlySpan
 			for _, s := range all {
 				if s.Name() == "etcd txn" && s.Parent().SpanID() == ss.SpanContext().SpanID() {
@@ -108,23 +114,43 @@ func TestTracingFollowsAcquireToEtcd(t *testing.T) {
 			if txn == nil {
 				t.Fatalf("no etcd txn span under the server span of %s; spans: %v", tt.method, names(all))
 			}
-			want := map[attribute.Key]attribute.Value{
-				etcdstore.AttrKeyHash:    attribute.StringValue(hash),
-				etcdstore.AttrTxnOutcome: attribute.StringValue("committed"),
-				etcdstore.AttrTxnAttempt: attribute.IntValue(0),
-				etcdstore.AttrState:      attribute.StringValue(tt.state),
-				etcdstore.AttrToken:      attribute.Int64Value(token),
-			}
-			got := map[attribute.Key]attribute.Value{}
-			for _, a := range txn.Attributes() {
-				got[a.Key] = a.Value
-			}
-			for k, w := range want {
-				if got[k] != w {
-					t.Errorf("etcd txn span of %s: %s = %v, want %v", tt.method, k, got[k].Emit(), w.Emit())
-				}
-			}
+			checkAttrs(t, txn, map[attribute.Key]attribute.Value{
+				traceattr.KeyHash:    attribute.StringValue(hash),
+				traceattr.TxnOutcome: attribute.StringValue("committed"),
+				traceattr.TxnAttempt: attribute.IntValue(0),
+				traceattr.State:      attribute.StringValue(tt.state),
+				traceattr.Token:      attribute.Int64Value(token),
+			})
 		})
+	}
+
+	// A replay is answered from memory: its server span says COMPLETED, and
+	// has no etcd span under it.
+	first := only(t, all, acquire, trace.SpanKindServer)
+	if _, err := c.Acquire(call(t), &intentv1.AcquireRequest{Key: key, SessionId: sess.GetSessionId(), RequestId: "r2"}); err != nil {
+		t.Fatal(err)
+	}
+	for countKind(ended(), acquire, trace.SpanKindServer) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	all = ended()
+	var replay sdktrace.ReadOnlySpan
+	for _, s := range all {
+		if s.Name() == acquire && s.SpanKind() == trace.SpanKindServer && s.SpanContext().SpanID() != first.SpanContext().SpanID() {
+			replay = s
+		}
+	}
+	if replay == nil {
+		t.Fatalf("no server span of the replayed Acquire; spans: %v", names(all))
+	}
+	checkAttrs(t, replay, map[attribute.Key]attribute.Value{
+		traceattr.KeyHash: attribute.StringValue(hash),
+		traceattr.Outcome: attribute.StringValue("COMPLETED"),
+	})
+	for _, s := range all {
+		if s.Parent().SpanID() == replay.SpanContext().SpanID() {
+			t.Errorf("replay from memory has a child span %q", s.Name())
+		}
 	}
 
 	for _, s := range all {
@@ -155,6 +181,20 @@ func spanTexts(s sdktrace.ReadOnlySpan) []string {
 		texts = append(texts, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
 	}
 	return texts
+}
+
+// checkAttrs checks that span has each of want's attributes with its value.
+func checkAttrs(t *testing.T, span sdktrace.ReadOnlySpan, want map[attribute.Key]attribute.Value) {
+	t.Helper()
+	got := map[attribute.Key]attribute.Value{}
+	for _, a := range span.Attributes() {
+		got[a.Key] = a.Value
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%v span %s: %s = %v, want %v", span.SpanKind(), span.Name(), k, got[k].Emit(), w.Emit())
+		}
+	}
 }
 
 func countKind(spans []sdktrace.ReadOnlySpan, name string, kind trace.SpanKind) int {
