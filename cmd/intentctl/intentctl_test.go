@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -402,10 +403,16 @@ type watching struct {
 
 func startWatching(t *testing.T, args ...string) *watching {
 	t.Helper()
+	return startWatchingAs(t, "json", args...)
+}
+
+// startWatchingAs runs watch -o format.
+func startWatchingAs(t *testing.T, format string, args ...string) *watching {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watching{out: &testlog.Buffer{}, cancel: cancel, exited: make(chan int, 1)}
 	go func() { // exits when ctx is cancelled
-		w.exited <- run(ctx, append([]string{"watch"}, args...), strings.NewReader(""), w.out, &testlog.Buffer{}, func(k string) (string, bool) {
+		w.exited <- run(ctx, append([]string{"watch", "-o", format}, args...), strings.NewReader(""), w.out, &testlog.Buffer{}, func(k string) (string, bool) {
 			if k == envAddr {
 				return addr, true
 			}
@@ -712,5 +719,27 @@ func TestResolveRetriedAfterTimeoutSaysAlreadyDecided(t *testing.T) {
 				t.Errorf("stderr lacks %q and the refusal:\n%s", want, r.stderr)
 			}
 		})
+	}
+}
+
+// watch prints a line per change for people, as every other command does;
+// it used to print protojson only.
+func TestWatchPrintsOneLinePerChange(t *testing.T) {
+	f := newFixture(t)
+	key := f.pending("watched-text")
+	w := startWatchingAs(t, "text", key)
+	created := regexp.MustCompile(`^rev \d+  created\n`)
+	deadline := time.Now().Add(10 * time.Second)
+	for !created.MatchString(w.out.String()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mustRun(t, "cancel", key, "--reason", "no longer wanted")
+	change := regexp.MustCompile(`(?m)^rev \d+  put  ` + regexp.QuoteMeta(key) + `  CANCELLED$`)
+	for !change.MatchString(w.out.String()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.stop(t)
+	if out := w.out.String(); !created.MatchString(out) || !change.MatchString(out) {
+		t.Errorf("watch printed %q, want a created line, then put %s CANCELLED", out, key)
 	}
 }

@@ -347,10 +347,12 @@ func newWatchCommand(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "watch [KEY]",
-		Short: "Stream changes as protojson lines until interrupted",
+		Short: "Stream changes, one line each, until interrupted",
 		Long: `watch prints every change to one intent (KEY) or to the intents the filters
-keep, one protojson WatchResponse per line, until interrupted. The first line,
-of type TYPE_CREATED, says the watch is established: every change after its
+keep, one line each, until interrupted: revision, what happened (created,
+put, deleted), key, state, lease token and holder. -o json prints one
+protojson WatchResponse per line, -o yaml one YAML document each. The first
+line, "created", says the watch is established: every change after its
 revision follows, so a change made once that line is out is never missed.
 --from REV starts at an etcd revision (resume with the last revision + 1;
 list's revision + 1 follows a listing). A compacted revision fails with
@@ -379,7 +381,7 @@ REVISION_COMPACTED: list again, then watch from its revision + 1.`,
 			out := cmd.OutOrStdout()
 			var werr error
 			err = c.Watch(cmd.Context(), req, func(ev *intentv1.WatchResponse) bool {
-				werr = printProto(out, oneLine, ev)
+				werr = g.out.event(out, ev)
 				return werr == nil
 			})
 			switch {

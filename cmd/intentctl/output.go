@@ -333,3 +333,33 @@ func firstNonEmpty(s ...string) string {
 	}
 	return ""
 }
+
+// event prints one change of a watch as it arrives: a line (json: one
+// protojson object per line; yaml: one document each), never a table,
+// whose columns would need every line before the first is out.
+func (o *output) event(w io.Writer, ev *intentv1.WatchResponse) error {
+	switch o.format {
+	case formatJSON:
+		return printProto(w, oneLine, ev)
+	case formatYAML:
+		if _, err := io.WriteString(w, "---\n"); err != nil {
+			return err
+		}
+		return o.print(w, ev, nil)
+	}
+	kind := strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "TYPE_"))
+	in := ev.GetIntent()
+	if in == nil {
+		_, err := fmt.Fprintf(w, "rev %d  %s\n", ev.GetRevision(), kind)
+		return err
+	}
+	s := fmt.Sprintf("rev %d  %s  %s  %s", ev.GetRevision(), kind, in.GetKey(), stateName(in.GetState()))
+	if l := in.GetLease(); l.GetToken() != 0 {
+		s += fmt.Sprintf("  token %d %s", l.GetToken(), l.GetWorker())
+	}
+	if o.wide() {
+		s += "  " + stamp(in.GetUpdatedAt())
+	}
+	_, err := fmt.Fprintln(w, s)
+	return err
+}
