@@ -1,0 +1,205 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// prometheusSeries are series Prometheus makes itself for every target.
+var prometheusSeries = map[string]bool{"up": true, "scrape_duration_seconds": true, "scrape_samples_scraped": true}
+
+var exported struct {
+	once  sync.Once
+	names map[string]bool
+	err   error
+}
+
+// exportedMetrics is every series name intentd exports: what a freshly
+// started intentd (built from this checkout, embedded etcd) serves on
+// /metrics, with the _bucket, _sum and _count series of its histograms,
+// and the metrics README.md's table lists (counters with labels appear on
+// /metrics only once they moved).
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	exported.once.Do(func() { exported.names, exported.err = scrapeIntentd() })
+	if exported.err != nil {
+		t.Fatalf("metrics intentd exports: %v", exported.err)
+	}
+	return exported.names
+}
+
+func scrapeIntentd() (map[string]bool, error) {
+	dir, err := os.MkdirTemp("", "intentd-deploy-test-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "intentd")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/intentd")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/intentd: %v\n%s", err, out)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	metricsAddr := ports[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--data-dir", filepath.Join(dir, "data"),
+		"--listen", ports[0], "--metrics-listen", metricsAddr, "--embed-client-url", "http://"+ports[2],
+		"--log-format", "json", "--janitor-interval", "100ms")
+	cmd.Env = []string{"HOME=" + dir}
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+	// Ready first: the store's gauges are set once etcd answered. Then a
+	// few janitor passes (every 100ms), whose counters exist after the first.
+	for get("http://"+metricsAddr+"/readyz") != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("intentd never became ready on %s:\n%s", metricsAddr, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	body, err := getBody("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %v", err)
+	}
+	names := map[string]bool{}
+	for name, f := range families {
+		names[name] = true
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
+		case dto.MetricType_SUMMARY:
+			names[name+"_sum"], names[name+"_count"] = true, true
+		}
+	}
+	table, err := readmeMetrics()
+	if err != nil {
+		return nil, err
+	}
+	for name, histogram := range table {
+		names[name] = true
+		if histogram {
+			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
+		}
+	}
+	return names, nil
+}
+
+// readmeMetric is a row of README.md's metric table: | `name` | type | …
+var readmeMetric = regexp.MustCompile("^\\| *`([a-z_:][a-z0-9_:]*)` *\\| *([a-z]+)")
+
+// readmeMetrics reads README.md's metric table: name → whether it is a
+// histogram. No table yet: none.
+func readmeMetrics() (map[string]bool, error) {
+	f, err := os.Open("../README.md")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names := map[string]bool{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if m := readmeMetric.FindStringSubmatch(s.Text()); m != nil && strings.HasPrefix(m[1], "intentd_") {
+			names[m[1]] = m[2] == "histogram"
+		}
+	}
+	return names, s.Err()
+}
+
+func get(url string) error {
+	_, err := getBody(url)
+	return err
+}
+
+func getBody(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	if _, err := bufio.NewReader(resp.Body).WriteTo(&b); err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s %s", url, resp.Status, b.String())
+	}
+	return b.String(), nil
+}
+
+// freePorts returns n loopback addresses nothing listens on right now.
+func freePorts(n int) ([]string, error) {
+	var addrs []string
+	var lis []net.Listener
+	defer func() {
+		for _, l := range lis {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lis = append(lis, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+// grafanaVariables are the dashboard's template variables and Grafana's
+// own interval variables, replaced before an expression is parsed.
+var grafanaVariables = regexp.MustCompile(`\$\{?__(rate_)?interval\}?|\$\{?[A-Za-z_]+(:[a-z]+)?\}?`)
+
+// metricNames returns the series names expr selects.
+func metricNames(expr string) ([]string, error) {
+	expr = grafanaVariables.ReplaceAllStringFunc(expr, func(v string) string {
+		if strings.Contains(v, "interval") {
+			return "5m"
+		}
+		return "x"
+	})
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, sel := range parser.ExtractSelectors(e) {
+		for _, m := range sel {
+			if m.Name == model.MetricNameLabel {
+				names = append(names, m.Value)
+			}
+		}
+	}
+	return names, nil
+}
