@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -131,9 +132,13 @@ func (s *Store) confirmFloor(ctx context.Context, before int64, h *pb.ResponseHe
 // outcome from it to anyone, so a lease it granted lapses like any
 // Acquire whose answer was lost, and the latch in revisionFloor keeps any
 // further call from reaching that etcd.
+//
+// It also times every transaction for Config.ObserveTxn: this is the one
+// place all of them pass.
 type flooredKV struct {
-	kv    clientv3.KV
-	floor *revisionFloor
+	kv      clientv3.KV
+	floor   *revisionFloor
+	observe func(write bool, d time.Duration)
 }
 
 func floored[R any](f *revisionFloor, call func() (R, error), header func(R) *pb.ResponseHeader) (R, error) {
@@ -200,14 +205,25 @@ func opHeader(r clientv3.OpResponse) *pb.ResponseHeader {
 }
 
 func (k flooredKV) Txn(ctx context.Context) clientv3.Txn {
-	return &flooredTxn{txn: k.kv.Txn(ctx), floor: k.floor}
+	return &flooredTxn{txn: k.kv.Txn(ctx), floor: k.floor, observe: k.observe}
 }
 
 // flooredTxn checks the response of Commit; the floor a transaction must
 // answer at is taken when it is sent, not when it is built.
 type flooredTxn struct {
-	txn   clientv3.Txn
-	floor *revisionFloor
+	txn     clientv3.Txn
+	floor   *revisionFloor
+	observe func(write bool, d time.Duration)
+	write   bool // some operation puts or deletes
+}
+
+func writes(ops []clientv3.Op) bool {
+	for _, op := range ops {
+		if op.IsPut() || op.IsDelete() || op.IsTxn() {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *flooredTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
@@ -217,15 +233,20 @@ func (t *flooredTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 
 func (t *flooredTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 	t.txn = t.txn.Then(ops...)
+	t.write = t.write || writes(ops)
 	return t
 }
 
 func (t *flooredTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 	t.txn = t.txn.Else(ops...)
+	t.write = t.write || writes(ops)
 	return t
 }
 
 func (t *flooredTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.observe != nil {
+		defer func(start time.Time) { t.observe(t.write, time.Since(start)) }(time.Now())
+	}
 	return floored(t.floor, t.txn.Commit, func(r *clientv3.TxnResponse) *pb.ResponseHeader { return (*pb.TxnResponse)(r).GetHeader() })
 }
 

@@ -163,6 +163,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 		now := s.cfg.Now()
 		var next *record
 		var cmps []clientv3.Cmp
+		lapse := lapseNone
 		switch {
 		case v.rec == nil && v.tomb != nil:
 			out = &intent.Acquisition{Outcome: intent.OutcomeExpired, Intent: &intent.Intent{
@@ -198,10 +199,11 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			if cmps, exhausted = s.noteLapse(next, "", now); exhausted {
 				// Too many attempts ended so: a human decides, and
 				// nobody is handed the intent again.
-				return &change{next: next, cmps: cmps, exhausted: true, done: func(committed *record, rev int64) {
+				return &change{next: next, cmps: cmps, exhausted: true, lapse: lapseByAcquire, done: func(committed *record, rev int64) {
 					out = replay(committed, rev)
 				}}, nil
 			}
+			lapse = lapseByAcquire
 			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
 		case v.rec.State == intent.StateUnknown:
 			next = v.rec.clone()
@@ -213,7 +215,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			out = replay(v.rec, v.rev())
 			return nil, nil
 		}
-		return &change{next: next, cmps: append(cmps, sessAlive), done: func(committed *record, rev int64) {
+		return &change{next: next, cmps: append(cmps, sessAlive), lapse: lapse, done: func(committed *record, rev int64) {
 			in := committed.toIntent(rev, true, false)
 			out = &intent.Acquisition{Outcome: modeOutcome(in.Lease.Mode), Intent: in, Lease: in.Lease, Fresh: true}
 		}}, nil
@@ -407,7 +409,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		case intent.ReportRelease:
 			next.State = intent.StatePending
 		}
-		return &change{next: next, cmps: cmps, ops: ops, exhausted: exhausted, done: func(committed *record, rev int64) {
+		return &change{next: next, cmps: cmps, ops: ops, exhausted: exhausted, markedUnknown: r.Kind == intent.ReportMarkUnknown, done: func(committed *record, rev int64) {
 			out = &intent.ReportOutcome{Intent: committed.toIntent(rev, false, false)}
 		}}, nil
 	})

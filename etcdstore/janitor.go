@@ -118,7 +118,7 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 		}
 		next := rec.clone()
 		cmps, exhausted := s.noteLapse(next, "janitor", s.cfg.Now())
-		return &change{next: next, cmps: cmps, exhausted: exhausted, done: func(*record, int64) { marked = true }}, nil
+		return &change{next: next, cmps: cmps, exhausted: exhausted, lapse: lapseByJanitor, done: func(*record, int64) { marked = true }}, nil
 	})
 	return marked, err
 }

@@ -49,6 +49,17 @@ func (k keys) holders() string    { return k.prefix + "x/h/" }
 func (k keys) holder(tenant, session string) string {
 	return k.holders() + tenant + "/" + session + "/"
 }
+
+// reviewQueue indexes, across tenants, the intents in a state that waits
+// for a reviewer (UNKNOWN, NEEDS_REVIEW), so that the queue's depth is one
+// count-only range; openSessions does the same for sessions (each entry
+// lives on its session's lease).
+func (k keys) reviewQueue(st intent.State) string { return k.prefix + "x/q/" + st.String() + "/" }
+func (k keys) openSessions() string               { return k.prefix + "x/ss/" }
+func (k keys) openSession(tenant, id string) string {
+	return k.openSessions() + tenant + "/" + id
+}
+
 func (k keys) retentions() string     { return k.prefix + "x/r/" }
 func (k keys) tombRetentions() string { return k.prefix + "x/zr/" }
 func (k keys) election() string       { return k.prefix + "janitor/" }
@@ -87,6 +98,9 @@ func (k keys) indexKeys(r *record) []string {
 	}
 	if !r.State.Final() {
 		out = append(out, k.unfinished()+timeKey(r.CreatedAt)+"/"+r.Tenant+"/"+r.Key)
+	}
+	if r.State == intent.StateUnknown || r.State == intent.StateNeedsReview {
+		out = append(out, k.reviewQueue(r.State)+r.Tenant+"/"+o)
 	}
 	return out
 }

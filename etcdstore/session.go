@@ -47,7 +47,8 @@ func (s *Store) OpenSession(ctx context.Context, tenant, worker string, ttl time
 		pctx, pcancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		resp, err := s.kv.Txn(pctx).
 			If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, string(val), clientv3.WithLease(grant.ID))).
+			Then(clientv3.OpPut(k, string(val), clientv3.WithLease(grant.ID)),
+				clientv3.OpPut(s.keys.openSession(tenant, id), "", clientv3.WithLease(grant.ID))).
 			Else(clientv3.OpGet(k)).
 			Commit()
 		pcancel()

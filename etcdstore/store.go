@@ -54,6 +54,11 @@ type Config struct {
 	// TracerProvider receives a span per etcd transaction about an intent
 	// (attributes: package traceattr); nil: no tracing.
 	TracerProvider trace.TracerProvider
+	// ObserveTxn, if set, is told how long each etcd transaction took
+	// (reads and guarded writes alike; write is true when it puts or
+	// deletes), failed ones included. It runs on the hot path: keep it
+	// cheap.
+	ObserveTxn func(write bool, d time.Duration)
 }
 
 // DefaultMaxAttempts is the default of Config.MaxAttempts: enough for a
@@ -128,7 +133,18 @@ type Store struct {
 // stats counts what the store did, for metrics.
 type stats struct {
 	commits, conflicts, ambiguous, replays, exhausted atomic.Int64
+	markedUnknown                                     atomic.Int64
+	lapses                                            [lapseByJanitor + 1]atomic.Int64
 }
+
+// lapseSeen is which path noticed that a lease lapsed without a report.
+type lapseSeen int
+
+const (
+	lapseNone lapseSeen = iota
+	lapseByAcquire
+	lapseByJanitor
+)
 
 // Stats is a snapshot of the store's counters since it started.
 type Stats struct {
@@ -145,6 +161,15 @@ type Stats struct {
 	// AttemptsExhausted counts intents this store moved to NEEDS_REVIEW
 	// because too many of their attempts ended without a report.
 	AttemptsExhausted int64
+	// MarkedUnknown counts accepted MarkUnknown reports that moved an
+	// intent to UNKNOWN (a repeated report of the same token, which
+	// changes nothing, is not counted again).
+	MarkedUnknown int64
+	// LapsesByAcquire and LapsesByJanitor count leases found lapsed
+	// without a report (their holder's session ended) and recorded as such,
+	// by the path that noticed: an Acquire of the intent, or the janitor's
+	// sweep. Each lapse is recorded once, by whichever comes first.
+	LapsesByAcquire, LapsesByJanitor int64
 }
 
 // Stats returns the store's counters.
@@ -152,7 +177,8 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Commits: s.stats.commits.Load(), Conflicts: s.stats.conflicts.Load(),
 		Ambiguous: s.stats.ambiguous.Load(), Replays: s.stats.replays.Load(),
-		AttemptsExhausted: s.stats.exhausted.Load(),
+		AttemptsExhausted: s.stats.exhausted.Load(), MarkedUnknown: s.stats.markedUnknown.Load(),
+		LapsesByAcquire: s.stats.lapses[lapseByAcquire].Load(), LapsesByJanitor: s.stats.lapses[lapseByJanitor].Load(),
 	}
 }
 
@@ -191,7 +217,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions,
 		tracer: newTracer(cfg.TracerProvider)}
 	// Every key-space call goes through the floor, in this one place.
-	s.kv = flooredKV{kv: kv, floor: &s.floor}
+	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
 	return s, nil
 }
 
@@ -361,6 +387,10 @@ type change struct {
 	// exhausted is set when the change moves a poison intent to
 	// NEEDS_REVIEW (see endAttempt): counted and logged once committed.
 	exhausted bool
+	// markedUnknown and lapse say how the change ends an attempt without
+	// a report, if it does: counted once committed.
+	markedUnknown bool
+	lapse         lapseSeen
 	// done is called on success with the record as committed (tokens
 	// materialized) and the commit revision.
 	done func(committed *record, rev int64)
@@ -458,6 +488,12 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			return err
 		}
 		s.remember(tenant, key, committed, rev)
+		if ch.markedUnknown {
+			s.stats.markedUnknown.Add(1)
+		}
+		if ch.lapse != lapseNone {
+			s.stats.lapses[ch.lapse].Add(1)
+		}
 		if ch.exhausted {
 			s.stats.exhausted.Add(1)
 			s.cfg.Logger.Warn("etcdstore: intent needs review: too many attempts ended without a report",

@@ -17,23 +17,50 @@ import (
 )
 
 // metrics is what intentd exports to Prometheus: gRPC calls by method and
-// code (with latency histograms), the store's commits, conflicts,
-// ambiguous commits and replays from memory, intents sent to review after
-// too many attempts, the janitor's work, how full etcd's database is, and
-// the Go runtime.
+// code (with latency histograms); what workers were told (Acquire outcomes,
+// stale-token refusals, fingerprint conflicts); what became of attempts
+// (MarkUnknown, lapsed leases, intents sent to review after too many);
+// the review queue's depth and the open sessions; the store's commits,
+// conflicts, ambiguous commits, replays from memory and etcd transaction
+// latency; the janitor's work; readiness; how full etcd's database is; and
+// the Go runtime. The README's metrics table lists every name, and a test
+// holds it to /metrics.
 type metrics struct {
 	registry *prometheus.Registry
 	grpc     *grpcprom.ServerMetrics
-	sweeps   *prometheus.CounterVec
-	overdue  prometheus.Gauge
+	answers  answers
+	txn      *prometheus.HistogramVec
+	// txnRead and txnWrite are txn's two children, resolved once.
+	txnRead, txnWrite prometheus.Observer
+	sweeps            *prometheus.CounterVec
+	overdue           prometheus.Gauge
+	// queue (by state) and sessions are counted across tenants (see
+	// etcdstore.Store.Depths).
+	queue    *prometheus.GaugeVec
+	sessions prometheus.Gauge
 	// dbSize, dbInUse and dbQuota are the fullest etcd member's database
 	// (see dbStatus).
 	dbSize, dbInUse, dbQuota prometheus.Gauge
 }
 
-func newMetrics(store *etcdstore.Store) *metrics {
+// newMetrics builds intentd's own metrics; exportStore and
+// exportReadiness add those read at scrape time, once their sources exist
+// (the store's transaction latency is observed from its first call, so the
+// metrics come before the store).
+func newMetrics() *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
+		answers:  newAnswers(),
+		txn: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "intentd_etcd_txn_duration_seconds", Help: "Duration of the store's etcd transactions (kind: read, or write when it puts or deletes), failed ones included.",
+			Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"kind"}),
+		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "intentd_review_queue_intents", Help: "Intents waiting for a reviewer, by state (UNKNOWN, NEEDS_REVIEW), across tenants; the same figure from every replica.",
+		}, []string{"state"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "intentd_sessions_open", Help: "Worker sessions open (not closed, not lapsed), across tenants; the same figure from every replica.",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}))),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -52,21 +79,104 @@ func newMetrics(store *etcdstore.Store) *metrics {
 			Name: "intentd_etcd_db_quota_bytes", Help: "That member's backend quota: past it etcd only reads and deletes (0: etcd does not say).",
 		}),
 	}
-	counter := func(name, help string, f func(etcdstore.Stats) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(store.Stats())) })
-	}
+	m.txnRead, m.txnWrite = m.txn.WithLabelValues("read"), m.txn.WithLabelValues("write")
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.sweeps, m.overdue, m.dbSize, m.dbInUse, m.dbQuota,
+		m.grpc, m.answers.outcomes, m.answers.stale, m.answers.fingerprint, m.txn,
+		m.sweeps, m.overdue, m.queue, m.sessions, m.dbSize, m.dbInUse, m.dbQuota,
+	)
+	for _, st := range []string{"UNKNOWN", "NEEDS_REVIEW"} {
+		m.queue.WithLabelValues(st)
+	}
+	for _, a := range []string{"lapsed", "removed", "tombstone_removed"} {
+		m.sweeps.WithLabelValues(a)
+	}
+	return m
+}
+
+// exportStore exports the store's counters, read at scrape time.
+func (m *metrics) exportStore(store *etcdstore.Store) {
+	stats := store.Stats
+	counter := func(name, help string, f func(etcdstore.Stats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(stats())) })
+	}
+	lapses := prometheus.NewDesc("intentd_lease_lapses_total",
+		"Leases found lapsed without a report (the holder's session ended) and recorded, by the path that noticed first: acquire or janitor.",
+		[]string{"noticed_by"}, nil)
+	m.registry.MustRegister(
 		counter("intentd_store_commits_total", "Transitions written to etcd.", func(s etcdstore.Stats) int64 { return s.Commits }),
 		counter("intentd_store_conflicts_total", "Writes whose compare failed and were decided again.", func(s etcdstore.Stats) int64 { return s.Conflicts }),
 		counter("intentd_store_ambiguous_commits_total", "Writes with an unknown outcome, resolved by reading back.", func(s etcdstore.Stats) int64 { return s.Ambiguous }),
 		counter("intentd_store_replays_from_memory_total", "Final intents replayed without touching etcd.", func(s etcdstore.Stats) int64 { return s.Replays }),
 		counter("intentd_intents_attempts_exhausted_total", "Intents moved to NEEDS_REVIEW because max_attempts of their attempts ended without a report (leases lapsed, MarkUnknown).", func(s etcdstore.Stats) int64 { return s.AttemptsExhausted }),
+		counter("intentd_marked_unknown_total", "Accepted MarkUnknown reports that moved an intent to UNKNOWN: a worker could not tell whether its call took effect.", func(s etcdstore.Stats) int64 { return s.MarkedUnknown }),
+		collectFunc{desc: lapses, collect: func(ch chan<- prometheus.Metric) {
+			st := stats()
+			ch <- prometheus.MustNewConstMetric(lapses, prometheus.CounterValue, float64(st.LapsesByAcquire), "acquire")
+			ch <- prometheus.MustNewConstMetric(lapses, prometheus.CounterValue, float64(st.LapsesByJanitor), "janitor")
+		}},
 	)
-	return m
 }
+
+// exportReadiness exports r as intentd_ready.
+func (m *metrics) exportReadiness(r *readiness) {
+	m.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "intentd_ready", Help: "1 while this replica is ready (gRPC health SERVING, /readyz 200: etcd answers and its revision did not go back), else 0.",
+	}, func() float64 {
+		if r.state() == "" {
+			return 1
+		}
+		return 0
+	}))
+}
+
+// watchDepths counts the review queue and the open sessions every
+// interval until ctx ends; a failed count keeps the last figures (etcd
+// being away shows in intentd_ready).
+func watchDepths(ctx context.Context, store *etcdstore.Store, every time.Duration, m *metrics, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		d, err := store.Depths(ctx)
+		switch {
+		case err == nil:
+			m.depths(d)
+		case ctx.Err() == nil:
+			log.Debug("counting the review queue failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// observeTxn is etcdstore.Config.ObserveTxn.
+func (m *metrics) observeTxn(write bool, d time.Duration) {
+	if write {
+		m.txnWrite.Observe(d.Seconds())
+	} else {
+		m.txnRead.Observe(d.Seconds())
+	}
+}
+
+// depths records the review queue's depth and the open sessions.
+func (m *metrics) depths(d etcdstore.Depths) {
+	m.queue.WithLabelValues("UNKNOWN").Set(float64(d.Unknown))
+	m.queue.WithLabelValues("NEEDS_REVIEW").Set(float64(d.NeedsReview))
+	m.sessions.Set(float64(d.Sessions))
+}
+
+// collectFunc is a collector of one metric family read at scrape time.
+type collectFunc struct {
+	desc    *prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c collectFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c collectFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
 
 // sweep records one janitor pass.
 func (m *metrics) sweep(r etcdstore.SweepReport) {

@@ -103,6 +103,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		defer stopSteering() // before cli closes
 	}
 
+	m := newMetrics()
 	scfg := etcdstore.DefaultConfig()
 	scfg.Prefix = cfg.Prefix
 	scfg.RequestTimeout = cfg.RequestTimeout
@@ -119,10 +120,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	}
 	defer flushTraces(tr, cfg.ShutdownTimeout, log)
 	scfg.TracerProvider = tr.Provider()
+	scfg.ObserveTxn = m.observeTxn
 	store, err := etcdstore.New(cli, scfg)
 	if err != nil {
 		return err
 	}
+	m.exportStore(store)
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	err = store.Ping(pctx)
 	cancel()
@@ -161,7 +164,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	} else {
 		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
 	}
-	m := newMetrics(store)
 	srv, err := newGRPCServer(log, guard, m, cfg.AccessLog, opts...)
 	if err != nil {
 		return err
@@ -170,6 +172,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	hs := health.NewServer()
 	srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
 	serving := newReadiness(hs)
+	m.exportReadiness(serving)
 	reflection.Register(srv)
 	// After every service is registered: it starts their series at zero.
 	m.grpc.InitializeMetrics(srv)
@@ -212,6 +215,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		defer close(dbSizeDone)
 		watchDBSize(hctx, cli, dbSizeEvery*cfg.HealthInterval, cfg.RequestTimeout, m, log)
 	}()
+	depthsDone := make(chan struct{})
+	go func() { // exits when hctx ends
+		defer close(depthsDone)
+		watchDepths(hctx, store, dbSizeEvery*cfg.HealthInterval, m, log)
+	}()
 	reloadDone := make(chan struct{})
 	go func() { // exits when hctx ends
 		defer close(reloadDone)
@@ -248,6 +256,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		<-janitorDone
 		<-reloadDone
 		<-dbSizeDone
+		<-depthsDone
 		persistFloor(store, floors, log)
 		return fmt.Errorf("intentd: serve: %w", err)
 	case err := <-wentBack:
@@ -263,6 +272,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	<-janitorDone
 	<-reloadDone
 	<-dbSizeDone
+	<-depthsDone
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
 	timer := time.NewTimer(cfg.ShutdownTimeout)
@@ -445,6 +455,7 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog 
 	}
 	unary := append([]grpc.UnaryServerInterceptor{
 		m.grpc.UnaryServerInterceptor(),
+		m.answers.unary(),
 		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(logger, logOpts...), logged),
 		recovery.UnaryServerInterceptor(onPanic),
 		decodeUnary,
