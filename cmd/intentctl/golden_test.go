@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +16,14 @@ import (
 	"sync"
 	"testing"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/etcdtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run's output")
@@ -308,5 +311,54 @@ func TestCompletion(t *testing.T) {
 		if !strings.Contains(r.stdout, o+"\n") {
 			t.Errorf("completion of -o lacks %s:\n%s", o, r.stdout)
 		}
+	}
+}
+
+// An intentd whose etcd is gone answers health NOT_SERVING (exit 1) and
+// every intent call UNAVAILABLE: exit 3, the status that says no answer
+// was had and a rerun is safe, with the last attempt's error on stderr.
+func TestEtcdGoneExitsUnreachable(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	cfg := testConfig(t.TempDir())
+	cfg.EtcdEndpoints = etcd.Endpoints
+	cfg.HealthInterval = 100 * time.Millisecond
+	cfg.ShutdownTimeout = time.Second // etcd is gone: nothing to wait for
+	ctx, stop := context.WithCancel(context.Background())
+	exited := make(chan error, 1)
+	a, err := startIntentd(ctx, cfg, exited)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Error("intentd did not stop")
+		}
+	})
+	env := []string{envName("addr") + "=" + a, envName("timeout") + "=2s"}
+	if r := runBinary(t, env, "register", "gone-1", "--params", `{"item": "lamp"}`); r.code != exitOK {
+		t.Fatalf("register: exit %d\n%s", r.code, r.stderr)
+	}
+	// Close refuses new calls at once, then waits out intentd's streams for
+	// seconds; the test's cleanup waits for it to end.
+	go etcd.Stop()
+
+	r := runBinary(t, env, "get", "gone-1")
+	if r.code != exitUnreachable || !strings.Contains(r.stderr, "last attempt") {
+		t.Errorf("get with etcd gone: exit %d, want %d with the last attempt\nstderr:\n%s", r.code, exitUnreachable, r.stderr)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r = runBinary(t, env, "health")
+		if r.code != exitOK || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.code != exitFailure || !strings.Contains(r.stdout, "NOT_SERVING") {
+		t.Errorf("health with etcd gone: exit %d, want %d and NOT_SERVING\nstdout:\n%s\nstderr:\n%s", r.code, exitFailure, r.stdout, r.stderr)
 	}
 }

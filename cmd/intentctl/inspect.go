@@ -160,8 +160,15 @@ down. Exit 0 when SERVING, 1 otherwise, 3 when nothing answers. The HTTP
 				if err := g.out.print(cmd.OutOrStdout(), resp, nil); err != nil {
 					return err
 				}
-			} else if err := tw.Flush(); err != nil {
-				return err
+			} else {
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				etcd := "answers a linearizable read"
+				if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					etcd = "does not answer, or its revision floor does not hold, or intentd is stopping: /readyz on the metrics listener says which (intentctl probe URL)"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "etcd: %s\n", etcd)
 			}
 			if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 				return fmt.Errorf("intentd at %s is %s: its etcd does not answer, its revision floor does not hold, or it is shutting down", g.addr, resp.GetStatus())
