@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/intentd/intentd/internal/cliflag"
+	"github.com/intentd/intentd/internal/tracing"
 )
 
 // configFlag names the optional config file. Its keys are the flags'
@@ -27,16 +28,35 @@ const configFlag = "config"
 
 // settle sets the flags the command line left unset, from the
 // environment, then from the config file (whose name may itself come from
-// INTENTD_CONFIG).
+// INTENTD_CONFIG), and last --otlp-endpoint from OpenTelemetry's variables.
 func settle(fs *pflag.FlagSet) error {
 	if err := fromEnv(fs); err != nil {
 		return err
 	}
-	path := fs.Lookup(configFlag).Value.String()
-	if path == "" {
+	if path := fs.Lookup(configFlag).Value.String(); path != "" {
+		if err := fromFile(fs, path); err != nil {
+			return err
+		}
+	}
+	return otlpFromOTel(fs)
+}
+
+// otlpFromOTel sets --otlp-endpoint, when nothing else did, from
+// OpenTelemetry's standard variables, as every OpenTelemetry SDK reads
+// them: the traces-only one first.
+func otlpFromOTel(fs *pflag.FlagSet) error {
+	if fs.Changed("otlp-endpoint") {
 		return nil
 	}
-	return fromFile(fs, path)
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := os.Getenv(name); v != "" {
+			if err := tracing.ParseEndpoint(v); err != nil {
+				return fmt.Errorf("%s (--otlp-endpoint) %q: %v", name, v, err)
+			}
+			return fs.Set("otlp-endpoint", v)
+		}
+	}
+	return nil
 }
 
 // fromFile sets every flag neither the command line nor the environment

@@ -106,9 +106,6 @@ argument.`,
 			if err := settle(cmd.Flags()); err != nil {
 				return &usageError{err: err}
 			}
-			if !cmd.Flags().Changed("otlp-endpoint") {
-				cfg.Tracing.Endpoint = otelEndpoint()
-			}
 			if err := cfg.Validate(); err != nil {
 				return &usageError{err: err}
 			}
@@ -194,15 +191,6 @@ func nextSteps(addr string, cfg daemon.Config) string {
 // it lives in a go-build directory under the build cache's temporary root.
 func underGoRun(exe string) bool {
 	return strings.Contains(filepath.ToSlash(exe), "/go-build")
-}
-
-// otelEndpoint is the OTLP endpoint of OpenTelemetry's standard variables,
-// for an intentd given neither --otlp-endpoint nor INTENTD_OTLP_ENDPOINT.
-func otelEndpoint() string {
-	if v := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
-		return v
-	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 }
 
 // fromEnv sets every flag not given on the command line from its INTENTD_*
