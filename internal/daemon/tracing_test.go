@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -299,5 +300,33 @@ func TestOTLPEndpointReceivesSpans(t *testing.T) {
 	}
 	if _, ok := col.spans["grpc.health.v1.Health/Check"]; ok {
 		t.Error("collector received a health check span: probes would drown the calls")
+	}
+}
+
+// TestHandMadeTraceparentJoinsTheTrace: a client without OpenTelemetry
+// (the Python and TypeScript examples) joins a trace by sending a W3C
+// traceparent as gRPC metadata; intentd's server span is then in that
+// trace, under the span it names.
+func TestHandMadeTraceparentJoinsTheTrace(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	cfg := testConfig(t.TempDir())
+	cfg.Tracing.Provider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	in := start(t, cfg)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	ctx := metadata.AppendToOutgoingContext(call(t), "traceparent", "00-"+traceID+"-"+parentID+"-01")
+	if _, err := intentv1.NewIntentServiceClient(in.conn).DeriveKey(ctx, &intentv1.DeriveKeyRequest{Action: "buy-item", Identity: params(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	const name = "intent.v1.IntentService/DeriveKey"
+	deadline := time.Now().Add(10 * time.Second)
+	for countKind(spans.Ended(), name, trace.SpanKindServer) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s := only(t, spans.Ended(), name, trace.SpanKindServer)
+	if got := s.SpanContext().TraceID().String(); got != traceID {
+		t.Errorf("server span in trace %s, want %s", got, traceID)
+	}
+	if got := s.Parent().SpanID().String(); got != parentID || !s.Parent().IsRemote() {
+		t.Errorf("server span's parent %s (remote %v), want the caller's %s", got, s.Parent().IsRemote(), parentID)
 	}
 }

@@ -8,6 +8,11 @@ intentd (attempt.operation_key), never from the model. Whatever happens, the
 model gets intentd's statement back as text, so a model that calls the tool
 twice reads "already_completed … action_taken: none" instead of buying twice.
 
+Every call carries one W3C ``traceparent`` made by hand (Debian ships no
+OpenTelemetry for Python; with it, instrument the channel instead): an
+intentd run with ``--otlp-endpoint`` records its spans of this run under
+the trace id printed to stderr.
+
 Run against a local intentd (`go run ./cmd/intentd`):
 
     PYTHONPATH=python:gen/python /usr/bin/python3 python/examples/agent_host.py
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
+import sys
 import uuid
 from typing import Dict, List
 
@@ -70,11 +77,19 @@ class AgentHost:
         return f"not done: {out.name} ({intent_pb2.State.Name(out.intent.state)}); do not retry on your own"
 
 
+def traceparent() -> str:
+    """A W3C trace context for a new, sampled trace: version 00, a random
+    trace id and parent span id, flags 01 (sampled)."""
+    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="127.0.0.1:7650", help="intentd's gRPC address")
     args = ap.parse_args()
-    with intentd.Client(args.target) as client, client.open_session("agent-host", ttl=15) as session:
+    trace = traceparent()
+    print("trace", trace.split("-")[1], file=sys.stderr)
+    with intentd.Client(args.target, metadata=[("traceparent", trace)]) as client, client.open_session("agent-host", ttl=15) as session:
         host = AgentHost(client, session, Merchant())
         conversation = uuid.uuid4().hex
         # The model calls the tool, then (having lost track) calls it again.

@@ -46,6 +46,9 @@ class Client:
         channel: a ready ``grpc.Channel`` (TLS, interceptors: the caller's).
         tenant: the tenant of every request that names none.
         token: a bearer token, sent as ``authorization: Bearer <token>``.
+        metadata: more gRPC metadata sent with every call, such as a W3C
+            ``traceparent`` so that intentd's spans join the caller's trace
+            (with OpenTelemetry for Python, instrument ``channel`` instead).
         call_timeout: the deadline of each attempt, in seconds.
         retry_timeout: how long one call keeps retrying, in seconds.
         backoff: the first and the longest wait between attempts, in seconds.
@@ -60,6 +63,7 @@ class Client:
         channel: Optional[grpc.Channel] = None,
         tenant: str = "",
         token: str = "",
+        metadata: Sequence[Tuple[str, str]] = (),
         call_timeout: float = 10.0,
         retry_timeout: float = 60.0,
         backoff: Tuple[float, float] = (0.05, 2.0),
@@ -74,7 +78,8 @@ class Client:
         self.retry_timeout = retry_timeout
         self.backoff_min, self.backoff_max = backoff
         self.report_timeout = report_timeout
-        self._metadata: Sequence[Tuple[str, str]] = (("authorization", "Bearer " + token),) if token else ()
+        auth = (("authorization", "Bearer " + token),) if token else ()
+        self._metadata: Sequence[Tuple[str, str]] = tuple(metadata) + auth
 
     def close(self) -> None:
         """Closes the channel if this client opened it."""

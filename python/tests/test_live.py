@@ -57,6 +57,17 @@ class Counting(grpc.UnaryUnaryClientInterceptor):
         return continuation(details, request)
 
 
+class Seeing(grpc.UnaryUnaryClientInterceptor):
+    """Keeps the metadata of every call the client sends."""
+
+    def __init__(self) -> None:
+        self.metadata: list = []
+
+    def intercept_unary_unary(self, continuation, details, request):
+        self.metadata.append(list(details.metadata or ()))
+        return continuation(details, request)
+
+
 class Unanswered(grpc.RpcError):
     """UNAVAILABLE, as when intentd does not answer."""
 
@@ -314,6 +325,17 @@ class LiveTest(unittest.TestCase):
             c.get("k", timeout=1.0)
         self.assertGreater(dead.calls, 2)
         self.assertLess(time.monotonic() - start, 3)
+
+    def test_metadata_goes_with_every_call(self) -> None:
+        """Client(metadata=...) sends it on every call, beside the bearer
+        token: how a traceparent reaches intentd without OpenTelemetry."""
+        seen = Seeing()
+        trace = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+        c = intentd.Client(channel=grpc.intercept_channel(grpc.insecure_channel(server.address), seen), metadata=[("traceparent", trace)])
+        c.derive_key("buy-item", {"item": "desk lamp"})
+        with self.assertRaises(intentd.IntentNotFound):
+            c.get(fresh_key("missing"))
+        self.assertEqual(seen.metadata, [[("traceparent", trace)]] * 2)
 
     def test_every_reason_has_a_class(self) -> None:
         """The reasons server/*.go declares and intentd.BY_REASON agree."""

@@ -3,13 +3,28 @@
 // key, completes, and acquires again to show the replay ("action_taken:
 // none"). Run intentd first (`go run ./cmd/intentd`), then `npm run example`
 // ($INTENTD_ADDR overrides 127.0.0.1:7650).
+//
+// Every call carries one W3C traceparent, made by hand here (with
+// OpenTelemetry for JS, propagate its context instead): an intentd run with
+// --otlp-endpoint records its spans of this run under the trace id printed
+// to stderr.
 import { randomBytes } from "node:crypto";
-import { Code, createClient } from "@connectrpc/connect";
+import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { IntentService, Outcome } from "../../gen/ts/intent/v1/intent_pb.js";
 import { refusal } from "../src/errors.js";
 
-const intentd = createClient(IntentService, createGrpcTransport({ baseUrl: `http://${process.env.INTENTD_ADDR ?? "127.0.0.1:7650"}` }));
+// A new sampled trace: version 00, trace id, parent span id, flags 01.
+const traceparent = `00-${randomBytes(16).toString("hex")}-${randomBytes(8).toString("hex")}-01`;
+console.error(`trace ${traceparent.split("-")[1]}`);
+const traced: Interceptor = (next) => (req) => {
+  req.header.set("traceparent", traceparent);
+  return next(req);
+};
+const intentd = createClient(
+  IntentService,
+  createGrpcTransport({ baseUrl: `http://${process.env.INTENTD_ADDR ?? "127.0.0.1:7650"}`, interceptors: [traced] }),
+);
 const call = { timeoutMs: 10_000 };
 const rid = () => randomBytes(12).toString("hex");
 
