@@ -27,8 +27,13 @@ var prometheusSeries = map[string]bool{"up": true, "scrape_duration_seconds": tr
 var exported struct {
 	once  sync.Once
 	names map[string]bool
+	paths map[string]bool // HTTP paths of the metrics listener that answered 200
+	flags map[string]bool // intentd's flags, from --help
 	err   error
 }
+
+// probePaths are the metrics listener's paths a probe or a scrape may use.
+var probePaths = []string{"/healthz", "/readyz", "/metrics"}
 
 // exportedMetrics is every series name intentd exports: what a freshly
 // started intentd (built from this checkout, embedded etcd) serves on
@@ -37,28 +42,59 @@ var exported struct {
 // /metrics only once they moved).
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	exported.once.Do(func() { exported.names, exported.err = scrapeIntentd() })
-	if exported.err != nil {
-		t.Fatalf("metrics intentd exports: %v", exported.err)
-	}
+	startIntentd(t)
 	return exported.names
 }
 
-func scrapeIntentd() (map[string]bool, error) {
+// servedPaths are the paths of probePaths a running intentd's metrics
+// listener answers with 200.
+func servedPaths(t *testing.T) map[string]bool {
+	t.Helper()
+	startIntentd(t)
+	return exported.paths
+}
+
+func startIntentd(t *testing.T) {
+	t.Helper()
+	exported.once.Do(func() { exported.names, exported.paths, exported.flags, exported.err = scrapeIntentd() })
+	if exported.err != nil {
+		t.Fatalf("a running intentd: %v", exported.err)
+	}
+}
+
+// intentdFlags are the flags intentd --help lists.
+func intentdFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	startIntentd(t)
+	return exported.flags
+}
+
+// helpFlag is a flag's line in intentd --help: "  --name type  usage".
+var helpFlag = regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9-]+)`)
+
+func scrapeIntentd() (names, paths, flags map[string]bool, err error) {
 	dir, err := os.MkdirTemp("", "intentd-deploy-test-")
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "intentd")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/intentd")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/intentd: %v\n%s", err, out)
+		return nil, nil, nil, fmt.Errorf("go build ./cmd/intentd: %v\n%s", err, out)
+	}
+	help, err := exec.Command(bin, "--help").CombinedOutput()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("intentd --help: %v\n%s", err, help)
+	}
+	flags = map[string]bool{}
+	for _, m := range helpFlag.FindAllStringSubmatch(string(help), -1) {
+		flags[m[1]] = true
 	}
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	metricsAddr := ports[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -70,7 +106,7 @@ func scrapeIntentd() (map[string]bool, error) {
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
@@ -78,21 +114,25 @@ func scrapeIntentd() (map[string]bool, error) {
 	// few janitor passes (every 100ms), whose counters exist after the first.
 	for get("http://"+metricsAddr+"/readyz") != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("intentd never became ready on %s:\n%s", metricsAddr, logs.String())
+			return nil, nil, nil, fmt.Errorf("intentd never became ready on %s:\n%s", metricsAddr, logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
+	paths = map[string]bool{}
+	for _, p := range probePaths {
+		paths[p] = get("http://"+metricsAddr+p) == nil
+	}
 	body, err := getBody("http://" + metricsAddr + "/metrics")
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
-		return nil, fmt.Errorf("parse /metrics: %v", err)
+		return nil, nil, nil, fmt.Errorf("parse /metrics: %v", err)
 	}
-	names := map[string]bool{}
+	names = map[string]bool{}
 	for name, f := range families {
 		names[name] = true
 		switch f.GetType() {
@@ -104,7 +144,7 @@ func scrapeIntentd() (map[string]bool, error) {
 	}
 	table, err := readmeMetrics()
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	for name, histogram := range table {
 		names[name] = true
@@ -112,7 +152,7 @@ func scrapeIntentd() (map[string]bool, error) {
 			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
 		}
 	}
-	return names, nil
+	return names, paths, flags, nil
 }
 
 // readmeMetric is a row of README.md's metric table: | `name` | type | …
