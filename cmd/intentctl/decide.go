@@ -58,7 +58,7 @@ func priorDecision(ctx context.Context, c *client.Client, req *intentv1.ResolveR
 	if e.GetResolvedState() == decidedState(req.GetDecision()) && byActor(e.GetPrincipal(), req.GetActor()) {
 		return &intentv1.ResolveResponse{Intent: got.GetIntent(), ActionTaken: "none"}
 	}
-	fmt.Fprintf(stderr, "intentctl: %s was decided %s by %s at %s\n", req.GetKey(), stateName(e.GetResolvedState()), e.GetPrincipal(), stamp(e.GetTime()))
+	fmt.Fprintf(stderr, "intentctl: %s was decided %s by %s at %s\n", req.GetKey(), stateName(e.GetResolvedState()), clean(e.GetPrincipal()), stamp(e.GetTime()))
 	return nil
 }
 

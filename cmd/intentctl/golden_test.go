@@ -294,6 +294,24 @@ func TestRegister(t *testing.T) {
 	if r.code != exitFailure || !strings.Contains(r.stderr, "reason: FINGERPRINT_MISMATCH") {
 		t.Errorf("other params: exit %d, stderr %q; want 1 and FINGERPRINT_MISMATCH", r.code, r.stderr)
 	}
+	// Params from stdin and from a file, for terms too long for a command line.
+	stdin := invocation{args: []string{"register", f.key("from-stdin"), "--params", "-"}, stdin: `{"item": "stdin lamp"}`}.run(t)
+	file := filepath.Join(t.TempDir(), "params.json")
+	if err := os.WriteFile(file, []byte(`{"item": "file lamp"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromFile := intentctl(t, "register", f.key("from-file"), "--params", "@"+file)
+	for _, r := range []result{stdin, fromFile} {
+		if r.code != exitOK || !strings.Contains(r.stdout, "(created)") {
+			t.Errorf("register --params - / @FILE: exit %d, stdout %q\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+	}
+	if got := decode(t, mustJSON(t, "get", f.key("from-file")), &intentv1.GetResponse{}).GetIntent().GetParams().GetFields()["item"].GetStringValue(); got != "file lamp" {
+		t.Errorf("--params @FILE: item %q, want file lamp", got)
+	}
+	if r := intentctl(t, "register", key, "--params", "@/nonexistent/params.json"); r.code != exitUsage || !strings.Contains(r.stderr, "--params") {
+		t.Errorf("--params @missing: exit %d, stderr %q; want 2 naming --params", r.code, r.stderr)
+	}
 	if r := intentctl(t, "register", key); r.code != exitUsage {
 		t.Errorf("register without --params: exit %d, want 2", r.code)
 	}

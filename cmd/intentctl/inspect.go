@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -69,7 +70,11 @@ derive-key computes a key from an action and identity fields.`,
 		Example: `  intentctl register purchase-c17-cart9 --params '{"item": "desk lamp", "quantity": 1, "max_eur": 89}' --params-version v2 --label team=checkout`,
 		Args:    cobra.ExactArgs(1),
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			p, err := jsonObject("--params", params)
+			text, err := paramsText(cmd.InOrStdin(), params)
+			if err != nil {
+				return err
+			}
+			p, err := jsonObject("--params", text)
 			if err != nil {
 				return err
 			}
@@ -105,7 +110,7 @@ derive-key computes a key from an action and identity fields.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVar(&params, "params", "", "the approved terms, a JSON object (required)")
+	f.StringVar(&params, "params", "", "the approved terms, a JSON object; @FILE reads it from a file, - from stdin (required)")
 	f.StringVar(&version, "params-version", "", "version of the params' schema, stored with them")
 	f.StringArrayVar(&labels, "label", nil, "label, name=value (repeatable); list and watch select by label")
 	f.StringVar(&parent, "parent", "", "key of the parent intent, for a sub-operation")
@@ -114,6 +119,37 @@ derive-key computes a key from an action and identity fields.`,
 	f.StringVar(&requestID, "request-id", "", "idempotency id (default: a fresh one, kept across retries)")
 	_ = cmd.MarkFlagRequired("params")
 	return cmd
+}
+
+// maxParamsInput bounds what --params @FILE and - read: intentd refuses
+// canonical params beyond 64 KiB anyway.
+const maxParamsInput = 1 << 20
+
+// paramsText is --params' JSON: the flag's value, or what @FILE or -
+// (stdin) holds, for terms too long or too private for a command line.
+func paramsText(stdin io.Reader, flag string) (string, error) {
+	var r io.Reader
+	switch {
+	case flag == "-":
+		r = stdin
+	case strings.HasPrefix(flag, "@"):
+		f, err := os.Open(flag[1:])
+		if err != nil {
+			return "", usagef("--params: %v", err)
+		}
+		defer f.Close()
+		r = f
+	default:
+		return flag, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxParamsInput+1))
+	if err != nil {
+		return "", fmt.Errorf("--params %s: %w", flag, err)
+	}
+	if len(b) > maxParamsInput {
+		return "", usagef("--params %s: more than %d bytes", flag, maxParamsInput)
+	}
+	return string(b), nil
 }
 
 // services are the names intentd's gRPC health service reports: the

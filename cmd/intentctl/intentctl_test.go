@@ -743,3 +743,22 @@ func TestWatchPrintsOneLinePerChange(t *testing.T) {
 		t.Errorf("watch printed %q, want a created line, then put %s CANCELLED", out, key)
 	}
 }
+
+// Names and reasons come from workers and reviewers (often programs) and
+// reach an operator's terminal: printed raw, an escape sequence in them
+// could clear the screen or rewrite what is shown, and a newline would
+// break the table. Text output escapes every control character.
+func TestTextOutputEscapesControlCharacters(t *testing.T) {
+	f := newFixture(t)
+	key, _ := f.acquired("escapes")
+	mustRun(t, "escalate", key, "--actor", "mallory\x1b[2J", "--reason", "line one\nline two", "--force")
+	for _, args := range [][]string{{"get", key}, {"history", key}, {"history", key, "-o", "wide"}} {
+		out := mustRun(t, args...)
+		if strings.ContainsAny(out, "\x1b\r") {
+			t.Errorf("%s printed a raw control character:\n%q", strings.Join(args, " "), out)
+		}
+		if !strings.Contains(out, `mallory\x1b[2J`) {
+			t.Errorf("%s lacks the escaped actor mallory\\x1b[2J:\n%s", strings.Join(args, " "), out)
+		}
+	}
+}

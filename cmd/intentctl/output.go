@@ -5,8 +5,10 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -94,10 +96,31 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 
 func row(w io.Writer, cells ...string) {
 	for i, c := range cells {
 		if c == "" {
-			cells[i] = "-"
+			c = "-"
 		}
+		cells[i] = clean(c)
 	}
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// clean escapes the control characters in s (\x1b as \x1b, a newline as
+// \n): what workers and reviewers write — names, reasons, references —
+// reaches an operator's terminal, where an escape sequence could rewrite
+// what is shown, and a tab or newline would break the table's columns.
+func clean(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func stamp(ts *timestamppb.Timestamp) string {
@@ -200,7 +223,7 @@ func printIntent(w io.Writer, in *intentv1.Intent, wide bool) error {
 	tw := table(w)
 	line := func(name, value string) {
 		if value != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", name, value)
+			fmt.Fprintf(tw, "%s:\t%s\n", name, clean(value))
 		}
 	}
 	line("key", in.GetKey())
@@ -360,6 +383,6 @@ func (o *output) event(w io.Writer, ev *intentv1.WatchResponse) error {
 	if o.wide() {
 		s += "  " + stamp(in.GetUpdatedAt())
 	}
-	_, err := fmt.Fprintln(w, s)
+	_, err := fmt.Fprintln(w, clean(s))
 	return err
 }
