@@ -111,6 +111,9 @@ func (m *metrics) exportStore(store *etcdstore.Store) {
 		counter("intentd_store_replays_from_memory_total", "Final intents replayed without touching etcd.", func(s etcdstore.Stats) int64 { return s.Replays }),
 		counter("intentd_intents_attempts_exhausted_total", "Intents moved to NEEDS_REVIEW because max_attempts of their attempts ended without a report (leases lapsed, MarkUnknown).", func(s etcdstore.Stats) int64 { return s.AttemptsExhausted }),
 		counter("intentd_marked_unknown_total", "Accepted MarkUnknown reports that moved an intent to UNKNOWN: a worker could not tell whether its call took effect.", func(s etcdstore.Stats) int64 { return s.MarkedUnknown }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "intentd_etcd_revision", Help: "Highest etcd revision this replica has seen (its revision floor): an etcd restored from a snapshot must be bumped above it, or intentd refuses it.",
+		}, func() float64 { return float64(store.HighestRevision()) }),
 		collectFunc{desc: lapses, collect: func(ch chan<- prometheus.Metric) {
 			st := stats()
 			ch <- prometheus.MustNewConstMetric(lapses, prometheus.CounterValue, float64(st.LapsesByAcquire), "acquire")

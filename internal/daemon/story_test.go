@@ -231,6 +231,9 @@ func TestMetricsTellTheStory(t *testing.T) {
 	if writes, commits := delta("intentd_etcd_txn_duration_seconds", "kind", "write"), delta("intentd_store_commits_total"); writes < commits {
 		t.Errorf("intentd_etcd_txn_duration_seconds{kind=write} counted %v transactions, fewer than the %v commits", writes, commits)
 	}
+	if rev := value(after, "intentd_etcd_revision"); rev <= value(before, "intentd_etcd_revision") {
+		t.Errorf("intentd_etcd_revision = %v after %v commits, want above %v", rev, delta("intentd_store_commits_total"), value(before, "intentd_etcd_revision"))
+	}
 	if reads := delta("intentd_etcd_txn_duration_seconds", "kind", "read"); reads == 0 {
 		t.Error("intentd_etcd_txn_duration_seconds{kind=read} counted no transaction")
 	}
