@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -23,6 +24,7 @@ type options struct {
 	backoffMin    time.Duration
 	backoffMax    time.Duration
 	reportTimeout time.Duration
+	tracer        trace.Tracer
 }
 
 // Option configures a Client.
@@ -46,6 +48,16 @@ func WithBackoff(first, longest time.Duration) Option {
 // side effect ran (default 1m). A report outlives the caller's context: an
 // effect that happened is recorded even if the caller stopped waiting.
 func WithReportTimeout(d time.Duration) Option { return func(o *options) { o.reportTimeout = d } }
+
+// WithTracerProvider makes Session.Run start a span of its own, so that
+// its calls (traced with a conn dialled with Tracing) and the spans of the
+// task's Execute and Reconcile, which get its context, form one trace. The
+// span carries the hashed intent key (see the README's Tracing section),
+// the outcome and whether Run executed, never params or results. Without
+// this option Run starts no span.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp.Tracer(tracerName) }
+}
 
 // New returns a Client on conn (a *grpc.ClientConn, or anything that
 // implements the interface, such as an in-process channel).

@@ -160,6 +160,14 @@ const maxTakeovers = 3
 // worker or a reviewer took over (ABORTED), it acquires again to learn
 // what became of the intent, and follows that.
 func (s *Session) Run(ctx context.Context, task Task) (*Outcome, error) {
+	ctx, span := s.c.startRun(ctx, s.tenant, task.Key)
+	out, err := s.run(ctx, task)
+	endRun(span, out, err)
+	return out, err
+}
+
+// run is Run, inside its span.
+func (s *Session) run(ctx context.Context, task Task) (*Outcome, error) {
 	if task.Execute == nil {
 		return nil, errors.New("client: Task.Execute is required")
 	}

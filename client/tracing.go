@@ -1,13 +1,23 @@
 package client
 
 import (
+	"context"
+	"strings"
+
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/traceattr"
 )
+
+// tracerName is the instrumentation scope of Run's spans.
+const tracerName = "github.com/intentd/intentd/client"
 
 // Tracing returns a dial option that starts a client span per call on the
 // connection and sends its W3C trace context (the traceparent header) to
@@ -29,4 +39,30 @@ func Tracing(tp trace.TracerProvider) grpc.DialOption {
 		otelgrpc.WithPropagators(propagation.TraceContext{}),
 		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
 	))
+}
+
+// startRun starts Run's span when the client has a tracer.
+func (c *Client) startRun(ctx context.Context, tenant, key string) (context.Context, trace.Span) {
+	if c.opts.tracer == nil {
+		return ctx, trace.SpanFromContext(context.Background()) // a no-op
+	}
+	if tenant == "" {
+		tenant = intent.DefaultTenant
+	}
+	return c.opts.tracer.Start(ctx, "intentd Run", trace.WithAttributes(traceattr.KeyHash.String(intent.KeyHash(tenant, key))))
+}
+
+// endRun ends Run's span with what Run answered. Error texts are not
+// recorded: the task's own may carry anything.
+func endRun(span trace.Span, out *Outcome, err error) {
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, "run failed")
+	}
+	if out != nil {
+		span.SetAttributes(traceattr.Outcome.String(strings.TrimPrefix(out.Outcome.String(), "OUTCOME_")), traceattr.Executed.Bool(out.Executed))
+	}
 }

@@ -330,3 +330,63 @@ func TestHandMadeTraceparentJoinsTheTrace(t *testing.T) {
 		t.Errorf("server span's parent %s (remote %v), want the caller's %s", got, s.Parent().IsRemote(), parentID)
 	}
 }
+
+// TestRunIsOneTrace: with client.WithTracerProvider, Session.Run starts a
+// span of its own; its Acquire and Complete (on a conn dialled with
+// client.Tracing) are its children, and so are the spans the task's
+// Execute starts from the context it gets.
+func TestRunIsOneTrace(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	serverTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	clientTP := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	cfg := testConfig(t.TempDir())
+	cfg.Tracing.Provider = serverTP
+	in := start(t, cfg)
+	conn, err := grpc.NewClient(in.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), client.Tracing(clientTP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := client.New(conn, client.WithTracerProvider(clientTP))
+	const key = "run-1"
+	if _, err := c.Register(call(t), &intentv1.RegisterRequest{Key: key, Params: params(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.OpenSession(call(t), "w1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close(call(t))
+	out, err := sess.Run(call(t), client.Task{Key: key, Execute: func(ctx context.Context, _ *client.Attempt) (*intentv1.Result, error) {
+		_, span := clientTP.Tracer("merchant").Start(ctx, "create order")
+		span.End()
+		return &intentv1.Result{Payload: []byte("SO-1")}, nil
+	}})
+	if err != nil || out.Outcome != intentv1.Outcome_OUTCOME_COMPLETED {
+		t.Fatalf("Run = %v, %v; want COMPLETED", out, err)
+	}
+	all := spans.Ended()
+	run := only(t, all, "intentd Run", trace.SpanKindInternal)
+	if run.Parent().IsValid() {
+		t.Errorf("Run's span has parent %v, want a root", run.Parent().SpanID())
+	}
+	checkAttrs(t, run, map[attribute.Key]attribute.Value{
+		traceattr.KeyHash:  attribute.StringValue(intent.KeyHash(intent.DefaultTenant, key)),
+		traceattr.Outcome:  attribute.StringValue("COMPLETED"),
+		traceattr.Executed: attribute.BoolValue(true),
+	})
+	for _, child := range []struct {
+		name string
+		kind trace.SpanKind
+	}{
+		{"intent.v1.IntentService/Acquire", trace.SpanKindClient},
+		{"create order", trace.SpanKindInternal},
+		{"intent.v1.IntentService/Complete", trace.SpanKindClient},
+	} {
+		s := only(t, all, child.name, child.kind)
+		if s.Parent().SpanID() != run.SpanContext().SpanID() || s.SpanContext().TraceID() != run.SpanContext().TraceID() {
+			t.Errorf("%s: parent %v in trace %v, want Run's span %v in trace %v",
+				child.name, s.Parent().SpanID(), s.SpanContext().TraceID(), run.SpanContext().SpanID(), run.SpanContext().TraceID())
+		}
+	}
+}

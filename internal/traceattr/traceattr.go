@@ -8,8 +8,11 @@ import "go.opentelemetry.io/otel/attribute"
 const (
 	// KeyHash is intent.KeyHash of the intent a span is about.
 	KeyHash = attribute.Key("intentd.intent.key_hash")
-	// Outcome is what an Acquire answered: EXECUTE, RECONCILE, COMPLETED, …
+	// Outcome is what an Acquire answered (EXECUTE, RECONCILE, COMPLETED,
+	// …), or on the Go client's Run span what Run ended with.
 	Outcome = attribute.Key("intentd.acquire.outcome")
+	// Executed tells whether the Go client's Run called the task's Execute.
+	Executed = attribute.Key("intentd.run.executed")
 	// Token is a fencing token: of the lease an Acquire answered with, or
 	// of the lease a committed write left on the intent.
 	Token = attribute.Key("intentd.fencing.token")
