@@ -95,6 +95,9 @@ func fromFile(fs *pflag.FlagSet, path string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %v", where, err)
 		}
+		if isList(keys[k]) && !strings.HasSuffix(f.Value.Type(), "Slice") {
+			return fmt.Errorf("%s: want one value, not a list", where)
+		}
 		if f.Changed {
 			continue // given on the command line or in the environment
 		}
@@ -138,6 +141,11 @@ func flagValue(raw json.RawMessage) (string, error) {
 		return "", fmt.Errorf("no value; leave the key out for the default")
 	}
 	return "", fmt.Errorf("want a value or a list of values, not a mapping")
+}
+
+// isList reports whether raw is a JSON array.
+func isList(raw json.RawMessage) bool {
+	return len(bytes.TrimSpace(raw)) > 0 && bytes.TrimSpace(raw)[0] == '['
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -96,6 +96,7 @@ func TestConfigFileMistakesNameTheKey(t *testing.T) {
 		{"bad number", "max-attempts: many\n", `key "max-attempts" "many": not valid, want a whole number`},
 		{"mapping value", "listen: {host: x}\n", `key "listen": want a value or a list of values, not a mapping`},
 		{"null value", "listen:\n", `key "listen": no value`},
+		{"list for a single value", "listen: [a, b]\n", `key "listen": want one value, not a list`},
 		{"key given twice", "listen: a\nlisten: b\n", `key "listen" already set`},
 		{"not a mapping", "- listen\n", "want a mapping"},
 		{"config inside config", "config: other.yaml\n", `key "config": unknown key`},
