@@ -172,7 +172,7 @@ func measure(ctx context.Context, cfg daemon.Config, n int) error {
 // scrape reads the database size and the size in use from intentd's
 // /metrics (zero when it cannot).
 func scrape(url string) (size, inUse int64) {
-	resp, err := http.Get(url)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
 	if err != nil {
 		return 0, 0
 	}
@@ -190,11 +190,11 @@ func scrape(url string) (size, inUse int64) {
 		if err != nil {
 			continue
 		}
-		switch {
-		case strings.HasPrefix(name, "intentd_etcd_db_size_bytes"):
-			size = max(size, int64(v))
-		case strings.HasPrefix(name, "intentd_etcd_db_size_in_use_bytes"):
-			inUse = max(inUse, int64(v))
+		switch name {
+		case "intentd_etcd_db_size_bytes":
+			size = int64(v)
+		case "intentd_etcd_db_size_in_use_bytes":
+			inUse = int64(v)
 		}
 	}
 	return size, inUse
