@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 	promconfig "github.com/prometheus/prometheus/config"
 	"github.com/prometheus/prometheus/discovery"
+	"sigs.k8s.io/yaml"
 )
 
 // project loads deploy/compose/compose.yaml as `docker compose` does:
@@ -278,4 +280,71 @@ func sharesNetwork(a, b types.ServiceConfig) bool {
 		}
 	}
 	return false
+}
+
+// Grafana provisions the dashboard of deploy/monitoring, from the path its
+// dashboard provider reads, and Prometheus as its data source.
+func TestComposeGrafanaProvisionsTheDashboard(t *testing.T) {
+	p := project(t)
+	g, err := p.GetService("grafana")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := map[string]string{}
+	for _, v := range g.Volumes {
+		if v.Type == types.VolumeTypeBind {
+			mounts[v.Target] = v.Source
+		}
+	}
+	var provider struct {
+		Providers []struct {
+			Options struct {
+				Path string `json:"path"`
+			} `json:"options"`
+		} `json:"providers"`
+	}
+	var datasources struct {
+		Datasources []struct {
+			Type string `json:"type"`
+			URL  string `json:"url"`
+		} `json:"datasources"`
+	}
+	for target, src := range mounts {
+		switch filepath.Dir(target) {
+		case "/etc/grafana/provisioning/dashboards":
+			decodeYAML(t, src, &provider)
+		case "/etc/grafana/provisioning/datasources":
+			decodeYAML(t, src, &datasources)
+		}
+	}
+	dashboard, _ := filepath.Abs("monitoring/dashboard.json")
+	var found bool
+	for _, pr := range provider.Providers {
+		for target, src := range mounts {
+			if src == dashboard && filepath.Dir(target) == pr.Options.Path {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("grafana: no dashboard provider reads %s (providers %+v, mounts %v)", dashboard, provider.Providers, mounts)
+	}
+	prom, _ := p.GetService("prometheus")
+	if len(datasources.Datasources) != 1 || datasources.Datasources[0].Type != "prometheus" ||
+		datasources.Datasources[0].URL != "http://prometheus:9090" || !sharesNetwork(g, prom) {
+		t.Errorf("grafana data sources %+v, want the compose file's Prometheus on a shared network", datasources.Datasources)
+	}
+}
+
+// decodeYAML reads the fields of v from the YAML file at path (not
+// strictly: v names only the fields the test checks).
+func decodeYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Errorf("%s: %v", path, err)
+	}
 }
