@@ -24,12 +24,17 @@ import (
 // prometheusSeries are series Prometheus makes itself for every target.
 var prometheusSeries = map[string]bool{"up": true, "scrape_duration_seconds": true, "scrape_samples_scraped": true}
 
-var exported struct {
-	once  sync.Once
-	names map[string]bool
-	paths map[string]bool // HTTP paths of the metrics listener that answered 200
-	flags map[string]bool // intentd's flags, from --help
-	err   error
+// facts is what the tests learn from a running intentd.
+type facts struct {
+	metrics map[string]bool // series names it exports
+	paths   map[string]bool // HTTP paths of its metrics listener that answered 200
+	flags   map[string]bool // its flags, from --help
+}
+
+var running struct {
+	once sync.Once
+	facts
+	err error
 }
 
 // probePaths are the metrics listener's paths a probe or a scrape may use.
@@ -43,7 +48,7 @@ var probePaths = []string{"/healthz", "/readyz", "/metrics"}
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	startIntentd(t)
-	return exported.names
+	return running.metrics
 }
 
 // servedPaths are the paths of probePaths a running intentd's metrics
@@ -51,14 +56,14 @@ func exportedMetrics(t *testing.T) map[string]bool {
 func servedPaths(t *testing.T) map[string]bool {
 	t.Helper()
 	startIntentd(t)
-	return exported.paths
+	return running.paths
 }
 
 func startIntentd(t *testing.T) {
 	t.Helper()
-	exported.once.Do(func() { exported.names, exported.paths, exported.flags, exported.err = scrapeIntentd() })
-	if exported.err != nil {
-		t.Fatalf("a running intentd: %v", exported.err)
+	running.once.Do(func() { running.facts, running.err = learn() })
+	if running.err != nil {
+		t.Fatalf("a running intentd: %v", running.err)
 	}
 }
 
@@ -66,111 +71,114 @@ func startIntentd(t *testing.T) {
 func intentdFlags(t *testing.T) map[string]bool {
 	t.Helper()
 	startIntentd(t)
-	return exported.flags
+	return running.flags
 }
 
 // helpFlag is a flag's line in intentd --help: "  --name type  usage".
 var helpFlag = regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9-]+)`)
 
-func scrapeIntentd() (names, paths, flags map[string]bool, err error) {
+// learn builds intentd from this checkout, reads its --help, starts it
+// (embedded etcd, loopback) and asks its metrics listener.
+func learn() (facts, error) {
+	var f facts
 	dir, err := os.MkdirTemp("", "intentd-deploy-test-")
 	if err != nil {
-		return nil, nil, nil, err
+		return f, err
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "intentd")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/intentd")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
-		return nil, nil, nil, fmt.Errorf("go build ./cmd/intentd: %v\n%s", err, out)
+		return f, fmt.Errorf("go build ./cmd/intentd: %v\n%s", err, out)
 	}
 	help, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("intentd --help: %v\n%s", err, help)
+		return f, fmt.Errorf("intentd --help: %v\n%s", err, help)
 	}
-	flags = map[string]bool{}
+	f.flags = map[string]bool{}
 	for _, m := range helpFlag.FindAllStringSubmatch(string(help), -1) {
-		flags[m[1]] = true
+		f.flags[m[1]] = true
 	}
 	ports, err := freePorts(3)
 	if err != nil {
-		return nil, nil, nil, err
+		return f, err
 	}
 	metricsAddr := ports[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--data-dir", filepath.Join(dir, "data"),
 		"--listen", ports[0], "--metrics-listen", metricsAddr, "--embed-client-url", "http://"+ports[2],
-		"--log-format", "json", "--janitor-interval", "100ms")
+		"--log-format", "json")
 	cmd.Env = []string{"HOME=" + dir}
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
-		return nil, nil, nil, err
+		return f, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
-	// Ready first: the store's gauges are set once etcd answered. Then a
-	// few janitor passes (every 100ms), whose counters exist after the first.
+	// Ready first: the store's gauges are set once etcd answered.
 	for get("http://"+metricsAddr+"/readyz") != nil {
 		if ctx.Err() != nil {
-			return nil, nil, nil, fmt.Errorf("intentd never became ready on %s:\n%s", metricsAddr, logs.String())
+			return f, fmt.Errorf("intentd never became ready on %s:\n%s", metricsAddr, logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
-	paths = map[string]bool{}
+	f.paths = map[string]bool{}
 	for _, p := range probePaths {
-		paths[p] = get("http://"+metricsAddr+p) == nil
+		f.paths[p] = get("http://"+metricsAddr+p) == nil
 	}
 	body, err := getBody("http://" + metricsAddr + "/metrics")
 	if err != nil {
-		return nil, nil, nil, err
+		return f, err
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(strings.NewReader(body))
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("parse /metrics: %v", err)
+		return f, fmt.Errorf("parse /metrics: %v", err)
 	}
-	names = map[string]bool{}
-	for name, f := range families {
-		names[name] = true
-		switch f.GetType() {
-		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
-			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
-		case dto.MetricType_SUMMARY:
-			names[name+"_sum"], names[name+"_count"] = true, true
-		}
+	f.metrics = map[string]bool{}
+	for name, fam := range families {
+		addSeries(f.metrics, name, fam.GetType())
 	}
 	table, err := readmeMetrics()
 	if err != nil {
-		return nil, nil, nil, err
+		return f, err
 	}
-	for name, histogram := range table {
-		names[name] = true
-		if histogram {
-			names[name+"_bucket"], names[name+"_sum"], names[name+"_count"] = true, true, true
-		}
+	for name, typ := range table {
+		addSeries(f.metrics, name, typ)
 	}
-	return names, paths, flags, nil
+	return f, nil
+}
+
+// addSeries adds the series names a metric family of type typ exposes.
+func addSeries(names map[string]bool, family string, typ dto.MetricType) {
+	names[family] = true
+	switch typ {
+	case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+		names[family+"_bucket"], names[family+"_sum"], names[family+"_count"] = true, true, true
+	case dto.MetricType_SUMMARY:
+		names[family+"_sum"], names[family+"_count"] = true, true
+	}
 }
 
 // readmeMetric is a row of README.md's metric table: | `name` | type | …
 var readmeMetric = regexp.MustCompile("^\\| *`([a-z_:][a-z0-9_:]*)` *\\| *([a-z]+)")
 
-// readmeMetrics reads README.md's metric table: name → whether it is a
-// histogram. No table yet: none.
-func readmeMetrics() (map[string]bool, error) {
+// readmeMetrics reads README.md's metric table (held to /metrics by
+// internal/daemon's tests): name → type.
+func readmeMetrics() (map[string]dto.MetricType, error) {
 	f, err := os.Open("../README.md")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	names := map[string]bool{}
+	names := map[string]dto.MetricType{}
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		if m := readmeMetric.FindStringSubmatch(s.Text()); m != nil && strings.HasPrefix(m[1], "intentd_") {
-			names[m[1]] = m[2] == "histogram"
+			names[m[1]] = dto.MetricType(dto.MetricType_value[strings.ToUpper(m[2])])
 		}
 	}
 	return names, s.Err()
