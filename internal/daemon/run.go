@@ -251,6 +251,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	select {
 	case <-ctx.Done():
 	case err := <-served:
+		serving.shutdown()
 		stopHealth()
 		<-healthDone
 		<-janitorDone
