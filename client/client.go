@@ -54,9 +54,14 @@ func WithReportTimeout(d time.Duration) Option { return func(o *options) { o.rep
 // task's Execute and Reconcile, which get its context, form one trace. The
 // span carries the hashed intent key (see the README's Tracing section),
 // the outcome and whether Run executed, never params or results. Without
-// this option Run starts no span.
+// this option, or with a nil tp, Run starts no span.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracer = tp.Tracer(tracerName) }
+	return func(o *options) {
+		o.tracer = nil
+		if tp != nil {
+			o.tracer = tp.Tracer(tracerName)
+		}
+	}
 }
 
 // New returns a Client on conn (a *grpc.ClientConn, or anything that

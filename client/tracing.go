@@ -28,8 +28,9 @@ const tracerName = "github.com/intentd/intentd/client"
 // records nothing unless the program installed one. The trace context is
 // always sent in W3C form, whatever global propagator is set or not. This
 // package installs nothing globally, and without this option the client
-// does no tracing at all. Spans carry the method and status code, never a
-// message's content.
+// does no tracing at all. Spans carry the method and the status (with a
+// failed call's status message, as otelgrpc records it), never a request's
+// or a response's content.
 func Tracing(tp trace.TracerProvider) grpc.DialOption {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
