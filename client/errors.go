@@ -11,11 +11,13 @@ import (
 
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/errreason"
 )
 
 // Errors intentd returns, for errors.Is. Every error a Client method
 // returns for a refused call is an *Error that matches exactly one of them
-// (by its ErrorInfo reason, else by its gRPC code).
+// (by its ErrorInfo reason, else by its gRPC code), and for the finer ones
+// below also the one they refine.
 var (
 	ErrInvalidArgument     = errors.New("client: invalid argument")
 	ErrNotFound            = errors.New("client: intent not found")
@@ -34,20 +36,46 @@ var (
 	ErrInternal            = errors.New("client: internal error")
 )
 
-// byReason maps ErrorInfo reasons to sentinels; byCode is the fallback for
-// errors without one (transport failures, auth, limits).
-var byReason = map[string]error{
-	"INVALID_FIELD":        ErrInvalidArgument,
-	"INTENT_NOT_FOUND":     ErrNotFound,
-	"SESSION_NOT_FOUND":    ErrSessionNotFound,
-	"FINGERPRINT_MISMATCH": ErrFingerprintMismatch,
-	"INVALID_TRANSITION":   ErrInvalidTransition,
-	"RESULT_MISMATCH":      ErrResultMismatch,
-	"STALE_TOKEN":          ErrStaleToken,
-	"INTENT_EXPIRED":       ErrExpired,
-	"LEASE_HELD":           ErrLeaseHeld,
-	"REVISION_COMPACTED":   ErrCompacted,
-	"STORE_UNAVAILABLE":    ErrUnavailable,
+// Finer errors: each also matches the error of its code, as it did before
+// it had one of its own.
+var (
+	ErrRateLimited     error = &refined{"client: rate limited", ErrResourceExhausted}
+	ErrTooLarge        error = &refined{"client: change too large", ErrResourceExhausted}
+	ErrStoreFull       error = &refined{"client: store full", ErrResourceExhausted}
+	ErrStoreRolledBack error = &refined{"client: store rolled back", ErrUnavailable}
+)
+
+// refined is a sentinel that also matches a coarser one.
+type refined struct {
+	msg    string
+	coarse error
+}
+
+func (r *refined) Error() string { return r.msg }
+func (r *refined) Unwrap() error { return r.coarse }
+
+// byReason maps every ErrorInfo reason of the proto's ErrorReason to its
+// sentinel (a test checks none is missing); byCode is the fallback for errors
+// without a reason intentd declares (transport failures, other servers).
+var byReason = map[intentv1.ErrorReason]error{
+	intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD:        ErrInvalidArgument,
+	intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND:     ErrNotFound,
+	intentv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND:    ErrSessionNotFound,
+	intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH: ErrFingerprintMismatch,
+	intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION:   ErrInvalidTransition,
+	intentv1.ErrorReason_ERROR_REASON_RESULT_MISMATCH:      ErrResultMismatch,
+	intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN:          ErrStaleToken,
+	intentv1.ErrorReason_ERROR_REASON_INTENT_EXPIRED:       ErrExpired,
+	intentv1.ErrorReason_ERROR_REASON_LEASE_HELD:           ErrLeaseHeld,
+	intentv1.ErrorReason_ERROR_REASON_REVISION_COMPACTED:   ErrCompacted,
+	intentv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE:    ErrUnavailable,
+	intentv1.ErrorReason_ERROR_REASON_STORE_ROLLED_BACK:    ErrStoreRolledBack,
+	intentv1.ErrorReason_ERROR_REASON_TOO_LARGE:            ErrTooLarge,
+	intentv1.ErrorReason_ERROR_REASON_STORE_FULL:           ErrStoreFull,
+	intentv1.ErrorReason_ERROR_REASON_RATE_LIMITED:         ErrRateLimited,
+	intentv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED:      ErrUnauthenticated,
+	intentv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED:    ErrPermissionDenied,
+	intentv1.ErrorReason_ERROR_REASON_INTERNAL:             ErrInternal,
 }
 
 var byCode = map[codes.Code]error{
@@ -87,8 +115,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("intentd: %s (%s)", e.Message, e.Code)
 }
 
-// Is matches the sentinel for the error's reason (or code).
-func (e *Error) Is(target error) bool { return e.sentinel != nil && target == e.sentinel }
+// Is matches the sentinel for the error's reason (or code), and the
+// coarser sentinel a finer one refines.
+func (e *Error) Is(target error) bool { return e.sentinel != nil && errors.Is(e.sentinel, target) }
 
 // CurrentToken is the intent's newest token, for a STALE_TOKEN refusal.
 func (e *Error) CurrentToken() fencing.Token {
@@ -122,8 +151,8 @@ func convert(err error) error {
 			e.Statement = d
 		}
 	}
-	if s, ok := byReason[e.Reason]; ok {
-		e.sentinel = s
+	if r, ok := errreason.Parse(e.Reason); ok && byReason[r] != nil {
+		e.sentinel = byReason[r]
 	} else {
 		e.sentinel = byCode[e.Code]
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/errreason"
 )
 
 // OpKind is what a recorded call did to one intent, as the model sees it.
@@ -78,15 +79,15 @@ type Output struct {
 	Result string
 }
 
-// Refusal reasons the model tells apart.
-const (
-	reasonNotFound          = "INTENT_NOT_FOUND"
-	reasonSessionNotFound   = "SESSION_NOT_FOUND"
-	reasonStale             = "STALE_TOKEN"
-	reasonInvalidTransition = "INVALID_TRANSITION"
-	reasonResultMismatch    = "RESULT_MISMATCH"
-	reasonFingerprint       = "FINGERPRINT_MISMATCH"
-	reasonInvalidField      = "INVALID_FIELD"
+// Refusal reasons the model tells apart, as the wire spells the proto's.
+var (
+	reasonNotFound          = errreason.String(intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND)
+	reasonSessionNotFound   = errreason.String(intentv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND)
+	reasonStale             = errreason.String(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN)
+	reasonInvalidTransition = errreason.String(intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION)
+	reasonResultMismatch    = errreason.String(intentv1.ErrorReason_ERROR_REASON_RESULT_MISMATCH)
+	reasonFingerprint       = errreason.String(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH)
+	reasonInvalidField      = errreason.String(intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD)
 )
 
 // modelState is one intent as the model knows it. It is comparable, so

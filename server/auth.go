@@ -14,25 +14,15 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/time/rate"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/intentd/intentd/access"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-)
-
-// The ErrorInfo reasons of refused callers.
-const (
-	ReasonUnauthenticated  = "UNAUTHENTICATED"
-	ReasonPermissionDenied = "PERMISSION_DENIED"
-	ReasonRateLimited      = "RATE_LIMITED"
 )
 
 // matrix says which roles may make each call; admin may make every call.
@@ -129,7 +119,7 @@ func (g *Guard) authenticate(ctx context.Context) (context.Context, error) {
 			addr = pr.Addr.String()
 		}
 		g.log.Warn("authentication failed", "method", method, "peer", addr, "why", err.Error())
-		return nil, withDetails(codes.Unauthenticated, "unauthenticated: "+err.Error(), ReasonUnauthenticated, nil)
+		return nil, toStatus(g.log, &unauthenticatedError{why: err.Error()})
 	}
 	ctx = context.WithValue(ctx, principalKey{}, p)
 	return intent.WithPrincipal(ctx, p.Name), nil
@@ -208,9 +198,14 @@ func (s *checkedStream) RecvMsg(m any) error {
 // principal belongs to (filling in the tenant when the principal has one),
 // and applies the rate limits.
 func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) error {
+	return toStatus(g.log, g.refusal(ctx, fullMethod, req))
+}
+
+// refusal is why authorize refuses the call, or nil.
+func (g *Guard) refusal(ctx context.Context, fullMethod string, req any) error {
 	p := principalFrom(ctx)
 	if p == nil {
-		return withDetails(codes.Unauthenticated, "unauthenticated", ReasonUnauthenticated, nil)
+		return &unauthenticatedError{}
 	}
 	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
 	if !p.Has(access.RoleAdmin) && !slices.ContainsFunc(matrix[method], p.Has) {
@@ -227,8 +222,7 @@ func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) error
 }
 
 func denied(p *access.Principal, method, why string) error {
-	return withDetails(codes.PermissionDenied, fmt.Sprintf("permission denied: principal %q: %s", p.Name, why), ReasonPermissionDenied,
-		map[string]string{"principal": p.Name, "method": method})
+	return &deniedError{principal: p.Name, method: method, why: why}
 }
 
 // scope resolves the request's tenant from the principal: empty becomes
@@ -253,9 +247,7 @@ func scope(p *access.Principal, req any) (string, error) {
 		case p.InTenant(intent.DefaultTenant):
 			tenant = intent.DefaultTenant
 		default:
-			return "", withDetails(codes.InvalidArgument, "tenant: required: the principal belongs to several tenants", ReasonInvalidField,
-				map[string]string{"field": "tenant"},
-				&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "tenant", Description: "required: the principal belongs to several tenants"}}})
+			return "", &tenantError{&intent.InvalidError{Field: "tenant", Reason: "required: the principal belongs to several tenants"}}
 		}
 		msg.Set(fd, protoreflect.ValueOfString(tenant))
 	}
@@ -313,9 +305,7 @@ func (g *Guard) limit(p *access.Principal, tenant string) error {
 			if retry < d {
 				retry += time.Millisecond
 			}
-			return withDetails(codes.ResourceExhausted, fmt.Sprintf("rate limit of %s exceeded; retry in %v", b.key, retry),
-				ReasonRateLimited, map[string]string{"limit": b.key},
-				&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
+			return &rateLimitedError{limit: b.key, retry: retry}
 		}
 		taken = append(taken, res)
 	}

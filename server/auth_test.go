@@ -361,7 +361,7 @@ func TestRoleMatrix(t *testing.T) {
 
 				after := admin.get(key)
 				if !allowed {
-					checkError(t, err, codes.PermissionDenied, server.ReasonPermissionDenied, "")
+					checkError(t, err, codes.PermissionDenied, "PERMISSION_DENIED", "")
 					switch {
 					case before == nil && after != nil:
 						t.Errorf("denied %s created intent %q (%v)", rc.name, key, after.GetState())
@@ -387,7 +387,7 @@ func TestRoleMatrix(t *testing.T) {
 				}
 				if rc.method == "CloseSession" {
 					_, err := admin.c.Heartbeat(admin.ctx, &intentv1.HeartbeatRequest{SessionId: p.session})
-					checkError(t, err, codes.NotFound, server.ReasonSessionNotFound, "")
+					checkError(t, err, codes.NotFound, "SESSION_NOT_FOUND", "")
 				}
 			})
 		}
@@ -462,53 +462,53 @@ func TestTenantIsolation(t *testing.T) {
 		{"Get", func(k string) error {
 			_, err := c.Get(b.ctx, &intentv1.GetRequest{Key: k})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Acquire", func(k string) error {
 			_, err := c.Acquire(b.ctx, &intentv1.AcquireRequest{Key: k, SessionId: bobSession, RequestId: "probe-1"})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Acquire expecting alice's fingerprint", func(k string) error {
 			_, err := c.Acquire(b.ctx, &intentv1.AcquireRequest{Key: k, SessionId: bobSession, RequestId: "probe-2", ExpectedFingerprint: aliceIntent.GetFingerprint()})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Complete with alice's token", func(k string) error {
 			_, err := c.Complete(b.ctx, &intentv1.CompleteRequest{Key: k, Token: aliceToken, Result: orderRef})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"MarkUnknown with alice's token", func(k string) error {
 			_, err := c.MarkUnknown(b.ctx, &intentv1.MarkUnknownRequest{Key: k, Token: aliceToken, Reason: "x"})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Release with alice's token", func(k string) error {
 			_, err := c.Release(b.ctx, &intentv1.ReleaseRequest{Key: k, Token: aliceToken, Reason: "x"})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Fail with alice's token", func(k string) error {
 			_, err := c.Fail(b.ctx, &intentv1.FailRequest{Key: k, Token: aliceToken, Failure: &intentv1.Failure{Code: "x"}})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Escalate with alice's token", func(k string) error {
 			_, err := c.Escalate(b.ctx, &intentv1.EscalateRequest{Key: k, Token: aliceToken, Reason: "x"})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Escalate with force", func(k string) error {
 			_, err := c.Escalate(b.ctx, &intentv1.EscalateRequest{Key: k, Reason: "x", Actor: "bob", Force: true})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Resolve with force", func(k string) error {
 			_, err := c.Resolve(b.ctx, &intentv1.ResolveRequest{Key: k, Decision: intentv1.Decision_DECISION_COMPLETED, Result: orderRef,
 				Actor: "bob", Reason: "x", RequestId: "probe-3", Force: true})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Resolve as cancelled", func(k string) error {
 			_, err := c.Resolve(b.ctx, &intentv1.ResolveRequest{Key: k, Decision: intentv1.Decision_DECISION_CANCELLED,
 				Actor: "bob", Reason: "x", RequestId: "probe-4", Force: true})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Cancel", func(k string) error {
 			_, err := c.Cancel(b.ctx, &intentv1.CancelRequest{Key: k})
 			return err
-		}, server.ReasonIntentNotFound},
+		}, "INTENT_NOT_FOUND"},
 		{"Heartbeat naming alice's lease", func(k string) error {
 			_, err := c.Heartbeat(b.ctx, &intentv1.HeartbeatRequest{SessionId: bobSession, Leases: []*intentv1.HeldLease{{Key: k, Token: aliceToken}}})
 			return err
@@ -587,7 +587,7 @@ func TestTenantIsolation(t *testing.T) {
 		for _, name := range slices.Sorted(maps.Keys(calls)) {
 			t.Run(name, func(t *testing.T) {
 				got := calls[name]("acme")
-				checkError(t, got, codes.PermissionDenied, server.ReasonPermissionDenied, "")
+				checkError(t, got, codes.PermissionDenied, "PERMISSION_DENIED", "")
 				// A tenant that exists nowhere gets the same answer: the
 				// refusal says nothing about whether acme exists.
 				other := calls[name]("initech")
@@ -617,7 +617,7 @@ func TestTenantIsolation(t *testing.T) {
 		for _, name := range slices.Sorted(maps.Keys(calls)) {
 			t.Run(name, func(t *testing.T) {
 				got, missing := calls[name](aliceSession), calls[name](madeUp)
-				checkError(t, got, codes.NotFound, server.ReasonSessionNotFound, "")
+				checkError(t, got, codes.NotFound, "SESSION_NOT_FOUND", "")
 				if !bytes.Equal(answer(t, got), answer(t, missing)) {
 					t.Errorf("bob using alice's session: %v; a made-up session: %v; want the same answer", got, missing)
 				}
@@ -658,7 +658,7 @@ func TestTenantIsolation(t *testing.T) {
 		}
 		for _, k := range []string{"nested", "child"} {
 			_, err := c.Get(b.ctx, &intentv1.GetRequest{Key: k})
-			checkError(t, err, codes.NotFound, server.ReasonIntentNotFound, "")
+			checkError(t, err, codes.NotFound, "INTENT_NOT_FOUND", "")
 		}
 	})
 
@@ -700,16 +700,16 @@ func TestTenantIsolation(t *testing.T) {
 	t.Run("two tenants must name one", func(t *testing.T) {
 		cc := callAs(t, carol)
 		_, err := c.Get(cc, &intentv1.GetRequest{Key: key})
-		checkError(t, err, codes.InvalidArgument, server.ReasonInvalidField, "tenant")
+		checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "tenant")
 		_, err = c.List(cc, &intentv1.ListRequest{})
-		checkError(t, err, codes.InvalidArgument, server.ReasonInvalidField, "tenant")
+		checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "tenant")
 		_, err = c.OpenSession(cc, &intentv1.OpenSessionRequest{Worker: "carol"})
-		checkError(t, err, codes.InvalidArgument, server.ReasonInvalidField, "tenant")
+		checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "tenant")
 		stream, err := c.Watch(cc, &intentv1.WatchRequest{})
 		if err == nil {
 			_, err = stream.Recv()
 		}
-		checkError(t, err, codes.InvalidArgument, server.ReasonInvalidField, "tenant")
+		checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "tenant")
 
 		got, err := c.Get(cc, &intentv1.GetRequest{Tenant: "acme", Key: key})
 		if err != nil || got.GetIntent().GetRevision() != aliceIntent.GetRevision() {
@@ -750,14 +750,14 @@ func TestAuthentication(t *testing.T) {
 				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", h)
 			}
 			_, err := c.Get(ctx, &intentv1.GetRequest{Key: "k"})
-			checkError(t, err, codes.Unauthenticated, server.ReasonUnauthenticated, "")
+			checkError(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "")
 			stream, err := c.Watch(ctx, &intentv1.WatchRequest{Key: "k"})
 			if err == nil {
 				_, err = stream.Recv()
 			}
-			checkError(t, err, codes.Unauthenticated, server.ReasonUnauthenticated, "")
+			checkError(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "")
 			_, err = c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Action: "buy", Identity: mustStruct(t, map[string]any{"order": "1"})})
-			checkError(t, err, codes.Unauthenticated, server.ReasonUnauthenticated, "")
+			checkError(t, err, codes.Unauthenticated, "UNAUTHENTICATED", "")
 			if tc.secret != "" {
 				if _, detail, _ := strings.Cut(status.Convert(err).Message(), "unauthenticated"); strings.Contains(detail, tc.secret) {
 					t.Errorf("the refusal repeats the credential: %v", err)
@@ -769,7 +769,7 @@ func TestAuthentication(t *testing.T) {
 	t.Run("the right token", func(t *testing.T) {
 		ctx := asMember(context.Background(), reader)
 		_, err := c.Get(ctx, &intentv1.GetRequest{Key: "k"})
-		checkError(t, err, codes.NotFound, server.ReasonIntentNotFound, "")
+		checkError(t, err, codes.NotFound, "INTENT_NOT_FOUND", "")
 		if _, err := c.DeriveKey(ctx, &intentv1.DeriveKeyRequest{Action: "buy", Identity: mustStruct(t, map[string]any{"order": "1"})}); err != nil {
 			t.Errorf("DeriveKey with the right token: %v", err)
 		}
@@ -808,7 +808,7 @@ func rateLimited(err error) (limit string, ok bool) {
 		return "", false
 	}
 	for _, d := range st.Details() {
-		if info, isInfo := d.(*errdetails.ErrorInfo); isInfo && info.GetReason() == server.ReasonRateLimited && retryDelay(err) > 0 {
+		if info, isInfo := d.(*errdetails.ErrorInfo); isInfo && info.GetReason() == "RATE_LIMITED" && retryDelay(err) > 0 {
 			return info.GetMetadata()["limit"], true
 		}
 	}

@@ -59,8 +59,8 @@ func invalidField(t testing.TB, err error) string {
 			}
 		}
 	}
-	if info.GetDomain() != server.ErrorDomain || info.GetReason() != server.ReasonInvalidField {
-		t.Fatalf("error %v: ErrorInfo %v, want %s / %s", err, info, server.ErrorDomain, server.ReasonInvalidField)
+	if info.GetDomain() != server.ErrorDomain || info.GetReason() != "INVALID_FIELD" {
+		t.Fatalf("error %v: ErrorInfo %v, want %s / %s", err, info, server.ErrorDomain, "INVALID_FIELD")
 	}
 	field := info.GetMetadata()["field"]
 	if len(violations) != 1 || violations[0] != field {

@@ -23,37 +23,82 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/errreason"
 )
 
 // ErrorDomain is the ErrorInfo domain of every intentd error.
 const ErrorDomain = "intentd.dev"
 
-// The ErrorInfo reasons intentd returns.
-const (
-	ReasonInvalidField        = "INVALID_FIELD"
-	ReasonIntentNotFound      = "INTENT_NOT_FOUND"
-	ReasonSessionNotFound     = "SESSION_NOT_FOUND"
-	ReasonFingerprintMismatch = "FINGERPRINT_MISMATCH"
-	ReasonInvalidTransition   = "INVALID_TRANSITION"
-	ReasonResultMismatch      = "RESULT_MISMATCH"
-	ReasonStaleToken          = "STALE_TOKEN"
-	ReasonStoreUnavailable    = "STORE_UNAVAILABLE"
-	ReasonIntentExpired       = "INTENT_EXPIRED"
-	ReasonLeaseHeld           = "LEASE_HELD"
-	ReasonRevisionCompacted   = "REVISION_COMPACTED"
-	ReasonTooLarge            = "TOO_LARGE"
-	ReasonStoreFull           = "STORE_FULL"
-	ReasonStoreRolledBack     = "STORE_ROLLED_BACK"
-	ReasonInternal            = "INTERNAL"
+// codeOf is the one table of the reasons intentd sends (the proto's
+// ErrorReason) and the gRPC code each comes with; TestEveryReasonIsDeclaredEverywhere
+// checks it has every reason and the README says the same.
+var codeOf = map[intentv1.ErrorReason]codes.Code{
+	intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD:        codes.InvalidArgument,
+	intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND:     codes.NotFound,
+	intentv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND:    codes.NotFound,
+	intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH: codes.FailedPrecondition,
+	intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION:   codes.FailedPrecondition,
+	intentv1.ErrorReason_ERROR_REASON_RESULT_MISMATCH:      codes.FailedPrecondition,
+	intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN:          codes.Aborted,
+	intentv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE:    codes.Unavailable,
+	intentv1.ErrorReason_ERROR_REASON_INTENT_EXPIRED:       codes.FailedPrecondition,
+	intentv1.ErrorReason_ERROR_REASON_LEASE_HELD:           codes.FailedPrecondition,
+	intentv1.ErrorReason_ERROR_REASON_REVISION_COMPACTED:   codes.FailedPrecondition,
+	intentv1.ErrorReason_ERROR_REASON_TOO_LARGE:            codes.ResourceExhausted,
+	intentv1.ErrorReason_ERROR_REASON_STORE_FULL:           codes.ResourceExhausted,
+	intentv1.ErrorReason_ERROR_REASON_STORE_ROLLED_BACK:    codes.Unavailable,
+	intentv1.ErrorReason_ERROR_REASON_INTERNAL:             codes.Internal,
+	intentv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED:      codes.Unauthenticated,
+	intentv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED:    codes.PermissionDenied,
+	intentv1.ErrorReason_ERROR_REASON_RATE_LIMITED:         codes.ResourceExhausted,
+}
+
+// The guard's refusals (server/auth.go), made statuses by toStatus like
+// every other error.
+type (
+	// unauthenticatedError: no principal; why (logged, and sent) says what
+	// was wrong with the credentials, if any were offered.
+	unauthenticatedError struct{ why string }
+	// deniedError: the principal lacks a role or tenant.
+	deniedError struct{ principal, method, why string }
+	// rateLimitedError: a bucket of the rate limits is empty until retry.
+	rateLimitedError struct {
+		limit string
+		retry time.Duration
+	}
+	// tenantError is an *intent.InvalidError of the tenant, worded
+	// "tenant: <why>" as the guard has always worded it.
+	tenantError struct{ *intent.InvalidError }
 )
+
+func (e *unauthenticatedError) Error() string {
+	if e.why == "" {
+		return "unauthenticated"
+	}
+	return "unauthenticated: " + e.why
+}
+
+func (e *deniedError) Error() string {
+	return fmt.Sprintf("permission denied: principal %q: %s", e.principal, e.why)
+}
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("rate limit of %s exceeded; retry in %v", e.limit, e.retry)
+}
+
+func (e *tenantError) Error() string { return e.Field + ": " + e.Reason }
+func (e *tenantError) Unwrap() error { return e.InvalidError }
 
 // toStatus maps a domain error to a gRPC status error.
 func toStatus(log *slog.Logger, err error) error {
@@ -68,64 +113,82 @@ func toStatus(log *slog.Logger, err error) error {
 		expired *intent.ExpiredError
 		compact *intent.CompactedError
 		missing *intent.NotFoundError
+		unauth  *unauthenticatedError
+		deny    *deniedError
+		limited *rateLimitedError
 	)
 	switch {
+	case errors.As(err, &unauth):
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED, err.Error(), nil)
+	case errors.As(err, &deny):
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, err.Error(),
+			map[string]string{"principal": deny.principal, "method": deny.method})
+	case errors.As(err, &limited):
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_RATE_LIMITED, err.Error(),
+			map[string]string{"limit": limited.limit},
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(limited.retry)})
 	case errors.As(err, &invalid):
-		return withDetails(codes.InvalidArgument, err.Error(), ReasonInvalidField,
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD, err.Error(),
 			map[string]string{"field": invalid.Field},
 			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
 				{Field: invalid.Field, Description: invalid.Reason},
 			}})
 	case errors.As(err, &stale):
-		return withDetails(codes.Aborted, err.Error(), ReasonStaleToken,
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN, err.Error(),
 			map[string]string{"current_token": stale.Current.String(), "token": stale.Token.String()},
 			refusal("stale_token", fmt.Sprintf("stale_token: a newer lease (token %s) superseded yours on intent %s; your report changed nothing and is kept as evidence; acquire again to learn what to do", stale.Current, stale.Key),
 				stale.Intent, uint64(stale.Current), true))
 	case errors.As(err, &fpm):
-		return withDetails(codes.FailedPrecondition, err.Error(), ReasonFingerprintMismatch,
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, err.Error(),
 			map[string]string{"registered_fingerprint": fpm.Stored, "request_fingerprint": fpm.Given})
 	case errors.As(err, &trans):
-		return withDetails(codes.FailedPrecondition, err.Error(), ReasonInvalidTransition,
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION, err.Error(),
 			map[string]string{"state": trans.State.String()},
 			refusal("refused", fmt.Sprintf("refused: %s is not allowed on intent %s in state %s", trans.Call, trans.Key, trans.State), trans.Intent, 0, trans.Evidence))
 	case errors.As(err, &expired):
-		return withDetails(codes.FailedPrecondition, err.Error(), ReasonIntentExpired,
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_INTENT_EXPIRED, err.Error(),
 			map[string]string{"final_state": expired.State.String(), "fingerprint": expired.Fingerprint})
 	case errors.As(err, &compact):
-		return withDetails(codes.FailedPrecondition, err.Error(), ReasonRevisionCompacted,
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_REVISION_COMPACTED, err.Error(),
 			map[string]string{"compact_revision": strconv.FormatInt(compact.Compacted, 10)})
 	case errors.Is(err, intent.ErrStoreFull):
 		log.Error("etcd backend quota exhausted: compact, defragment and disarm the NOSPACE alarm", "err", err)
-		return withDetails(codes.ResourceExhausted, "the store is full: intentd serves reads only until an operator frees space; nothing was written", ReasonStoreFull, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_STORE_FULL, "the store is full: intentd serves reads only until an operator frees space; nothing was written", nil)
 	case errors.Is(err, intent.ErrTooLarge):
-		return withDetails(codes.ResourceExhausted, err.Error(), ReasonTooLarge, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_TOO_LARGE, err.Error(), nil)
 	case errors.Is(err, intent.ErrLeaseHeld):
-		return withDetails(codes.FailedPrecondition, err.Error(), ReasonLeaseHeld, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_LEASE_HELD, err.Error(), nil)
 	case errors.Is(err, intent.ErrResultMismatch):
-		return withDetails(codes.FailedPrecondition, err.Error(), ReasonResultMismatch, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_RESULT_MISMATCH, err.Error(), nil)
 	case errors.As(err, &missing):
-		return withDetails(codes.NotFound, missing.Error(), ReasonIntentNotFound, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND, missing.Error(), nil)
 	case errors.Is(err, intent.ErrNotFound):
-		return withDetails(codes.NotFound, "intent: not found", ReasonIntentNotFound, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND, "intent: not found", nil)
 	case errors.Is(err, intent.ErrSessionNotFound):
-		return withDetails(codes.NotFound, "session not found: it expired, was closed, or belongs elsewhere; open a new one", ReasonSessionNotFound, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session not found: it expired, was closed, or belongs elsewhere; open a new one", nil)
 	case errors.Is(err, intent.ErrStoreRolledBack):
 		log.Error("etcd's revision went back: refusing to decide anything", "err", err)
-		return withDetails(codes.Unavailable, "etcd's revision went back below one this replica already saw (restored from a snapshot without a revision bump?): this replica decides nothing until an operator restores with a bump; another replica may serve", ReasonStoreRolledBack, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_STORE_ROLLED_BACK, "etcd's revision went back below one this replica already saw (restored from a snapshot without a revision bump?): this replica decides nothing until an operator restores with a bump; another replica may serve", nil)
 	case errors.Is(err, intent.ErrUnavailable):
 		log.Warn("store unavailable", "err", err)
-		return withDetails(codes.Unavailable, "etcd did not answer in time; retrying the same call is safe", ReasonStoreUnavailable, nil)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, "etcd did not answer in time; retrying the same call is safe", nil)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded; retrying the same call is safe")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request canceled")
 	}
 	log.Error("unmapped error", "err", err)
-	return withDetails(codes.Internal, "internal error", ReasonInternal, nil)
+	return withDetails(intentv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error", nil)
 }
 
-func withDetails(c codes.Code, msg, reason string, meta map[string]string, more ...proto.Message) error {
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: reason, Metadata: meta}}
+// withDetails builds the status of a refusal for reason: the code the table
+// gives it, msg, and an ErrorInfo with meta, then the more details.
+func withDetails(reason intentv1.ErrorReason, msg string, meta map[string]string, more ...proto.Message) error {
+	c, ok := codeOf[reason]
+	if !ok {
+		c = codes.Internal // not reached: a test checks the table has every reason
+	}
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: errreason.String(reason), Metadata: meta}}
 	for _, m := range more {
 		details = append(details, protoadapt.MessageV1Of(m))
 	}

@@ -176,31 +176,31 @@ func TestLifecycleErrorMapping(t *testing.T) {
 			name:  "Resolve without decision",
 			setup: markedUnknown,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-1", Actor: "alice", Reason: "found it", Result: orderRef}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "decision",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "decision",
 		},
 		{
 			name:  "Resolve without actor",
 			setup: markedUnknown,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-2", Decision: intentv1.Decision_DECISION_COMPLETED, Reason: "found it", Result: orderRef}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "actor",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "actor",
 		},
 		{
 			name:  "Resolve without request_id",
 			setup: markedUnknown,
 			call:  resolve(&intentv1.ResolveRequest{Decision: intentv1.Decision_DECISION_COMPLETED, Actor: "alice", Reason: "found it", Result: orderRef}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "request_id",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "request_id",
 		},
 		{
 			name:  "Resolve without reason",
 			setup: markedUnknown,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-3", Decision: intentv1.Decision_DECISION_COMPLETED, Actor: "alice", Result: orderRef}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "reason",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "reason",
 		},
 		{
 			name:  "Resolve COMPLETED without result",
 			setup: markedUnknown,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-4", Decision: intentv1.Decision_DECISION_COMPLETED, Actor: "alice", Reason: "found it"}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "result",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "result",
 		},
 		{
 			name:  "Resolve FAILED without failure code",
@@ -209,13 +209,13 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				Decision: intentv1.Decision_DECISION_FAILED, Actor: "alice", Reason: "card declined",
 				Failure: &intentv1.Failure{Message: "declined"},
 			}),
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "failure.code",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "failure.code",
 		},
 		{
 			name:  "Resolve PENDING with a result",
 			setup: markedUnknown,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-6", Decision: intentv1.Decision_DECISION_PENDING, Actor: "alice", Reason: "no order", Result: orderRef}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "result",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "result",
 		},
 		{
 			name:  "Escalate without reason",
@@ -224,31 +224,31 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Escalate(f.ctx, &intentv1.EscalateRequest{Key: key, Token: p.token, Actor: "w1"})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "reason",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "reason",
 		},
 		{
 			name:  "List with a label without value",
 			setup: nothing,
 			call:  list(&intentv1.ListRequest{Label: "novalue"}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "label",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "label",
 		},
 		{
 			name:  "List with page_size 101",
 			setup: nothing,
 			call:  list(&intentv1.ListRequest{PageSize: etcdstore.MaxPageSize + 1}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "page_size",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "page_size",
 		},
 		{
 			name:  "List with a garbage page_token",
 			setup: nothing,
 			call:  list(&intentv1.ListRequest{PageToken: "not-a-token!"}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "page_token",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "page_token",
 		},
 		{
 			name:  "List with state 99",
 			setup: nothing,
 			call:  list(&intentv1.ListRequest{States: []intentv1.State{99}}),
-			code:  codes.InvalidArgument, reason: server.ReasonInvalidField, field: "states",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "states",
 		},
 		{
 			name:  "Watch from revision -1",
@@ -263,7 +263,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err = stream.Recv()
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "start_revision",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "start_revision",
 		},
 		{
 			name:  "Complete with 17 children",
@@ -276,7 +276,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: orderRef, Children: kids})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "children",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "children",
 		},
 		{
 			name:  "Complete with a child of another tenant",
@@ -287,7 +287,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: orderRef, Children: []*intentv1.RegisterRequest{kid}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "children[0].tenant",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "children[0].tenant",
 		},
 		{
 			name:  "Register with retention over the server's maximum",
@@ -296,7 +296,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Key: key, Params: mustStruct(f.t, lamp(1)), Retention: tooLong})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "retention",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "retention",
 		},
 		{
 			name:  "Acquire registering with retention over the server's maximum",
@@ -308,7 +308,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "register.retention",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "register.retention",
 		},
 		{
 			name:  "Complete with a child retained over the server's maximum",
@@ -319,13 +319,13 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: orderRef, Children: []*intentv1.RegisterRequest{kid}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "children[0].retention",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "children[0].retention",
 		},
 		{
 			name:  "Resolve of a live-leased intent without force",
 			setup: held,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-7", Decision: intentv1.Decision_DECISION_COMPLETED, Actor: "alice", Reason: "found it", Result: orderRef}),
-			code:  codes.FailedPrecondition, reason: server.ReasonLeaseHeld,
+			code:  codes.FailedPrecondition, reason: "LEASE_HELD",
 		},
 		{
 			name:  "Escalate by a reviewer of a live-leased intent without force",
@@ -334,7 +334,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Escalate(f.ctx, &intentv1.EscalateRequest{Key: key, Reason: "customer complaint", Actor: "alice"})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonLeaseHeld,
+			code: codes.FailedPrecondition, reason: "LEASE_HELD",
 		},
 		{
 			name:  "Cancel of an IN_PROGRESS intent",
@@ -343,19 +343,19 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Cancel(f.ctx, &intentv1.CancelRequest{Key: key, Actor: "approver", Reason: "changed my mind"})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code: codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 		},
 		{
 			name:  "Resolve of a PENDING intent",
 			setup: pending,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-8", Decision: intentv1.Decision_DECISION_CANCELLED, Actor: "alice", Reason: "duplicate"}),
-			code:  codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code:  codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 		},
 		{
 			name:  "Resolve of a COMPLETED intent",
 			setup: completed,
 			call:  resolve(&intentv1.ResolveRequest{RequestId: "review-9", Decision: intentv1.Decision_DECISION_PENDING, Actor: "alice", Reason: "no order"}),
-			code:  codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code:  codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 		},
 		{
 			name:  "Escalate under its token of a COMPLETED intent",
@@ -364,7 +364,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 				_, err := f.c.Escalate(f.ctx, &intentv1.EscalateRequest{Key: key, Token: p.token, Reason: "second thoughts", Actor: "w1"})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code: codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 		},
 	}
 	for i, tc := range tests {
@@ -376,7 +376,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 
 			err := tc.call(f, key, p)
 			checkError(t, err, tc.code, tc.reason, tc.field)
-			if tc.reason == server.ReasonInvalidTransition {
+			if tc.reason == "INVALID_TRANSITION" {
 				st := statementOf(err)
 				if st.GetStatus() != "refused" || st.GetIntentKey() != key || st.GetState() != before.GetState() {
 					t.Errorf("Statement = %v, want status refused for %s in state %v", st, key, before.GetState())
@@ -468,7 +468,7 @@ func TestRetentionExpiry(t *testing.T) {
 	}
 	for _, tc := range calls {
 		t.Run(tc.name, func(t *testing.T) {
-			d := checkError(t, tc.call(), codes.FailedPrecondition, server.ReasonIntentExpired, "")
+			d := checkError(t, tc.call(), codes.FailedPrecondition, "INTENT_EXPIRED", "")
 			for k, want := range meta {
 				if got := d.info.GetMetadata()[k]; got != want {
 					t.Errorf("ErrorInfo.metadata[%s] = %q, want %q", k, got, want)
@@ -508,7 +508,7 @@ func TestRefusalStatements(t *testing.T) {
 		in := f.get(key)
 
 		_, err := c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: stale})
-		d := checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+		d := checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 		if got, want := d.info.GetMetadata()["current_token"], fmt.Sprint(p.newer); got != want {
 			t.Errorf("ErrorInfo.metadata[current_token] = %q, want %q", got, want)
 		}
@@ -541,7 +541,7 @@ func TestRefusalStatements(t *testing.T) {
 		const key = "stale-held"
 		p := superseded(f, key)
 		_, err := c.Fail(f.ctx, &intentv1.FailRequest{Key: key, Token: p.token, Failure: &intentv1.Failure{Code: "card_declined"}})
-		checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+		checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 		st := statementOf(err)
 		if st.GetStatus() != "stale_token" || st.GetCurrentToken() != p.newer || st.GetActionTaken() != "evidence_recorded" {
 			t.Errorf("Statement = %v, want stale_token, current token %d, evidence_recorded", st, p.newer)
@@ -564,7 +564,7 @@ func TestRefusalStatements(t *testing.T) {
 			t.Fatalf("Get after the reconciler's session closed: %v, want UNKNOWN", got)
 		}
 		_, err := c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: stale})
-		checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+		checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 		if st := statementOf(err); st.GetState() != intentv1.State_STATE_UNKNOWN || st.GetCurrentToken() != t2 {
 			t.Errorf("Statement state %v current token %d, want UNKNOWN (as Get says) and %d", st.GetState(), st.GetCurrentToken(), t2)
 		}
@@ -575,7 +575,7 @@ func TestRefusalStatements(t *testing.T) {
 		const key = "refused-review"
 		p := escalated(f, key)
 		_, err := c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: orderRef})
-		d := checkError(t, err, codes.FailedPrecondition, server.ReasonInvalidTransition, "")
+		d := checkError(t, err, codes.FailedPrecondition, "INVALID_TRANSITION", "")
 		if got := d.info.GetMetadata()["state"]; got != "NEEDS_REVIEW" {
 			t.Errorf("ErrorInfo.metadata[state] = %q, want NEEDS_REVIEW", got)
 		}
@@ -750,7 +750,7 @@ func TestReviewRoundTrip(t *testing.T) {
 
 	// The decision superseded the reconciler's lease.
 	_, err = c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: t2, Result: &intentv1.Result{Payload: []byte("late")}})
-	d := checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+	d := checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 	if cur := d.info.GetMetadata()["current_token"]; cur == fmt.Sprint(t2) || cur == "" {
 		t.Errorf("current_token after Resolve = %q, want one newer than %d", cur, t2)
 	}
@@ -781,7 +781,7 @@ func TestForcedResolveSupersedesLease(t *testing.T) {
 	p := held(f, key)
 	decide := &intentv1.ResolveRequest{RequestId: "review-11", Key: key, Decision: intentv1.Decision_DECISION_CANCELLED, Actor: "alice", Reason: "customer withdrew"}
 	_, err := c.Resolve(f.ctx, decide)
-	checkError(t, err, codes.FailedPrecondition, server.ReasonLeaseHeld, "")
+	checkError(t, err, codes.FailedPrecondition, "LEASE_HELD", "")
 
 	decide.Force = true
 	res, err := c.Resolve(f.ctx, decide)
@@ -792,7 +792,7 @@ func TestForcedResolveSupersedesLease(t *testing.T) {
 		t.Errorf("Resolve with force: %v token %d, want CANCELLED under a token above %d", res.GetIntent().GetState(), res.GetIntent().GetLease().GetToken(), p.token)
 	}
 	_, err = c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: orderRef})
-	checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+	checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 	if got := f.get(key); got.GetState() != intentv1.State_STATE_CANCELLED || got.GetResult() != nil {
 		t.Errorf("after the holder's report: %v result %v, want CANCELLED without result", got.GetState(), got.GetResult())
 	}
@@ -813,7 +813,7 @@ func TestResolveRetryIsReplayed(t *testing.T) {
 			t.Fatalf("Resolve: %v", err)
 		}
 		_, err := c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: orderRef})
-		checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+		checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 		again, err := c.Resolve(f.ctx, decide)
 		if err != nil || again.GetActionTaken() != "none" {
 			t.Errorf("Resolve retried: %q, %v; want action_taken none", again.GetActionTaken(), err)
@@ -1025,7 +1025,7 @@ func TestWatch(t *testing.T) {
 						t.Errorf("event %v at revision %d from a compacted start", ev.GetIntent().GetState(), ev.GetRevision())
 					}
 				}
-				d := checkError(t, err, codes.FailedPrecondition, server.ReasonRevisionCompacted, "")
+				d := checkError(t, err, codes.FailedPrecondition, "REVISION_COMPACTED", "")
 				if got, want := d.info.GetMetadata()["compact_revision"], fmt.Sprint(compactRev); got != want {
 					t.Errorf("ErrorInfo.metadata[compact_revision] = %q, want %q", got, want)
 				}
@@ -1143,7 +1143,7 @@ func TestOutbox(t *testing.T) {
 		p := superseded(f, parent)
 		kid := child(t, parent+":email", "confirmation email")
 		_, err := c.Complete(f.ctx, &intentv1.CompleteRequest{Key: parent, Token: p.token, Result: orderRef, Children: []*intentv1.RegisterRequest{kid}})
-		checkError(t, err, codes.Aborted, server.ReasonStaleToken, "")
+		checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
 		if got := f.get(kid.GetKey()); got != nil {
 			t.Errorf("child %s exists after a stale Complete: %v", kid.GetKey(), got.GetState())
 		}

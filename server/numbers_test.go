@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/server"
 )
 
 // TestLargeIntegersAreRefusedNotMerged: google.protobuf.Struct carries
@@ -87,8 +86,8 @@ func TestLargeIntegersAreRefusedNotMerged(t *testing.T) {
 				t.Fatalf("accepted, want INVALID_FIELD %s", tc.field)
 			}
 			d := detailsOf(t, err)
-			if d.code != codes.InvalidArgument || d.info.GetReason() != server.ReasonInvalidField || d.info.GetMetadata()["field"] != tc.field {
-				t.Errorf("error = %v %s field %q, want %v %s field %q", d.code, d.info.GetReason(), d.info.GetMetadata()["field"], codes.InvalidArgument, server.ReasonInvalidField, tc.field)
+			if d.code != codes.InvalidArgument || d.info.GetReason() != "INVALID_FIELD" || d.info.GetMetadata()["field"] != tc.field {
+				t.Errorf("error = %v %s field %q, want %v %s field %q", d.code, d.info.GetReason(), d.info.GetMetadata()["field"], codes.InvalidArgument, "INVALID_FIELD", tc.field)
 			}
 			if len(d.field) != 1 || d.field[0] != tc.field {
 				t.Errorf("BadRequest fields = %q, want [%q]", d.field, tc.field)
@@ -158,8 +157,8 @@ func TestDeriveKeyReturnsTheFingerprintRegisterStores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: both.GetKey(), SessionId: sess, RequestId: "r2", ExpectedFingerprint: changed.GetFingerprint()}); detailsOf(t, err).info.GetReason() != server.ReasonFingerprintMismatch {
-		t.Errorf("Acquire with the fingerprint of other terms = %v, want %s", err, server.ReasonFingerprintMismatch)
+	if _, err := c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: both.GetKey(), SessionId: sess, RequestId: "r2", ExpectedFingerprint: changed.GetFingerprint()}); detailsOf(t, err).info.GetReason() != "FINGERPRINT_MISMATCH" {
+		t.Errorf("Acquire with the fingerprint of other terms = %v, want %s", err, "FINGERPRINT_MISMATCH")
 	}
 
 	invalid := []struct {

@@ -316,7 +316,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Params: mustStruct(f.t, lamp(1))})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "key",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "key",
 		},
 		{
 			name:  "Register with bad tenant",
@@ -325,7 +325,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Tenant: "Bad Tenant", Key: key, Params: mustStruct(f.t, lamp(1))})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "tenant",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "tenant",
 		},
 		{
 			name:  "Register with empty params",
@@ -334,7 +334,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Key: key, Params: &structpb.Struct{}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "params",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "params",
 		},
 		{
 			name:  "Register with too many labels",
@@ -343,7 +343,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Key: key, Params: mustStruct(f.t, lamp(1)), Labels: manyLabels})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "labels",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "labels",
 		},
 		{
 			name:  "Register with bad parent key",
@@ -352,7 +352,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Key: key, Params: mustStruct(f.t, lamp(1)), ParentKey: "no spaces allowed"})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "parent_key",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "parent_key",
 		},
 		{
 			name:  "OpenSession with ttl 1s",
@@ -361,7 +361,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.OpenSession(f.ctx, &intentv1.OpenSessionRequest{Worker: "w", Ttl: durationpb.New(time.Second)})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "ttl",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "ttl",
 		},
 		{
 			name:  "OpenSession without worker",
@@ -370,7 +370,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.OpenSession(f.ctx, &intentv1.OpenSessionRequest{})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "worker",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "worker",
 		},
 		{
 			name:  "Acquire without request_id",
@@ -379,7 +379,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: key, SessionId: p.session})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "request_id",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "request_id",
 		},
 		{
 			name:  "Acquire with empty register.params",
@@ -391,7 +391,7 @@ func TestErrorMapping(t *testing.T) {
 				})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "register.params",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "register.params",
 		},
 		{
 			name:  "Acquire with malformed register.key",
@@ -403,7 +403,7 @@ func TestErrorMapping(t *testing.T) {
 				})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "register.key",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "register.key",
 		},
 		{
 			name:  "Acquire with register for another key",
@@ -415,7 +415,7 @@ func TestErrorMapping(t *testing.T) {
 				})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "register",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "register",
 		},
 		{
 			name:  "Complete with token 0",
@@ -424,7 +424,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Result: &intentv1.Result{Payload: []byte("ok")}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "token",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "token",
 		},
 		{
 			name:  "Complete with a token never issued",
@@ -433,7 +433,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token + 1000, Result: &intentv1.Result{Payload: []byte("ok")}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "token",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "token",
 		},
 		{
 			name:  "Complete without result",
@@ -442,7 +442,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "result",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "result",
 		},
 		{
 			name:  "Complete with oversize payload",
@@ -451,7 +451,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: &intentv1.Result{Payload: make([]byte, server.MaxPayloadBytes+1)}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "result.payload",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "result.payload",
 		},
 		{
 			name:  "Fail without failure code",
@@ -460,7 +460,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Fail(f.ctx, &intentv1.FailRequest{Key: key, Token: p.token, Failure: &intentv1.Failure{Message: "declined"}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "failure.code",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "failure.code",
 		},
 		{
 			name:  "Heartbeat naming a malformed lease key",
@@ -471,7 +471,7 @@ func TestErrorMapping(t *testing.T) {
 				}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "leases[1].key",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "leases[1].key",
 		},
 		{
 			name:  "Heartbeat naming a lease without token",
@@ -480,7 +480,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Heartbeat(f.ctx, &intentv1.HeartbeatRequest{SessionId: p.session, Leases: []*intentv1.HeldLease{{Key: key}}})
 				return err
 			},
-			code: codes.InvalidArgument, reason: server.ReasonInvalidField, field: "leases[0].token",
+			code: codes.InvalidArgument, reason: "INVALID_FIELD", field: "leases[0].token",
 		},
 		{
 			name:  "Get of a missing key",
@@ -489,7 +489,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Get(f.ctx, &intentv1.GetRequest{Key: key})
 				return err
 			},
-			code: codes.NotFound, reason: server.ReasonIntentNotFound,
+			code: codes.NotFound, reason: "INTENT_NOT_FOUND",
 		},
 		{
 			name:  "Complete of a missing key",
@@ -498,7 +498,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: 7, Result: &intentv1.Result{Payload: []byte("ok")}})
 				return err
 			},
-			code: codes.NotFound, reason: server.ReasonIntentNotFound,
+			code: codes.NotFound, reason: "INTENT_NOT_FOUND",
 		},
 		{
 			name:  "Acquire with a made-up session",
@@ -507,7 +507,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: key, SessionId: "deadbeef", RequestId: "r1"})
 				return err
 			},
-			code: codes.NotFound, reason: server.ReasonSessionNotFound,
+			code: codes.NotFound, reason: "SESSION_NOT_FOUND",
 		},
 		{
 			name:  "Get from another tenant",
@@ -516,7 +516,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Get(f.ctx, &intentv1.GetRequest{Tenant: "acme", Key: key})
 				return err
 			},
-			code: codes.NotFound, reason: server.ReasonIntentNotFound,
+			code: codes.NotFound, reason: "INTENT_NOT_FOUND",
 		},
 		{
 			name:  "Acquire with another tenant's session",
@@ -525,7 +525,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Acquire(f.ctx, &intentv1.AcquireRequest{Tenant: "acme", Key: key, SessionId: p.session, RequestId: "r1"})
 				return err
 			},
-			code: codes.NotFound, reason: server.ReasonSessionNotFound,
+			code: codes.NotFound, reason: "SESSION_NOT_FOUND",
 		},
 		{
 			name:  "CloseSession of a made-up session",
@@ -534,7 +534,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.CloseSession(f.ctx, &intentv1.CloseSessionRequest{SessionId: "deadbeef"})
 				return err
 			},
-			code: codes.NotFound, reason: server.ReasonSessionNotFound,
+			code: codes.NotFound, reason: "SESSION_NOT_FOUND",
 		},
 		{
 			name:  "Register again with another quantity",
@@ -543,7 +543,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Key: key, Params: mustStruct(f.t, lamp(2))})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonFingerprintMismatch,
+			code: codes.FailedPrecondition, reason: "FINGERPRINT_MISMATCH",
 			meta: func(p prep) map[string]string {
 				return map[string]string{"registered_fingerprint": p.fingerprint, "request_fingerprint": otherFP}
 			},
@@ -555,7 +555,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: key, SessionId: p.session, RequestId: "r1", ExpectedFingerprint: strings.Repeat("0", 64)})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonFingerprintMismatch,
+			code: codes.FailedPrecondition, reason: "FINGERPRINT_MISMATCH",
 			meta: func(p prep) map[string]string {
 				return map[string]string{"registered_fingerprint": p.fingerprint, "request_fingerprint": strings.Repeat("0", 64)}
 			},
@@ -570,7 +570,7 @@ func TestErrorMapping(t *testing.T) {
 				})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonFingerprintMismatch,
+			code: codes.FailedPrecondition, reason: "FINGERPRINT_MISMATCH",
 			meta: func(p prep) map[string]string {
 				return map[string]string{"registered_fingerprint": p.fingerprint, "request_fingerprint": otherFP}
 			},
@@ -582,7 +582,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: &intentv1.Result{ExternalRefs: map[string]string{"supplier_order_id": "SO-9"}}})
 				return err
 			},
-			code: codes.Aborted, reason: server.ReasonStaleToken,
+			code: codes.Aborted, reason: "STALE_TOKEN",
 			meta: func(p prep) map[string]string {
 				return map[string]string{"current_token": fmt.Sprint(p.newer), "token": fmt.Sprint(p.token)}
 			},
@@ -595,7 +595,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Release(f.ctx, &intentv1.ReleaseRequest{Key: key, Token: p.token, Reason: "no order found"})
 				return err
 			},
-			code: codes.Aborted, reason: server.ReasonStaleToken,
+			code: codes.Aborted, reason: "STALE_TOKEN",
 			meta: func(p prep) map[string]string {
 				return map[string]string{"current_token": fmt.Sprint(p.newer), "token": fmt.Sprint(p.token)}
 			},
@@ -608,7 +608,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.MarkUnknown(f.ctx, &intentv1.MarkUnknownRequest{Key: key, Token: p.token})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code: codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 			meta: func(prep) map[string]string { return map[string]string{"state": "COMPLETED"} },
 		},
 		{
@@ -618,7 +618,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Release(f.ctx, &intentv1.ReleaseRequest{Key: key, Token: p.token})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code: codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 			meta: func(prep) map[string]string { return map[string]string{"state": "COMPLETED"} },
 		},
 		{
@@ -628,7 +628,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Fail(f.ctx, &intentv1.FailRequest{Key: key, Token: p.token, Failure: &intentv1.Failure{Code: "card_declined"}})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code: codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 			meta: func(prep) map[string]string { return map[string]string{"state": "COMPLETED"} },
 		},
 		{
@@ -644,7 +644,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Fail(f.ctx, &intentv1.FailRequest{Key: key, Token: p.token, Failure: &intentv1.Failure{Code: "card_declined"}})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonInvalidTransition,
+			code: codes.FailedPrecondition, reason: "INVALID_TRANSITION",
 			meta: func(prep) map[string]string { return map[string]string{"state": "PENDING"} },
 		},
 		{
@@ -654,7 +654,7 @@ func TestErrorMapping(t *testing.T) {
 				_, err := f.c.Complete(f.ctx, &intentv1.CompleteRequest{Key: key, Token: p.token, Result: &intentv1.Result{ExternalRefs: map[string]string{"supplier_order_id": "SO-2"}}})
 				return err
 			},
-			code: codes.FailedPrecondition, reason: server.ReasonResultMismatch,
+			code: codes.FailedPrecondition, reason: "RESULT_MISMATCH",
 		},
 	}
 	for i, tc := range tests {
@@ -854,8 +854,8 @@ func TestDeriveKey(t *testing.T) {
 				t.Fatalf("DeriveKey succeeded, want INVALID_FIELD %q", tc.field)
 			}
 			d := detailsOf(t, err)
-			if d.code != codes.InvalidArgument || d.info.GetReason() != server.ReasonInvalidField || d.info.GetDomain() != server.ErrorDomain {
-				t.Errorf("error = %v %s/%s, want %v %s/%s", d.code, d.info.GetDomain(), d.info.GetReason(), codes.InvalidArgument, server.ErrorDomain, server.ReasonInvalidField)
+			if d.code != codes.InvalidArgument || d.info.GetReason() != "INVALID_FIELD" || d.info.GetDomain() != server.ErrorDomain {
+				t.Errorf("error = %v %s/%s, want %v %s/%s", d.code, d.info.GetDomain(), d.info.GetReason(), codes.InvalidArgument, server.ErrorDomain, "INVALID_FIELD")
 			}
 			if len(d.field) != 1 || d.field[0] != tc.field {
 				t.Errorf("BadRequest fields = %q, want [%q]", d.field, tc.field)
@@ -973,9 +973,9 @@ func TestHeartbeatFencing(t *testing.T) {
 		meta    map[string]string
 	}{
 		{"current token", s2, t2, codes.OK, "", nil},
-		{"superseded token", s1, t1, codes.Aborted, server.ReasonStaleToken, map[string]string{"current_token": fmt.Sprint(t2)}},
-		{"superseded token again", s1, t1, codes.Aborted, server.ReasonStaleToken, map[string]string{"current_token": fmt.Sprint(t2)}},
-		{"token never issued", s2, t2 + 1000, codes.InvalidArgument, server.ReasonInvalidField, map[string]string{"field": "leases[0].token"}},
+		{"superseded token", s1, t1, codes.Aborted, "STALE_TOKEN", map[string]string{"current_token": fmt.Sprint(t2)}},
+		{"superseded token again", s1, t1, codes.Aborted, "STALE_TOKEN", map[string]string{"current_token": fmt.Sprint(t2)}},
+		{"token never issued", s2, t2 + 1000, codes.InvalidArgument, "INVALID_FIELD", map[string]string{"field": "leases[0].token"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1063,8 +1063,8 @@ func TestCloseSessionLeavesUnknown(t *testing.T) {
 
 	// The closed session is gone for good.
 	_, err := c.Acquire(f.ctx, &intentv1.AcquireRequest{Key: key, SessionId: s1, RequestId: "r2"})
-	if d := detailsOf(t, err); d.code != codes.NotFound || d.info.GetReason() != server.ReasonSessionNotFound {
-		t.Errorf("Acquire with the closed session: %v, want NOT_FOUND %s", err, server.ReasonSessionNotFound)
+	if d := detailsOf(t, err); d.code != codes.NotFound || d.info.GetReason() != "SESSION_NOT_FOUND" {
+		t.Errorf("Acquire with the closed session: %v, want NOT_FOUND %s", err, "SESSION_NOT_FOUND")
 	}
 }
 
@@ -1087,8 +1087,8 @@ func TestReplayedReportShowsCurrentState(t *testing.T) {
 
 	resp, err := c.MarkUnknown(f.ctx, &intentv1.MarkUnknownRequest{Key: key, Token: t1, Reason: "provider timeout"})
 	if err != nil {
-		if d := detailsOf(t, err); d.code != codes.Aborted || d.info.GetReason() != server.ReasonStaleToken {
-			t.Fatalf("MarkUnknown retried: %v, want success (a replay) or ABORTED %s", err, server.ReasonStaleToken)
+		if d := detailsOf(t, err); d.code != codes.Aborted || d.info.GetReason() != "STALE_TOKEN" {
+			t.Fatalf("MarkUnknown retried: %v, want success (a replay) or ABORTED %s", err, "STALE_TOKEN")
 		}
 		return
 	}
@@ -1133,8 +1133,8 @@ func TestStoreUnavailable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
 			d := detailsOf(t, err)
-			if d.code != codes.Unavailable || d.info.GetReason() != server.ReasonStoreUnavailable || d.info.GetDomain() != server.ErrorDomain {
-				t.Errorf("%s with etcd down: %v (%s/%s), want %v %s/%s", tc.name, err, d.info.GetDomain(), d.info.GetReason(), codes.Unavailable, server.ErrorDomain, server.ReasonStoreUnavailable)
+			if d.code != codes.Unavailable || d.info.GetReason() != "STORE_UNAVAILABLE" || d.info.GetDomain() != server.ErrorDomain {
+				t.Errorf("%s with etcd down: %v (%s/%s), want %v %s/%s", tc.name, err, d.info.GetDomain(), d.info.GetReason(), codes.Unavailable, server.ErrorDomain, "STORE_UNAVAILABLE")
 			}
 			if msg := status.Convert(err).Message(); strings.Contains(msg, "etcdserver") || strings.Contains(msg, "127.0.0.1") {
 				t.Errorf("%s with etcd down: message %q leaks the etcd error", tc.name, msg)
@@ -1163,8 +1163,8 @@ func TestStoreRolledBack(t *testing.T) {
 		},
 	} {
 		d := detailsOf(t, call())
-		if d.code != codes.Unavailable || d.info.GetReason() != server.ReasonStoreRolledBack {
-			t.Errorf("%s on a rolled-back store: %v %s, want UNAVAILABLE %s", name, d.code, d.info.GetReason(), server.ReasonStoreRolledBack)
+		if d.code != codes.Unavailable || d.info.GetReason() != "STORE_ROLLED_BACK" {
+			t.Errorf("%s on a rolled-back store: %v %s, want UNAVAILABLE %s", name, d.code, d.info.GetReason(), "STORE_ROLLED_BACK")
 		}
 	}
 }

@@ -117,8 +117,8 @@ func FuzzValidateRequest(f *testing.F) {
 				}
 			}
 		}
-		if info0.GetDomain() != server.ErrorDomain || info0.GetReason() != server.ReasonInvalidField {
-			t.Fatalf("%s refused with ErrorInfo %v, want %s / %s", mt.Descriptor().FullName(), info0, server.ErrorDomain, server.ReasonInvalidField)
+		if info0.GetDomain() != server.ErrorDomain || info0.GetReason() != "INVALID_FIELD" {
+			t.Fatalf("%s refused with ErrorInfo %v, want %s / %s", mt.Descriptor().FullName(), info0, server.ErrorDomain, "INVALID_FIELD")
 		}
 		field := info0.GetMetadata()["field"]
 		if len(violations) != 1 || violations[0] != field {

@@ -804,7 +804,7 @@ func TestLimits(t *testing.T) {
 				before := f.get(past)
 				rev := etcdRevision(t, e)
 				err = tc.call(f, past, p, true)
-				checkError(t, err, codes.InvalidArgument, server.ReasonInvalidField, field)
+				checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", field)
 				checkNothingWritten(t, e, rev)
 				if after := f.get(past); !proto.Equal(withoutEstimates(after), withoutEstimates(before)) {
 					t.Errorf("Get(%q) changed: revision %d, state %v before; revision %d, state %v after",
@@ -990,7 +990,7 @@ func TestMalformedRequestsNameAField(t *testing.T) {
 					f := newFx(t, mode.c)
 					rev := etcdRevision(t, e)
 					err := invoke(f.ctx, mode.c, name, req)
-					d := checkError(t, err, codes.InvalidArgument, server.ReasonInvalidField, "")
+					d := checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "")
 					field := d.info.GetMetadata()["field"]
 					if field == "" || len(d.field) != 1 || d.field[0] != field {
 						t.Errorf("ErrorInfo field %q, BadRequest fields %q: want one field, named in both", field, d.field)

@@ -25,6 +25,13 @@ from intent.v1 import intent_pb2
 DOMAIN = "intentd.dev"
 
 
+def reason_name(reason: int) -> str:
+    """The ErrorInfo reason on the wire for a value of the proto's
+    ``ErrorReason``: its name without the ``ERROR_REASON_`` prefix
+    (``ERROR_REASON_STALE_TOKEN`` is ``"STALE_TOKEN"``)."""
+    return intent_pb2.ErrorReason.Name(reason)[len("ERROR_REASON_"):]
+
+
 class IntentdError(Exception):
     """A call intentd refused or could not answer.
 
@@ -101,74 +108,74 @@ class ResourceExhausted(IntentdError):
 class Unauthenticated(IntentdError):
     """UNAUTHENTICATED: no or unknown credentials."""
 
-    REASON = "UNAUTHENTICATED"
+    REASON = reason_name(intent_pb2.ERROR_REASON_UNAUTHENTICATED)
 
 
 class PermissionDenied(IntentdError):
     """PERMISSION_DENIED: a role or tenant the principal lacks."""
 
-    REASON = "PERMISSION_DENIED"
+    REASON = reason_name(intent_pb2.ERROR_REASON_PERMISSION_DENIED)
 
 
 class Internal(IntentdError):
     """INTERNAL: a bug in intentd; its log has the details."""
 
-    REASON = "INTERNAL"
+    REASON = reason_name(intent_pb2.ERROR_REASON_INTERNAL)
 
 
 # One class per reason.
 class InvalidField(InvalidArgument):
     """A request field is malformed; ``field`` names it (e.g. ``"register.params"``)."""
 
-    REASON = "INVALID_FIELD"
+    REASON = reason_name(intent_pb2.ERROR_REASON_INVALID_FIELD)
 
 
 class IntentNotFound(NotFound):
     """No approved intent with this key."""
 
-    REASON = "INTENT_NOT_FOUND"
+    REASON = reason_name(intent_pb2.ERROR_REASON_INTENT_NOT_FOUND)
 
 
 class SessionNotFound(NotFound):
     """The session expired, was closed or never existed: open a new one."""
 
-    REASON = "SESSION_NOT_FOUND"
+    REASON = reason_name(intent_pb2.ERROR_REASON_SESSION_NOT_FOUND)
 
 
 class FingerprintMismatch(FailedPrecondition):
     """Same key, other approved terms: stop and escalate, never act."""
 
-    REASON = "FINGERPRINT_MISMATCH"
+    REASON = reason_name(intent_pb2.ERROR_REASON_FINGERPRINT_MISMATCH)
 
 
 class InvalidTransition(FailedPrecondition):
     """The intent's state does not allow this call (``statement`` says which state)."""
 
-    REASON = "INVALID_TRANSITION"
+    REASON = reason_name(intent_pb2.ERROR_REASON_INVALID_TRANSITION)
 
 
 class ResultMismatch(FailedPrecondition):
     """Complete retried under the same token with another result."""
 
-    REASON = "RESULT_MISMATCH"
+    REASON = reason_name(intent_pb2.ERROR_REASON_RESULT_MISMATCH)
 
 
 class IntentExpired(FailedPrecondition):
     """The record outlived its retention: a new approval is needed."""
 
-    REASON = "INTENT_EXPIRED"
+    REASON = reason_name(intent_pb2.ERROR_REASON_INTENT_EXPIRED)
 
 
 class LeaseHeld(FailedPrecondition):
     """A reviewer call on an intent under a live lease, without force."""
 
-    REASON = "LEASE_HELD"
+    REASON = reason_name(intent_pb2.ERROR_REASON_LEASE_HELD)
 
 
 class RevisionCompacted(FailedPrecondition):
     """A page token or watch revision etcd no longer has: list again."""
 
-    REASON = "REVISION_COMPACTED"
+    REASON = reason_name(intent_pb2.ERROR_REASON_REVISION_COMPACTED)
 
 
 class StaleToken(Aborted):
@@ -176,37 +183,37 @@ class StaleToken(Aborted):
     report changed nothing and is kept as evidence. Acquire again to learn
     what became of the intent."""
 
-    REASON = "STALE_TOKEN"
+    REASON = reason_name(intent_pb2.ERROR_REASON_STALE_TOKEN)
 
 
 class RateLimited(ResourceExhausted):
     """Over a rate limit; RetryInfo says when to try again."""
 
-    REASON = "RATE_LIMITED"
+    REASON = reason_name(intent_pb2.ERROR_REASON_RATE_LIMITED)
 
 
 class TooLarge(ResourceExhausted):
     """A change too large for one etcd transaction."""
 
-    REASON = "TOO_LARGE"
+    REASON = reason_name(intent_pb2.ERROR_REASON_TOO_LARGE)
 
 
 class StoreFull(ResourceExhausted):
     """etcd's backend quota is exhausted; reads are still served."""
 
-    REASON = "STORE_FULL"
+    REASON = reason_name(intent_pb2.ERROR_REASON_STORE_FULL)
 
 
 class StoreUnavailable(Unavailable):
     """etcd did not answer in time; the same call may be sent again."""
 
-    REASON = "STORE_UNAVAILABLE"
+    REASON = reason_name(intent_pb2.ERROR_REASON_STORE_UNAVAILABLE)
 
 
 class StoreRolledBack(Unavailable):
     """etcd's revision went back (a restore without a revision bump): nothing is decided."""
 
-    REASON = "STORE_ROLLED_BACK"
+    REASON = reason_name(intent_pb2.ERROR_REASON_STORE_ROLLED_BACK)
 
 
 def _reason_classes() -> Dict[str, Type[IntentdError]]:

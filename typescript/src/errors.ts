@@ -5,7 +5,7 @@
 import { create, createFileRegistry, type DescMessage } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema, FieldDescriptorProto_Type, FieldDescriptorProto_Label } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { StatementSchema, type Statement } from "../../gen/ts/intent/v1/intent_pb.js";
+import { ErrorReason, StatementSchema, type Statement } from "../../gen/ts/intent/v1/intent_pb.js";
 
 /** The ErrorInfo domain of every intentd error. */
 export const DOMAIN = "intentd.dev";
@@ -64,6 +64,12 @@ export interface Refusal {
   code: Code;
   /** The ErrorInfo reason, e.g. "STALE_TOKEN"; "" if none. */
   reason: string;
+  /**
+   * The reason as the proto's ErrorReason (ErrorReason.STALE_TOKEN; the
+   * generated enum drops the ERROR_REASON_ prefix, so its names are the wire
+   * reasons), ErrorReason.UNSPECIFIED for none or one this library does not know.
+   */
+  errorReason: ErrorReason;
   /** The ErrorInfo metadata, e.g. { current_token: "42" }. */
   metadata: Record<string, string>;
   /** The request field an INVALID_FIELD names, else "". */
@@ -83,11 +89,18 @@ export function refusal(err: unknown): Refusal {
   return {
     code: e.code,
     reason: mine ? info.reason : "",
+    errorReason: mine ? reasonOf(info.reason) : ErrorReason.UNSPECIFIED,
     metadata: mine ? { ...info.metadata } : {},
     field: bad?.fieldViolations[0]?.field ?? "",
     statement: e.findDetails(StatementSchema)[0],
     message: e.rawMessage,
   };
+}
+
+/** reasonOf is the ErrorReason a wire reason names, UNSPECIFIED if none. */
+export function reasonOf(reason: string): ErrorReason {
+  const r = (ErrorReason as unknown as Record<string, ErrorReason | undefined>)[reason];
+  return typeof r === "number" ? r : ErrorReason.UNSPECIFIED;
 }
 
 /** retriable is true when intentd did not answer: the very same call may be sent again. */

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { equals, type JsonObject } from "@bufbuild/protobuf";
 import { Code, type Client } from "@connectrpc/connect";
 import {
+  ErrorReason,
   HistoryEntry_Kind,
   IntentService,
   Outcome,
@@ -15,7 +16,7 @@ import {
   State,
   type Result,
 } from "../../gen/ts/intent/v1/intent_pb.js";
-import { refusal } from "../src/errors.js";
+import { reasonOf, refusal } from "../src/errors.js";
 import { Intentd, Provider, REPO } from "./live.js";
 
 let server: Intentd;
@@ -120,6 +121,7 @@ test("register, execute once, replay with no action, refuse stale and mismatched
     const stale = await refused(() => intentd.complete({ key: key2, token: held.lease!.token, result: orderResult(order) }, call));
     assert.equal(stale.code, Code.Aborted);
     assert.equal(stale.reason, "STALE_TOKEN");
+    assert.equal(stale.errorReason, ErrorReason.STALE_TOKEN);
     assert.equal(stale.metadata.current_token, String(next.lease!.token));
     assert.equal(stale.statement?.status, "stale_token");
     const { intent } = await intentd.get({ key: key2 }, call);
@@ -166,5 +168,17 @@ test("canonical vectors: the server's keys and fingerprints", async (t) => {
       const reg = await intentd.register({ key: freshKey("vector"), params: identity, requestId: rid() }, call);
       assert.equal(reg.intent!.fingerprint, v.fingerprint);
     });
+  }
+});
+
+test("reasonOf reads every ErrorReason from its wire name", () => {
+  const values = Object.values(ErrorReason).filter((v): v is ErrorReason => typeof v === "number" && v !== ErrorReason.UNSPECIFIED);
+  assert.ok(values.length > 0);
+  for (const v of values) {
+    assert.equal(reasonOf(ErrorReason[v]), v, ErrorReason[v]);
+  }
+  assert.equal(ErrorReason[ErrorReason.RATE_LIMITED], "RATE_LIMITED");
+  for (const unknown of ["", "ERROR_REASON_STALE_TOKEN", "NO_SUCH_REASON", "0"]) {
+    assert.equal(reasonOf(unknown), ErrorReason.UNSPECIFIED, unknown);
   }
 });

@@ -16,26 +16,10 @@
 // nothing and is kept in the intent's history as evidence.
 //
 // Errors use gRPC status codes with a google.rpc.ErrorInfo detail whose
-// domain is "intentd.dev" and whose reason a program can switch on:
-//
-//   INVALID_ARGUMENT    INVALID_FIELD          a request field is malformed (BadRequest names it)
-//   NOT_FOUND           INTENT_NOT_FOUND       no approved intent with this key
-//   NOT_FOUND           SESSION_NOT_FOUND      the session expired or never existed
-//   FAILED_PRECONDITION FINGERPRINT_MISMATCH   same key, other approved terms: stop and escalate
-//   FAILED_PRECONDITION INVALID_TRANSITION     the intent's state does not allow this call
-//   FAILED_PRECONDITION RESULT_MISMATCH        Complete retried under the same token with another result
-//   FAILED_PRECONDITION INTENT_EXPIRED         the record outlived its retention: a new approval is needed
-//   FAILED_PRECONDITION LEASE_HELD             a reviewer call on a live-leased intent without force
-//   FAILED_PRECONDITION REVISION_COMPACTED     a page token or watch revision etcd no longer has: re-list
-//   ABORTED             STALE_TOKEN            a newer token was issued (metadata current_token)
-//   UNAUTHENTICATED     UNAUTHENTICATED        no or unknown credentials
-//   PERMISSION_DENIED   PERMISSION_DENIED      a role or tenant the principal lacks
-//   RESOURCE_EXHAUSTED  RATE_LIMITED           over a rate limit (RetryInfo says when to retry)
-//   RESOURCE_EXHAUSTED  TOO_LARGE              a change too large for one etcd transaction
-//   RESOURCE_EXHAUSTED  STORE_FULL             etcd's backend quota is exhausted; reads still served
-//   UNAVAILABLE         STORE_UNAVAILABLE      etcd did not answer in time; retrying the same call is safe
-//   UNAVAILABLE         STORE_ROLLED_BACK      etcd's revision went back (a restore without a revision bump); nothing decided
-//   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
+// domain is "intentd.dev" and whose reason a program can switch on: the
+// reasons, the code each comes with and what to do are enum ErrorReason's.
+// A passed deadline is DEADLINE_EXCEEDED with no ErrorInfo; retrying the
+// same call is safe.
 //
 // Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
 // Statement detail: what became of the intent, in words an agent can use.
@@ -240,6 +224,142 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_intent_v1_intent_proto_rawDescGZIP(), []int{1}
 }
 
+// ErrorReason is the vocabulary of google.rpc.ErrorInfo.reason (domain
+// "intentd.dev"), as googleapis' google/api/error_reason.proto keeps its own.
+// The reason on the wire is the value's name without the ERROR_REASON_
+// prefix (ERROR_REASON_STALE_TOKEN is sent as "STALE_TOKEN"); the numbers are
+// never sent. Each value's comment names the gRPC code it comes with and what
+// a client should do.
+type ErrorReason int32
+
+const (
+	// ERROR_REASON_UNSPECIFIED is never sent.
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// INVALID_ARGUMENT: a request field is malformed; a BadRequest detail and
+	// metadata "field" name it. Fix the request; do not retry it.
+	ErrorReason_ERROR_REASON_INVALID_FIELD ErrorReason = 1
+	// NOT_FOUND: no approved intent with this key. Register it first.
+	ErrorReason_ERROR_REASON_INTENT_NOT_FOUND ErrorReason = 2
+	// NOT_FOUND: the session expired, was closed or never existed. Open a new
+	// session.
+	ErrorReason_ERROR_REASON_SESSION_NOT_FOUND ErrorReason = 3
+	// FAILED_PRECONDITION: same key, other approved terms (metadata
+	// registered_fingerprint, request_fingerprint). Stop and escalate.
+	ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH ErrorReason = 4
+	// FAILED_PRECONDITION: the intent's state (metadata "state") does not allow
+	// this call; a Statement detail says what became of it. Do not retry.
+	ErrorReason_ERROR_REASON_INVALID_TRANSITION ErrorReason = 5
+	// FAILED_PRECONDITION: Complete retried under the same token with another
+	// result. Do not retry; the first result stands.
+	ErrorReason_ERROR_REASON_RESULT_MISMATCH ErrorReason = 6
+	// ABORTED: a newer token was issued (metadata current_token); the report
+	// changed nothing and is kept as evidence. Acquire again and reconcile.
+	ErrorReason_ERROR_REASON_STALE_TOKEN ErrorReason = 7
+	// UNAVAILABLE: etcd did not answer in time. Retrying the same call is safe.
+	ErrorReason_ERROR_REASON_STORE_UNAVAILABLE ErrorReason = 8
+	// FAILED_PRECONDITION: the record outlived its retention (metadata
+	// final_state, fingerprint). A new approval is needed.
+	ErrorReason_ERROR_REASON_INTENT_EXPIRED ErrorReason = 9
+	// FAILED_PRECONDITION: a reviewer call on a live-leased intent without
+	// force. Wait for the lease to end, or force.
+	ErrorReason_ERROR_REASON_LEASE_HELD ErrorReason = 10
+	// FAILED_PRECONDITION: a page token or watch revision etcd no longer has
+	// (metadata compact_revision). List again.
+	ErrorReason_ERROR_REASON_REVISION_COMPACTED ErrorReason = 11
+	// RESOURCE_EXHAUSTED: a change too large for one etcd transaction. Make it
+	// smaller; do not retry it as it is.
+	ErrorReason_ERROR_REASON_TOO_LARGE ErrorReason = 12
+	// RESOURCE_EXHAUSTED: etcd's backend quota is exhausted; reads are still
+	// served. Retry later, once an operator freed space.
+	ErrorReason_ERROR_REASON_STORE_FULL ErrorReason = 13
+	// UNAVAILABLE: etcd's revision went back (a restore without a revision
+	// bump); this replica decides nothing. Another replica may serve.
+	ErrorReason_ERROR_REASON_STORE_ROLLED_BACK ErrorReason = 14
+	// INTERNAL: a fault of intentd (its text is logged, not sent). Report it.
+	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 15
+	// UNAUTHENTICATED: no or unknown credentials. Fix the credentials.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 16
+	// PERMISSION_DENIED: a role or tenant the principal lacks (metadata
+	// principal, method). Do not retry.
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 17
+	// RESOURCE_EXHAUSTED: over a rate limit (metadata "limit"); a RetryInfo
+	// detail says when to retry.
+	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 18
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_INVALID_FIELD",
+		2:  "ERROR_REASON_INTENT_NOT_FOUND",
+		3:  "ERROR_REASON_SESSION_NOT_FOUND",
+		4:  "ERROR_REASON_FINGERPRINT_MISMATCH",
+		5:  "ERROR_REASON_INVALID_TRANSITION",
+		6:  "ERROR_REASON_RESULT_MISMATCH",
+		7:  "ERROR_REASON_STALE_TOKEN",
+		8:  "ERROR_REASON_STORE_UNAVAILABLE",
+		9:  "ERROR_REASON_INTENT_EXPIRED",
+		10: "ERROR_REASON_LEASE_HELD",
+		11: "ERROR_REASON_REVISION_COMPACTED",
+		12: "ERROR_REASON_TOO_LARGE",
+		13: "ERROR_REASON_STORE_FULL",
+		14: "ERROR_REASON_STORE_ROLLED_BACK",
+		15: "ERROR_REASON_INTERNAL",
+		16: "ERROR_REASON_UNAUTHENTICATED",
+		17: "ERROR_REASON_PERMISSION_DENIED",
+		18: "ERROR_REASON_RATE_LIMITED",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED":          0,
+		"ERROR_REASON_INVALID_FIELD":        1,
+		"ERROR_REASON_INTENT_NOT_FOUND":     2,
+		"ERROR_REASON_SESSION_NOT_FOUND":    3,
+		"ERROR_REASON_FINGERPRINT_MISMATCH": 4,
+		"ERROR_REASON_INVALID_TRANSITION":   5,
+		"ERROR_REASON_RESULT_MISMATCH":      6,
+		"ERROR_REASON_STALE_TOKEN":          7,
+		"ERROR_REASON_STORE_UNAVAILABLE":    8,
+		"ERROR_REASON_INTENT_EXPIRED":       9,
+		"ERROR_REASON_LEASE_HELD":           10,
+		"ERROR_REASON_REVISION_COMPACTED":   11,
+		"ERROR_REASON_TOO_LARGE":            12,
+		"ERROR_REASON_STORE_FULL":           13,
+		"ERROR_REASON_STORE_ROLLED_BACK":    14,
+		"ERROR_REASON_INTERNAL":             15,
+		"ERROR_REASON_UNAUTHENTICATED":      16,
+		"ERROR_REASON_PERMISSION_DENIED":    17,
+		"ERROR_REASON_RATE_LIMITED":         18,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[2].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[2]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{2}
+}
+
 // LeaseMode is what a lease allows its holder to do.
 type LeaseMode int32
 
@@ -283,11 +403,11 @@ func (x LeaseMode) String() string {
 }
 
 func (LeaseMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[2].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[3].Descriptor()
 }
 
 func (LeaseMode) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[2]
+	return &file_intent_v1_intent_proto_enumTypes[3]
 }
 
 func (x LeaseMode) Number() protoreflect.EnumNumber {
@@ -296,7 +416,7 @@ func (x LeaseMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseMode.Descriptor instead.
 func (LeaseMode) EnumDescriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{2}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
 }
 
 // Decision is a reviewer's verdict on an intent.
@@ -344,11 +464,11 @@ func (x Decision) String() string {
 }
 
 func (Decision) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[3].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[4].Descriptor()
 }
 
 func (Decision) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[3]
+	return &file_intent_v1_intent_proto_enumTypes[4]
 }
 
 func (x Decision) Number() protoreflect.EnumNumber {
@@ -357,7 +477,7 @@ func (x Decision) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Decision.Descriptor instead.
 func (Decision) EnumDescriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{4}
 }
 
 // Kind is what happened.
@@ -440,11 +560,11 @@ func (x HistoryEntry_Kind) String() string {
 }
 
 func (HistoryEntry_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[4].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[5].Descriptor()
 }
 
 func (HistoryEntry_Kind) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[4]
+	return &file_intent_v1_intent_proto_enumTypes[5]
 }
 
 func (x HistoryEntry_Kind) Number() protoreflect.EnumNumber {
@@ -505,11 +625,11 @@ func (x WatchResponse_Type) String() string {
 }
 
 func (WatchResponse_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[5].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[6].Descriptor()
 }
 
 func (WatchResponse_Type) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[5]
+	return &file_intent_v1_intent_proto_enumTypes[6]
 }
 
 func (x WatchResponse_Type) Number() protoreflect.EnumNumber {
@@ -3891,7 +4011,28 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x11OUTCOME_CANCELLED\x10\x05\x12\x17\n" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x06\x12\x18\n" +
 	"\x14OUTCOME_NEEDS_REVIEW\x10\a\x12\x13\n" +
-	"\x0fOUTCOME_EXPIRED\x10\b*p\n" +
+	"\x0fOUTCOME_EXPIRED\x10\b*\x82\x05\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aERROR_REASON_INVALID_FIELD\x10\x01\x12!\n" +
+	"\x1dERROR_REASON_INTENT_NOT_FOUND\x10\x02\x12\"\n" +
+	"\x1eERROR_REASON_SESSION_NOT_FOUND\x10\x03\x12%\n" +
+	"!ERROR_REASON_FINGERPRINT_MISMATCH\x10\x04\x12#\n" +
+	"\x1fERROR_REASON_INVALID_TRANSITION\x10\x05\x12 \n" +
+	"\x1cERROR_REASON_RESULT_MISMATCH\x10\x06\x12\x1c\n" +
+	"\x18ERROR_REASON_STALE_TOKEN\x10\a\x12\"\n" +
+	"\x1eERROR_REASON_STORE_UNAVAILABLE\x10\b\x12\x1f\n" +
+	"\x1bERROR_REASON_INTENT_EXPIRED\x10\t\x12\x1b\n" +
+	"\x17ERROR_REASON_LEASE_HELD\x10\n" +
+	"\x12#\n" +
+	"\x1fERROR_REASON_REVISION_COMPACTED\x10\v\x12\x1a\n" +
+	"\x16ERROR_REASON_TOO_LARGE\x10\f\x12\x1b\n" +
+	"\x17ERROR_REASON_STORE_FULL\x10\r\x12\"\n" +
+	"\x1eERROR_REASON_STORE_ROLLED_BACK\x10\x0e\x12\x19\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x0f\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x10\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x11\x12\x1d\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x12*p\n" +
 	"\tLeaseMode\x12\x1a\n" +
 	"\x16LEASE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LEASE_MODE_EXECUTE\x10\x01\x12\x18\n" +
@@ -3935,156 +4076,157 @@ func file_intent_v1_intent_proto_rawDescGZIP() []byte {
 	return file_intent_v1_intent_proto_rawDescData
 }
 
-var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_intent_v1_intent_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_intent_v1_intent_proto_goTypes = []any{
 	(State)(0),                    // 0: intent.v1.State
 	(Outcome)(0),                  // 1: intent.v1.Outcome
-	(LeaseMode)(0),                // 2: intent.v1.LeaseMode
-	(Decision)(0),                 // 3: intent.v1.Decision
-	(HistoryEntry_Kind)(0),        // 4: intent.v1.HistoryEntry.Kind
-	(WatchResponse_Type)(0),       // 5: intent.v1.WatchResponse.Type
-	(*Intent)(nil),                // 6: intent.v1.Intent
-	(*Child)(nil),                 // 7: intent.v1.Child
-	(*Lease)(nil),                 // 8: intent.v1.Lease
-	(*Result)(nil),                // 9: intent.v1.Result
-	(*Failure)(nil),               // 10: intent.v1.Failure
-	(*HistoryEntry)(nil),          // 11: intent.v1.HistoryEntry
-	(*RegisterRequest)(nil),       // 12: intent.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 13: intent.v1.RegisterResponse
-	(*DeriveKeyRequest)(nil),      // 14: intent.v1.DeriveKeyRequest
-	(*DeriveKeyResponse)(nil),     // 15: intent.v1.DeriveKeyResponse
-	(*OpenSessionRequest)(nil),    // 16: intent.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 17: intent.v1.OpenSessionResponse
-	(*CloseSessionRequest)(nil),   // 18: intent.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 19: intent.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 20: intent.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 21: intent.v1.AcquireResponse
-	(*Statement)(nil),             // 22: intent.v1.Statement
-	(*HeldLease)(nil),             // 23: intent.v1.HeldLease
-	(*HeartbeatRequest)(nil),      // 24: intent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 25: intent.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),       // 26: intent.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 27: intent.v1.CompleteResponse
-	(*MarkUnknownRequest)(nil),    // 28: intent.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),   // 29: intent.v1.MarkUnknownResponse
-	(*ReleaseRequest)(nil),        // 30: intent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 31: intent.v1.ReleaseResponse
-	(*FailRequest)(nil),           // 32: intent.v1.FailRequest
-	(*FailResponse)(nil),          // 33: intent.v1.FailResponse
-	(*GetRequest)(nil),            // 34: intent.v1.GetRequest
-	(*GetResponse)(nil),           // 35: intent.v1.GetResponse
-	(*EscalateRequest)(nil),       // 36: intent.v1.EscalateRequest
-	(*EscalateResponse)(nil),      // 37: intent.v1.EscalateResponse
-	(*ResolveRequest)(nil),        // 38: intent.v1.ResolveRequest
-	(*ResolveResponse)(nil),       // 39: intent.v1.ResolveResponse
-	(*CancelRequest)(nil),         // 40: intent.v1.CancelRequest
-	(*CancelResponse)(nil),        // 41: intent.v1.CancelResponse
-	(*ListRequest)(nil),           // 42: intent.v1.ListRequest
-	(*ListResponse)(nil),          // 43: intent.v1.ListResponse
-	(*WatchRequest)(nil),          // 44: intent.v1.WatchRequest
-	(*WatchResponse)(nil),         // 45: intent.v1.WatchResponse
-	nil,                           // 46: intent.v1.Intent.LabelsEntry
-	nil,                           // 47: intent.v1.Result.ExternalRefsEntry
-	nil,                           // 48: intent.v1.RegisterRequest.LabelsEntry
-	(*structpb.Struct)(nil),       // 49: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 51: google.protobuf.Duration
+	(ErrorReason)(0),              // 2: intent.v1.ErrorReason
+	(LeaseMode)(0),                // 3: intent.v1.LeaseMode
+	(Decision)(0),                 // 4: intent.v1.Decision
+	(HistoryEntry_Kind)(0),        // 5: intent.v1.HistoryEntry.Kind
+	(WatchResponse_Type)(0),       // 6: intent.v1.WatchResponse.Type
+	(*Intent)(nil),                // 7: intent.v1.Intent
+	(*Child)(nil),                 // 8: intent.v1.Child
+	(*Lease)(nil),                 // 9: intent.v1.Lease
+	(*Result)(nil),                // 10: intent.v1.Result
+	(*Failure)(nil),               // 11: intent.v1.Failure
+	(*HistoryEntry)(nil),          // 12: intent.v1.HistoryEntry
+	(*RegisterRequest)(nil),       // 13: intent.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 14: intent.v1.RegisterResponse
+	(*DeriveKeyRequest)(nil),      // 15: intent.v1.DeriveKeyRequest
+	(*DeriveKeyResponse)(nil),     // 16: intent.v1.DeriveKeyResponse
+	(*OpenSessionRequest)(nil),    // 17: intent.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 18: intent.v1.OpenSessionResponse
+	(*CloseSessionRequest)(nil),   // 19: intent.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 20: intent.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 21: intent.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 22: intent.v1.AcquireResponse
+	(*Statement)(nil),             // 23: intent.v1.Statement
+	(*HeldLease)(nil),             // 24: intent.v1.HeldLease
+	(*HeartbeatRequest)(nil),      // 25: intent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 26: intent.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),       // 27: intent.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 28: intent.v1.CompleteResponse
+	(*MarkUnknownRequest)(nil),    // 29: intent.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),   // 30: intent.v1.MarkUnknownResponse
+	(*ReleaseRequest)(nil),        // 31: intent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 32: intent.v1.ReleaseResponse
+	(*FailRequest)(nil),           // 33: intent.v1.FailRequest
+	(*FailResponse)(nil),          // 34: intent.v1.FailResponse
+	(*GetRequest)(nil),            // 35: intent.v1.GetRequest
+	(*GetResponse)(nil),           // 36: intent.v1.GetResponse
+	(*EscalateRequest)(nil),       // 37: intent.v1.EscalateRequest
+	(*EscalateResponse)(nil),      // 38: intent.v1.EscalateResponse
+	(*ResolveRequest)(nil),        // 39: intent.v1.ResolveRequest
+	(*ResolveResponse)(nil),       // 40: intent.v1.ResolveResponse
+	(*CancelRequest)(nil),         // 41: intent.v1.CancelRequest
+	(*CancelResponse)(nil),        // 42: intent.v1.CancelResponse
+	(*ListRequest)(nil),           // 43: intent.v1.ListRequest
+	(*ListResponse)(nil),          // 44: intent.v1.ListResponse
+	(*WatchRequest)(nil),          // 45: intent.v1.WatchRequest
+	(*WatchResponse)(nil),         // 46: intent.v1.WatchResponse
+	nil,                           // 47: intent.v1.Intent.LabelsEntry
+	nil,                           // 48: intent.v1.Result.ExternalRefsEntry
+	nil,                           // 49: intent.v1.RegisterRequest.LabelsEntry
+	(*structpb.Struct)(nil),       // 50: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 52: google.protobuf.Duration
 }
 var file_intent_v1_intent_proto_depIdxs = []int32{
 	0,  // 0: intent.v1.Intent.state:type_name -> intent.v1.State
-	49, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
-	46, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
-	8,  // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
-	9,  // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
-	10, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
-	11, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
-	50, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
-	50, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
-	50, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
-	51, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
-	50, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
-	7,  // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
+	50, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
+	47, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
+	9,  // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
+	10, // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
+	11, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
+	12, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
+	51, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
+	51, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
+	51, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
+	52, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
+	51, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
+	8,  // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
 	0,  // 13: intent.v1.Child.state:type_name -> intent.v1.State
-	2,  // 14: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
-	50, // 15: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	50, // 16: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	47, // 17: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
-	50, // 18: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
-	4,  // 19: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
-	2,  // 20: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
-	9,  // 21: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
-	10, // 22: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
+	3,  // 14: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
+	51, // 15: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	51, // 16: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 17: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
+	51, // 18: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
+	5,  // 19: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
+	3,  // 20: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
+	10, // 21: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
+	11, // 22: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
 	0,  // 23: intent.v1.HistoryEntry.resolved_state:type_name -> intent.v1.State
-	49, // 24: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
-	48, // 25: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
-	51, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
-	6,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
-	49, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
-	49, // 29: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
-	51, // 30: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	51, // 31: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	12, // 32: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
+	50, // 24: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
+	49, // 25: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
+	52, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
+	7,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
+	50, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
+	50, // 29: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
+	52, // 30: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	52, // 31: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	13, // 32: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
 	1,  // 33: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
-	6,  // 34: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
-	8,  // 35: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
-	22, // 36: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
+	7,  // 34: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
+	9,  // 35: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
+	23, // 36: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
 	0,  // 37: intent.v1.Statement.state:type_name -> intent.v1.State
-	9,  // 38: intent.v1.Statement.result:type_name -> intent.v1.Result
-	50, // 39: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
-	23, // 40: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
-	51, // 41: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	9,  // 42: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
-	12, // 43: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
-	6,  // 44: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
-	6,  // 45: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
-	6,  // 46: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
-	10, // 47: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
-	6,  // 48: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
-	6,  // 49: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
-	6,  // 50: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
-	3,  // 51: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
-	9,  // 52: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
-	10, // 53: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
-	6,  // 54: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
-	6,  // 55: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
+	10, // 38: intent.v1.Statement.result:type_name -> intent.v1.Result
+	51, // 39: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
+	24, // 40: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
+	52, // 41: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	10, // 42: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
+	13, // 43: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
+	7,  // 44: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
+	7,  // 45: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
+	7,  // 46: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
+	11, // 47: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
+	7,  // 48: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
+	7,  // 49: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
+	7,  // 50: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
+	4,  // 51: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
+	10, // 52: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
+	11, // 53: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
+	7,  // 54: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
+	7,  // 55: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
 	0,  // 56: intent.v1.ListRequest.states:type_name -> intent.v1.State
-	6,  // 57: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
+	7,  // 57: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
 	0,  // 58: intent.v1.WatchRequest.states:type_name -> intent.v1.State
-	5,  // 59: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
-	6,  // 60: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
-	12, // 61: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
-	14, // 62: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
-	16, // 63: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
-	18, // 64: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
-	20, // 65: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
-	24, // 66: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
-	26, // 67: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
-	28, // 68: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
-	30, // 69: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
-	32, // 70: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
-	36, // 71: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
-	38, // 72: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
-	40, // 73: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
-	34, // 74: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
-	42, // 75: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
-	44, // 76: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
-	13, // 77: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
-	15, // 78: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
-	17, // 79: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
-	19, // 80: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
-	21, // 81: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
-	25, // 82: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
-	27, // 83: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
-	29, // 84: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
-	31, // 85: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
-	33, // 86: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
-	37, // 87: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
-	39, // 88: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
-	41, // 89: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
-	35, // 90: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
-	43, // 91: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
-	45, // 92: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
+	6,  // 59: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
+	7,  // 60: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
+	13, // 61: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
+	15, // 62: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
+	17, // 63: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
+	19, // 64: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
+	21, // 65: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
+	25, // 66: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
+	27, // 67: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
+	29, // 68: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
+	31, // 69: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
+	33, // 70: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
+	37, // 71: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
+	39, // 72: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
+	41, // 73: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
+	35, // 74: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
+	43, // 75: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
+	45, // 76: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
+	14, // 77: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
+	16, // 78: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
+	18, // 79: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
+	20, // 80: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
+	22, // 81: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
+	26, // 82: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
+	28, // 83: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
+	30, // 84: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
+	32, // 85: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
+	34, // 86: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
+	38, // 87: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
+	40, // 88: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
+	42, // 89: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
+	36, // 90: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
+	44, // 91: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
+	46, // 92: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
 	77, // [77:93] is the sub-list for method output_type
 	61, // [61:77] is the sub-list for method input_type
 	61, // [61:61] is the sub-list for extension type_name
@@ -4102,7 +4244,7 @@ func file_intent_v1_intent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_intent_v1_intent_proto_rawDesc), len(file_intent_v1_intent_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -16,26 +16,10 @@
 // nothing and is kept in the intent's history as evidence.
 //
 // Errors use gRPC status codes with a google.rpc.ErrorInfo detail whose
-// domain is "intentd.dev" and whose reason a program can switch on:
-//
-//   INVALID_ARGUMENT    INVALID_FIELD          a request field is malformed (BadRequest names it)
-//   NOT_FOUND           INTENT_NOT_FOUND       no approved intent with this key
-//   NOT_FOUND           SESSION_NOT_FOUND      the session expired or never existed
-//   FAILED_PRECONDITION FINGERPRINT_MISMATCH   same key, other approved terms: stop and escalate
-//   FAILED_PRECONDITION INVALID_TRANSITION     the intent's state does not allow this call
-//   FAILED_PRECONDITION RESULT_MISMATCH        Complete retried under the same token with another result
-//   FAILED_PRECONDITION INTENT_EXPIRED         the record outlived its retention: a new approval is needed
-//   FAILED_PRECONDITION LEASE_HELD             a reviewer call on a live-leased intent without force
-//   FAILED_PRECONDITION REVISION_COMPACTED     a page token or watch revision etcd no longer has: re-list
-//   ABORTED             STALE_TOKEN            a newer token was issued (metadata current_token)
-//   UNAUTHENTICATED     UNAUTHENTICATED        no or unknown credentials
-//   PERMISSION_DENIED   PERMISSION_DENIED      a role or tenant the principal lacks
-//   RESOURCE_EXHAUSTED  RATE_LIMITED           over a rate limit (RetryInfo says when to retry)
-//   RESOURCE_EXHAUSTED  TOO_LARGE              a change too large for one etcd transaction
-//   RESOURCE_EXHAUSTED  STORE_FULL             etcd's backend quota is exhausted; reads still served
-//   UNAVAILABLE         STORE_UNAVAILABLE      etcd did not answer in time; retrying the same call is safe
-//   UNAVAILABLE         STORE_ROLLED_BACK      etcd's revision went back (a restore without a revision bump); nothing decided
-//   DEADLINE_EXCEEDED   (none)                 the caller's deadline passed; retrying the same call is safe
+// domain is "intentd.dev" and whose reason a program can switch on: the
+// reasons, the code each comes with and what to do are enum ErrorReason's.
+// A passed deadline is DEADLINE_EXCEEDED with no ErrorInfo; retrying the
+// same call is safe.
 //
 // Refusals of fenced calls (STALE_TOKEN, INVALID_TRANSITION) also carry a
 // Statement detail: what became of the intent, in words an agent can use.

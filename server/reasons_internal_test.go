@@ -1,0 +1,122 @@
+package server
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/errreason"
+)
+
+// codeName is a code as the proto and the README spell it (FAILED_PRECONDITION).
+func codeName(c codes.Code) string {
+	return strings.ToUpper(regexp.MustCompile(`([a-z])([A-Z])`).ReplaceAllString(c.String(), "${1}_${2}"))
+}
+
+// TestEveryReasonIsDeclaredEverywhere: the proto's ErrorReason is the one
+// vocabulary; the error table gives every reason a code, the proto's comment
+// on each value names the same code, and the README's error table lists each
+// reason once, with that code.
+func TestEveryReasonIsDeclaredEverywhere(t *testing.T) {
+	all := errreason.All()
+	for _, r := range all {
+		if _, ok := codeOf[r]; !ok {
+			t.Errorf("the error table has no code for %v", r)
+		}
+	}
+	for r := range codeOf {
+		if !slices.Contains(all, r) {
+			t.Errorf("the error table has %v, which the proto's ErrorReason does not declare", r)
+		}
+	}
+
+	t.Run("proto comments", func(t *testing.T) {
+		src, err := os.ReadFile("../proto/intent/v1/intent.proto")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each value's comment begins with its code: "// ABORTED: ...".
+		value := regexp.MustCompile(`(?m)^  // ([A-Z_]+): (?:.*\n  //.*)*.*\n  ERROR_REASON_([A-Z_]+) = \d+;`)
+		got := map[string]string{}
+		for _, m := range value.FindAllStringSubmatch(string(src), -1) {
+			got[m[2]] = m[1]
+		}
+		for _, r := range all {
+			if got, want := got[errreason.String(r)], codeName(codeOf[r]); got != want {
+				t.Errorf("proto comment of %v names code %q, want %q (the error table's)", r, got, want)
+			}
+		}
+	})
+
+	t.Run("README", func(t *testing.T) {
+		readme, err := os.ReadFile("../README.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, table, ok := strings.Cut(string(readme), "| code | reason | meaning |\n|---|---|---|\n")
+		if !ok {
+			t.Fatal("README has no error table (| code | reason | meaning |)")
+		}
+		table, _, _ = strings.Cut(table, "\n\n")
+		ticked := regexp.MustCompile("`([A-Z_]+)`")
+		listed := map[string]int{}
+		for _, row := range strings.Split(table, "\n") {
+			cells := strings.Split(row, "|")
+			if len(cells) < 4 {
+				t.Fatalf("README error table row %q has fewer than three cells", row)
+			}
+			var rowCodes []string
+			for _, m := range ticked.FindAllStringSubmatch(cells[1], -1) {
+				rowCodes = append(rowCodes, m[1])
+			}
+			for _, m := range ticked.FindAllStringSubmatch(cells[2], -1) {
+				reason := m[1]
+				listed[reason]++
+				r, ok := errreason.Parse(reason)
+				if !ok {
+					t.Errorf("README lists reason %s, which the proto's ErrorReason does not declare", reason)
+					continue
+				}
+				if want := codeName(codeOf[r]); !slices.Contains(rowCodes, want) {
+					t.Errorf("README lists %s with codes %v, want %s (the error table's)", reason, rowCodes, want)
+				}
+			}
+		}
+		for _, r := range all {
+			if n := listed[errreason.String(r)]; n != 1 {
+				t.Errorf("README lists %s %d times, want once", errreason.String(r), n)
+			}
+		}
+	})
+}
+
+// TestWithDetailsSendsTheWireReason: the reason on the wire is the enum
+// value's name without its ERROR_REASON_ prefix, and the code the table's.
+func TestWithDetailsSendsTheWireReason(t *testing.T) {
+	st := status.Convert(withDetails(intentv1.ErrorReason_ERROR_REASON_RATE_LIMITED, "slow down", nil))
+	if got, want := st.Code(), codes.ResourceExhausted; got != want {
+		t.Errorf("code = %v, want %v", got, want)
+	}
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		if i, ok := d.(*errdetails.ErrorInfo); ok {
+			info = i
+		}
+	}
+	if info == nil {
+		t.Fatalf("details = %v, want an ErrorInfo", st.Details())
+	}
+	if got, want := info.GetReason(), "RATE_LIMITED"; got != want {
+		t.Errorf("reason = %q, want %q", got, want)
+	}
+	if got, want := info.GetDomain(), ErrorDomain; got != want {
+		t.Errorf("domain = %q, want %q", got, want)
+	}
+}
