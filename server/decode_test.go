@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -281,8 +280,11 @@ func FuzzRawRequest(f *testing.F) {
 				t.Fatalf("%s(%x) refused naming %q, which is no field of %s", m.Name(), data, field, m.Input().FullName())
 			}
 		case codes.DeadlineExceeded:
-			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				t.Fatalf("%s(%x) = %v before the call's deadline", m.Name(), data, err)
+			// The server's copy of the deadline may fire a moment before
+			// the client's context reports it: only an answer well before
+			// the deadline is wrong.
+			if deadline, _ := ctx.Deadline(); time.Until(deadline) > time.Second {
+				t.Fatalf("%s(%x) = %v %v before the call's deadline", m.Name(), data, err, time.Until(deadline).Round(time.Millisecond))
 			}
 		}
 	})
