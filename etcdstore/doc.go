@@ -43,6 +43,13 @@
 // expired is decided by etcd alone, never by comparing intentd replicas'
 // clocks.
 //
+// # Stored values
+//
+// The JSON of records, tombstones and sessions is the storage schema of
+// schema.go, not the domain types: those convert to and from it in one
+// place, and testdata/records pins the bytes every existing data dir holds,
+// so that a replica of either version reads what the other writes.
+//
 // # Transitions
 //
 // Every transition is one etcd transaction on one intent record, guarded by

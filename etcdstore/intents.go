@@ -35,7 +35,7 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 			if v.rec.Fingerprint != fp {
 				return nil, &intent.FingerprintMismatchError{Key: reg.Key, Stored: v.rec.Fingerprint, Given: fp}
 			}
-			in = v.rec.toIntent(v.rev(), false, false)
+			in = v.rec.toIntent(v.rev(), holderGone)
 			// Our own write, read back after a lost reply, is still ours.
 			first := v.rec.History[0]
 			created = reg.RequestID != "" && first.Kind == intent.EventRegistered && first.RequestID == reg.RequestID
@@ -46,7 +46,7 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 			return nil, err
 		}
 		return &change{next: rec, cmps: cmps, done: func(committed *record, rev int64) {
-			in, created = committed.toIntent(rev, false, false), true
+			in, created = committed.toIntent(rev, holderGone), true
 		}}, nil
 	})
 	return in, created, err
@@ -185,10 +185,10 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			if l.SessionID == sess.id && l.RequestID == req.RequestID {
 				// A retry of the call that issued this lease, or our
 				// read-back after its commit was ambiguous.
-				out = &intent.Acquisition{Outcome: modeOutcome(l.Mode), Intent: v.rec.toIntent(v.rev(), true, false), Lease: l.toLease(true)}
+				out = &intent.Acquisition{Outcome: modeOutcome(l.Mode), Intent: v.rec.toIntent(v.rev(), holderLive), Lease: l.toLease(true)}
 				return nil, nil
 			}
-			out = &intent.Acquisition{Outcome: intent.OutcomeInProgress, Intent: v.rec.toIntent(v.rev(), true, false), Lease: l.toLease(true)}
+			out = &intent.Acquisition{Outcome: intent.OutcomeInProgress, Intent: v.rec.toIntent(v.rev(), holderLive), Lease: l.toLease(true)}
 			return nil, nil
 		case v.rec.State == intent.StateInProgress:
 			// The holder's session lapsed: the outcome of its attempt is
@@ -216,7 +216,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return nil, nil
 		}
 		return &change{next: next, cmps: append(cmps, sessAlive), lapse: lapse, done: func(committed *record, rev int64) {
-			in := committed.toIntent(rev, true, false)
+			in := committed.toIntent(rev, holderLive)
 			out = &intent.Acquisition{Outcome: modeOutcome(in.Lease.Mode), Intent: in, Lease: in.Lease, Fresh: true}
 		}}, nil
 	})
@@ -267,7 +267,7 @@ func replay(rec *record, rev int64) *intent.Acquisition {
 	case intent.StateCancelled:
 		o = intent.OutcomeCancelled
 	}
-	return &intent.Acquisition{Outcome: o, Intent: rec.toIntent(rev, false, false)}
+	return &intent.Acquisition{Outcome: o, Intent: rec.toIntent(rev, holderGone)}
 }
 
 // sessionExpiry estimates when a session lapses, from the TTL etcd reports
@@ -358,7 +358,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			if r.Kind == intent.ReportComplete && !sameResult(rec.Result, r.Result) {
 				return nil, fmt.Errorf("%w: %q was completed under token %s with another result", intent.ErrResultMismatch, r.Key, r.Token)
 			}
-			out = &intent.ReportOutcome{Intent: rec.toIntent(v.rev(), true, false), Replayed: true}
+			out = &intent.ReportOutcome{Intent: rec.toIntent(v.rev(), holderLive), Replayed: true}
 			if rec.State == intent.StateInProgress {
 				holder = rec.Lease
 			}
@@ -369,7 +369,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		ev.Result, ev.PayloadSHA256 = digest(r.Result)
 		switch {
 		case r.Token < cur:
-			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), true, false)}
+			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), holderLive)}
 			if rec.State == intent.StateInProgress {
 				holder = rec.Lease
 			}
@@ -377,12 +377,12 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		case r.Token > cur:
 			return nil, intent.Invalid("token", "token %s was never issued for %q", r.Token, r.Key)
 		case rec.State == intent.StateNeedsReview:
-			refusal = &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), false, false), Evidence: true}
+			refusal = &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), holderGone), Evidence: true}
 			return s.evidence(rec, ev), nil
 		case rec.State == intent.StateCompleted && r.Kind == intent.ReportComplete:
 			return nil, fmt.Errorf("%w: %q is already completed", intent.ErrResultMismatch, r.Key)
 		case rec.State != intent.StateInProgress && rec.State != intent.StateUnknown:
-			return nil, &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), false, false)}
+			return nil, &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), holderGone)}
 		}
 		next := rec.clone()
 		ev.Accepted = true
@@ -410,7 +410,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 			next.State = intent.StatePending
 		}
 		return &change{next: next, cmps: cmps, ops: ops, exhausted: exhausted, markedUnknown: r.Kind == intent.ReportMarkUnknown, done: func(committed *record, rev int64) {
-			out = &intent.ReportOutcome{Intent: committed.toIntent(rev, false, false)}
+			out = &intent.ReportOutcome{Intent: committed.toIntent(rev, holderGone)}
 		}}, nil
 	})
 	if err != nil {
@@ -527,7 +527,7 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, er
 		return nil, missing(v)
 	}
 	live := v.holderAlive()
-	in := v.rec.toIntent(v.rev(), live, true)
+	in := v.rec.toIntentWithHistory(v.rev(), holder(live))
 	if live {
 		in.Lease.ExpiresAt = s.sessionExpiry(ctx, in.Lease.SessionID)
 	}

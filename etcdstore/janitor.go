@@ -2,9 +2,7 @@ package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -188,9 +186,9 @@ func (s *Store) remove(ctx context.Context, tenant, key string, now time.Time) (
 func (s *Store) commitRemoval(ctx context.Context, v *view, now time.Time) (*clientv3.TxnResponse, error) {
 	rec := v.rec
 	until := now.Add(s.cfg.TombstoneRetention)
-	tomb, err := json.Marshal(tombstone{Key: rec.Key, State: rec.State, Fingerprint: rec.Fingerprint, CompletedAt: rec.CompletedAt, RemovedAt: now, Until: until})
+	tomb, err := encodeTombstone(&tombstone{Key: rec.Key, State: rec.State, Fingerprint: rec.Fingerprint, CompletedAt: rec.CompletedAt, RemovedAt: now, Until: until})
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", err)
+		return nil, err
 	}
 	ops := []clientv3.Op{
 		clientv3.OpDelete(s.keys.intent(rec.Tenant, rec.Key)),

@@ -152,7 +152,7 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 			after = c.order
 			examined++
 			if r := recs[i]; r != nil && matches(r.rec, &q.Filter) {
-				page.Intents = append(page.Intents, r.rec.toIntent(r.rev, true, false))
+				page.Intents = append(page.Intents, r.rec.toIntent(r.rev, holderLive))
 			}
 		}
 	}
@@ -352,7 +352,7 @@ func watchEvent(ev *clientv3.Event, f *intent.Filter) (intent.WatchEvent, bool, 
 	if err != nil || !matches(rec, f) {
 		return intent.WatchEvent{}, false, err
 	}
-	return intent.WatchEvent{Revision: ev.Kv.ModRevision, Intent: rec.toIntent(ev.Kv.ModRevision, true, false)}, true, nil
+	return intent.WatchEvent{Revision: ev.Kv.ModRevision, Intent: rec.toIntent(ev.Kv.ModRevision, holderLive)}, true, nil
 }
 
 // Depths is how many intents wait in the review queue, by state, and how

@@ -122,45 +122,47 @@ func (k keys) indexOps(from, to *record) []clientv3.Op {
 	return ops
 }
 
-// record is an intent as stored in etcd.
+// record is an intent as the store works on it; its stored form is
+// storedRecord (schema.go).
 type record struct {
-	Tenant        string            `json:"tenant"`
-	Key           string            `json:"key"`
-	State         intent.State      `json:"state"`
-	Params        json.RawMessage   `json:"params"`
-	ParamsVersion string            `json:"params_version,omitempty"`
-	Fingerprint   string            `json:"fingerprint"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	ParentKey     string            `json:"parent_key,omitempty"`
-	Lease         *leaseRecord      `json:"lease,omitempty"`
-	Result        *intent.Result    `json:"result,omitempty"`
-	Failure       *intent.Failure   `json:"failure,omitempty"`
-	History       []intent.Event    `json:"history"`
-	CreatedAt     time.Time         `json:"created_at"`
-	UpdatedAt     time.Time         `json:"updated_at"`
-	CompletedAt   time.Time         `json:"completed_at,omitzero"`
+	Tenant        string
+	Key           string
+	State         intent.State
+	Params        json.RawMessage
+	ParamsVersion string
+	Fingerprint   string
+	Labels        map[string]string
+	ParentKey     string
+	Lease         *leaseRecord
+	Result        *intent.Result
+	Failure       *intent.Failure
+	History       []intent.Event
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	CompletedAt   time.Time
 	// Retention is how long the record is kept once final; RetainUntil is
 	// set when it becomes final.
-	Retention   time.Duration `json:"retention"`
-	RetainUntil time.Time     `json:"retain_until,omitzero"`
+	Retention   time.Duration
+	RetainUntil time.Time
 	// MaxAttempts is how many attempts may end without a report before the
 	// intent goes to NEEDS_REVIEW, fixed at registration (0 in records
 	// stored before there was a limit: the store's default applies).
 	// Attempts counts them, and EndedToken is the token of the last one
 	// counted, so that one lease never counts twice (see endAttempt).
-	MaxAttempts int           `json:"max_attempts,omitempty"`
-	Attempts    int           `json:"attempts,omitempty"`
-	EndedToken  fencing.Token `json:"ended_token,omitempty"`
+	MaxAttempts int
+	Attempts    int
+	EndedToken  fencing.Token
 }
 
-// tombstone is what stays of a record removed after its retention.
+// tombstone is what stays of a record removed after its retention; its
+// stored form is storedTombstone.
 type tombstone struct {
-	Key         string       `json:"key"`
-	State       intent.State `json:"state"`
-	Fingerprint string       `json:"fingerprint"`
-	CompletedAt time.Time    `json:"completed_at,omitzero"`
-	RemovedAt   time.Time    `json:"removed_at"`
-	Until       time.Time    `json:"until"`
+	Key         string
+	State       intent.State
+	Fingerprint string
+	CompletedAt time.Time
+	RemovedAt   time.Time
+	Until       time.Time
 }
 
 func (t *tombstone) expired() error {
@@ -171,15 +173,15 @@ func (t *tombstone) expired() error {
 type leaseRecord struct {
 	// Token is 0 in the write that issued the lease, meaning "the mod
 	// revision of this version"; decode fills it in.
-	Token     fencing.Token `json:"token"`
-	Mode      intent.Mode   `json:"mode"`
-	SessionID string        `json:"session_id"`
+	Token     fencing.Token
+	Mode      intent.Mode
+	SessionID string
 	// SessionRev is the create revision of the holder's session key: the
 	// holder is alive exactly while that key exists with this revision.
-	SessionRev int64     `json:"session_rev"`
-	Worker     string    `json:"worker,omitempty"`
-	RequestID  string    `json:"request_id,omitempty"`
-	AcquiredAt time.Time `json:"acquired_at"`
+	SessionRev int64
+	Worker     string
+	RequestID  string
+	AcquiredAt time.Time
 }
 
 // errCorrupt marks a stored value that does not decode. Retrying cannot
@@ -191,32 +193,6 @@ var errCorrupt = errors.New("etcdstore: corrupt record")
 // is evidence from stale workers and heartbeats, which are dropped oldest
 // first once the bound is reached.
 const maxHistory = 128
-
-func encodeRecord(r *record) ([]byte, error) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("etcdstore: encode record: %w", err)
-	}
-	return b, nil
-}
-
-// decodeRecord decodes a stored record and materializes the token of a
-// lease issued by this very version (stored as 0) from its mod revision.
-func decodeRecord(b []byte, modRev int64) (*record, error) {
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
-	}
-	if r.Lease != nil && r.Lease.Token == 0 {
-		r.Lease.Token = fencing.Token(modRev)
-		for i := range r.History {
-			if r.History[i].Issued && r.History[i].Token == 0 {
-				r.History[i].Token = r.Lease.Token
-			}
-		}
-	}
-	return &r, nil
-}
 
 // clone returns a deep enough copy of r to build the next version from
 // without touching r, which may be shared through the cache.
@@ -291,9 +267,21 @@ func sameResult(a, b *intent.Result) bool {
 	return bytes.Equal(a.Payload, b.Payload) && maps.Equal(a.ExternalRefs, b.ExternalRefs)
 }
 
-// toIntent converts a record to the domain type. live says whether the
-// holder's session is alive, which turns a lapsed IN_PROGRESS into UNKNOWN.
-func (r *record) toIntent(modRev int64, live bool, withHistory bool) *intent.Intent {
+// holder is what toIntent is told of the lease holder's session. Under
+// holderLive an IN_PROGRESS record reads as held and its lease as Live;
+// under holderGone it reads as UNKNOWN (a lapsed lease). In any other state
+// the two read the same. A named type rather than a bool, so that every
+// call says which it means.
+type holder bool
+
+const (
+	holderLive holder = true
+	holderGone holder = false
+)
+
+// toIntent converts a record to the domain type, without its history.
+func (r *record) toIntent(modRev int64, h holder) *intent.Intent {
+	live := bool(h)
 	in := &intent.Intent{
 		Tenant:        r.Tenant,
 		Key:           r.Key,
@@ -320,9 +308,14 @@ func (r *record) toIntent(modRev int64, live bool, withHistory bool) *intent.Int
 	if r.State == intent.StateInProgress && !live {
 		in.State = intent.StateUnknown
 	}
-	if withHistory {
-		in.History = slices.Clone(r.History)
-	}
+	return in
+}
+
+// toIntentWithHistory is toIntent with a copy of the history: what Get
+// returns.
+func (r *record) toIntentWithHistory(modRev int64, h holder) *intent.Intent {
+	in := r.toIntent(modRev, h)
+	in.History = slices.Clone(r.History)
 	return in
 }
 
@@ -336,10 +329,4 @@ func (l *leaseRecord) toLease(live bool) *intent.Lease {
 		AcquiredAt: l.AcquiredAt,
 		Live:       live,
 	}
-}
-
-// sessionRecord is the value of a session key.
-type sessionRecord struct {
-	Worker string        `json:"worker"`
-	TTL    time.Duration `json:"ttl"`
 }

@@ -76,17 +76,17 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 		live, cmps := s.undecided(v)
 		switch {
 		case e.Token != 0 && e.Token < cur:
-			refusal = &intent.StaleTokenError{Key: e.Key, Token: e.Token, Current: cur, Intent: rec.toIntent(v.rev(), live, false)}
+			refusal = &intent.StaleTokenError{Key: e.Key, Token: e.Token, Current: cur, Intent: rec.toIntent(v.rev(), holder(live))}
 			return s.evidence(rec, ev), nil
 		case e.Token != 0 && e.Token > cur:
 			return nil, intent.Invalid("token", "token %s was never issued for %q", e.Token, e.Key)
 		case rec.State == intent.StateNeedsReview:
-			out = rec.toIntent(v.rev(), false, false)
+			out = rec.toIntent(v.rev(), holderGone)
 			return nil, nil
 		case rec.State.Final():
-			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), false, false)}
+			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), holderGone)}
 		case e.Token != 0 && rec.State != intent.StateInProgress && rec.State != intent.StateUnknown:
-			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), false, false)}
+			return nil, &intent.TransitionError{Key: e.Key, State: rec.State, Call: "Escalate", Intent: rec.toIntent(v.rev(), holderGone)}
 		case e.Token == 0 && live && !e.Force:
 			return nil, fmt.Errorf("%w: %q is held by worker %q; pass force to supersede its lease", intent.ErrLeaseHeld, e.Key, rec.Lease.Worker)
 		}
@@ -101,7 +101,7 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 		ev.Accepted = true
 		next.appendEvent(ev)
 		next.State, next.UpdatedAt = intent.StateNeedsReview, now
-		return &change{next: next, cmps: cmps, done: func(committed *record, rev int64) { out = committed.toIntent(rev, false, false) }}, nil
+		return &change{next: next, cmps: cmps, done: func(committed *record, rev int64) { out = committed.toIntent(rev, holderGone) }}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -133,7 +133,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 			if e := rec.History[i]; e.ResolvedState != d.Decision || e.Principal != principal(ctx, d.Actor) {
 				return nil, intent.Invalid("request_id", "%q was used for another decision", d.RequestID)
 			}
-			in, replayed = rec.toIntent(v.rev(), v.holderAlive(), false), true
+			in, replayed = rec.toIntent(v.rev(), v.holder()), true
 			return nil, nil
 		}
 		live, cmps := s.undecided(v)
@@ -141,7 +141,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		case live && !d.Force:
 			return nil, fmt.Errorf("%w: %q is held by worker %q; pass force to supersede its lease", intent.ErrLeaseHeld, d.Key, rec.Lease.Worker)
 		case rec.State != intent.StateNeedsReview && rec.State != intent.StateUnknown && rec.State != intent.StateInProgress:
-			return nil, &intent.TransitionError{Key: d.Key, State: rec.State, Call: "Resolve", Intent: rec.toIntent(v.rev(), false, false)}
+			return nil, &intent.TransitionError{Key: d.Key, State: rec.State, Call: "Resolve", Intent: rec.toIntent(v.rev(), holderGone)}
 		}
 		next := rec.clone()
 		next.supersede(d.Actor, now)
@@ -167,7 +167,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 			next.finalize(now)
 		}
 		return &change{next: next, cmps: cmps, done: func(committed *record, rev int64) {
-			in = committed.toIntent(rev, false, false)
+			in = committed.toIntent(rev, holderGone)
 		}}, nil
 	})
 	return in, replayed, err
@@ -186,17 +186,17 @@ func (s *Store) Cancel(ctx context.Context, c intent.Cancellation) (*intent.Inte
 		rec, now := v.rec, s.cfg.Now()
 		switch rec.State {
 		case intent.StateCancelled:
-			out = rec.toIntent(v.rev(), false, false)
+			out = rec.toIntent(v.rev(), holderGone)
 			return nil, nil
 		case intent.StatePending:
 		default:
-			return nil, &intent.TransitionError{Key: c.Key, State: rec.State, Call: "Cancel", Intent: rec.toIntent(v.rev(), v.holderAlive(), false)}
+			return nil, &intent.TransitionError{Key: c.Key, State: rec.State, Call: "Cancel", Intent: rec.toIntent(v.rev(), v.holder())}
 		}
 		next := rec.clone()
 		next.appendEvent(intent.Event{Time: now, Kind: intent.EventCancelled, Token: currentToken(rec), Accepted: true, Principal: principal(ctx, c.Actor), Reason: c.Reason})
 		next.State, next.UpdatedAt = intent.StateCancelled, now
 		next.finalize(now)
-		return &change{next: next, done: func(committed *record, rev int64) { out = committed.toIntent(rev, false, false) }}, nil
+		return &change{next: next, done: func(committed *record, rev int64) { out = committed.toIntent(rev, holderGone) }}, nil
 	})
 	return out, err
 }

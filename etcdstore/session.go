@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -36,9 +35,9 @@ func (s *Store) OpenSession(ctx context.Context, tenant, worker string, ttl time
 	}
 	id := sessionID(grant.ID)
 	rec := sessionRecord{Worker: worker, TTL: time.Duration(grant.TTL) * time.Second}
-	val, err := json.Marshal(rec)
+	val, err := encodeSession(rec)
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: encode session: %w", err)
+		return nil, err
 	}
 	k := s.keys.session(tenant, id)
 	for attempt := 0; ; attempt++ {
@@ -98,9 +97,9 @@ func (s *Store) session(ctx context.Context, tenant, id string) (session, error)
 	if kv == nil {
 		return session{}, intent.ErrSessionNotFound
 	}
-	var rec sessionRecord
-	if err := json.Unmarshal(kv.Value, &rec); err != nil {
-		return session{}, fmt.Errorf("etcdstore: decode session: %w", err)
+	rec, err := decodeSession(kv.Value)
+	if err != nil {
+		return session{}, err
 	}
 	sess := session{tenant: tenant, id: id, rev: kv.CreateRevision, lease: lease, rec: rec}
 	s.sessions.Add(id, sess)
@@ -223,7 +222,7 @@ func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i in
 		case h.Token == cur:
 			return nil, nil
 		}
-		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), v.holderAlive(), false)}
+		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), v.holder())}
 		return s.evidence(v.rec, intent.Event{
 			Time: s.cfg.Now(), Kind: intent.EventHeartbeat, Token: h.Token,
 			SessionID: sess.id, Worker: sess.rec.Worker, Principal: intent.PrincipalFrom(ctx),

@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -271,6 +270,9 @@ func (v *view) holderAlive() bool {
 	return l != nil && v.alive(l.SessionID, l.SessionRev)
 }
 
+// holder is holderAlive in toIntent's terms.
+func (v *view) holder() holder { return holder(v.holderAlive()) }
+
 // read returns a fresh view of an intent, its tombstone and the given
 // sessions, in one linearizable read.
 func (s *Store) read(ctx context.Context, tenant, key string, sessionIDs ...string) (*view, error) {
@@ -307,8 +309,7 @@ func (s *Store) readExtra(ctx context.Context, tenant, key string, extra []strin
 		}
 	}
 	if kv := first(1); kv != nil {
-		v.tomb = &tombstone{}
-		if err := json.Unmarshal(kv.Value, v.tomb); err != nil {
+		if v.tomb, err = decodeTombstone(kv.Value); err != nil {
 			return nil, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
 		}
 	}

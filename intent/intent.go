@@ -172,14 +172,14 @@ type Lease struct {
 // Result is what a completed intent produced. Payload is opaque and replayed
 // byte for byte.
 type Result struct {
-	Payload      []byte            `json:"payload,omitempty"`
-	ExternalRefs map[string]string `json:"external_refs,omitempty"`
+	Payload      []byte
+	ExternalRefs map[string]string
 }
 
 // Failure describes a definite failure.
 type Failure struct {
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message,omitempty"`
+	Code    string
+	Message string
 }
 
 // EventKind is what a history entry records. Values match the API's
@@ -206,32 +206,32 @@ const (
 
 // Event is one entry in an intent's history.
 type Event struct {
-	Time      time.Time     `json:"time"`
-	Kind      EventKind     `json:"kind"`
-	Token     fencing.Token `json:"token,omitempty"`
-	Mode      Mode          `json:"mode,omitempty"`
-	SessionID string        `json:"session_id,omitempty"`
-	Worker    string        `json:"worker,omitempty"`
+	Time      time.Time
+	Kind      EventKind
+	Token     fencing.Token
+	Mode      Mode
+	SessionID string
+	Worker    string
 	// Accepted is false for a report under a superseded token: evidence
 	// that changed nothing.
-	Accepted bool `json:"accepted"`
+	Accepted bool
 	// Result is the reported result's external refs; its payload is kept
 	// only as PayloadSHA256, so that evidence cannot grow a record past
 	// what etcd accepts. The intent's own Result holds the payload.
-	Result        *Result  `json:"result,omitempty"`
-	PayloadSHA256 string   `json:"payload_sha256,omitempty"`
-	Failure       *Failure `json:"failure,omitempty"`
-	Reason        string   `json:"reason,omitempty"`
+	Result        *Result
+	PayloadSHA256 string
+	Failure       *Failure
+	Reason        string
 	// Principal is who acted, where known.
-	Principal string `json:"principal,omitempty"`
+	Principal string
 	// ResolvedState is the decided state of an EventResolved.
-	ResolvedState State `json:"resolved_state,omitempty"`
+	ResolvedState State
 	// RequestID is the caller's id of the call that made the event, where
 	// the call has one (Resolve): how a retry recognizes its own effect.
-	RequestID string `json:"request_id,omitempty"`
+	RequestID string
 	// Issued is true when the event issued a new token (an acquisition, a
 	// reviewer's decision): every earlier token is superseded by it.
-	Issued bool `json:"issued,omitempty"`
+	Issued bool
 }
 
 // Session is a worker's unit of liveness: an etcd lease kept alive by the
