@@ -2,7 +2,9 @@ package etcdstore
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -10,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/etcdtest"
 )
 
 // updateGolden rewrites testdata/records from the cases below. The files
@@ -223,18 +227,26 @@ var sessionCases = []struct {
 	{"session", sessionRecord{Worker: "w-1", TTL: 30 * time.Second}},
 }
 
+func goldenPath(name string) string { return filepath.Join("testdata", "records", name+".json") }
+
+// goldenFile is the stored value of a case, rewritten first from encoded
+// under -update-golden.
 func goldenFile(t *testing.T, name string, encoded []byte) []byte {
 	t.Helper()
-	path := filepath.Join("testdata", "records", name+".json")
 	if *updateGolden {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(goldenPath(name)), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, encoded, 0o644); err != nil {
+		if err := os.WriteFile(goldenPath(name), encoded, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(path)
+	return readGolden(t, name)
+}
+
+func readGolden(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(goldenPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,6 +357,62 @@ func TestStorageSchemaRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := fromStored(toStored(&tc.rec)); !reflect.DeepEqual(got, &tc.rec) {
 				t.Errorf("fromStored(toStored(r)) =\n%+v\nwant\n%+v", got, &tc.rec)
+			}
+		})
+	}
+}
+
+// TestStoredRecordsServeFromEtcd: records and tombstones in the stored
+// format, put into etcd as an existing data dir holds them, are what the
+// store's Get answers.
+func TestStoredRecordsServeFromEtcd(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	s, err := New(cli, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tc := range recordCases {
+		t.Run(tc.name, func(t *testing.T) {
+			golden := readGolden(t, tc.name)
+			resp, err := cli.Put(ctx, s.keys.intent(tc.stored.Tenant, tc.stored.Key), string(golden))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev := resp.Header.Revision
+			got, err := s.Get(ctx, tc.stored.Tenant, tc.stored.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.stored.clone()
+			if l := want.Lease; l != nil && l.Token == 0 { // issued by the version just put
+				l.Token = fencing.Token(rev)
+				for i := range want.History {
+					if want.History[i].Issued && want.History[i].Token == 0 {
+						want.History[i].Token = l.Token
+					}
+				}
+			}
+			// No session key exists: an IN_PROGRESS record reads as lapsed.
+			if w := want.toIntentWithHistory(rev, holderGone); !reflect.DeepEqual(got, w) {
+				t.Errorf("Get =\n%+v\nwant\n%+v", got, w)
+			}
+		})
+	}
+	for _, tc := range tombstoneCases {
+		t.Run(tc.name, func(t *testing.T) {
+			golden := readGolden(t, tc.name)
+			if _, err := cli.Put(ctx, s.keys.tombstone("removed", tc.tomb.Key), string(golden)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Get(ctx, "removed", tc.tomb.Key)
+			var expired *intent.ExpiredError
+			if !errors.As(err, &expired) {
+				t.Fatalf("Get error = %v, want an ExpiredError", err)
+			}
+			want := intent.ExpiredError{Key: tc.tomb.Key, State: tc.tomb.State, Fingerprint: tc.tomb.Fingerprint, CompletedAt: tc.tomb.CompletedAt}
+			if *expired != want {
+				t.Errorf("Get error = %+v, want %+v", *expired, want)
 			}
 		})
 	}
