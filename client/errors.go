@@ -11,7 +11,7 @@ import (
 
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/errreason"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // Errors intentd returns, for errors.Is. Every error a Client method
@@ -151,7 +151,7 @@ func convert(err error) error {
 			e.Statement = d
 		}
 	}
-	if r, ok := errreason.Parse(e.Reason); ok && byReason[r] != nil {
+	if r, ok := vocab.ParseReason(e.Reason); ok && byReason[r] != nil {
 		e.sentinel = byReason[r]
 	} else {
 		e.sentinel = byCode[e.Code]

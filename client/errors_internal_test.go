@@ -9,13 +9,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/intentd/intentd/internal/errreason"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // TestEveryReasonHasASentinel: every reason of the proto's ErrorReason has
 // a sentinel, and no sentinel is keyed by a reason the proto does not declare.
 func TestEveryReasonHasASentinel(t *testing.T) {
-	all := errreason.All()
+	all := vocab.Reasons()
 	for _, r := range all {
 		if byReason[r] == nil {
 			t.Errorf("byReason has no sentinel for %v", r)

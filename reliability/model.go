@@ -8,7 +8,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/errreason"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // OpKind is what a recorded call did to one intent, as the model sees it.
@@ -81,13 +81,13 @@ type Output struct {
 
 // Refusal reasons the model tells apart, as the wire spells the proto's.
 var (
-	reasonNotFound          = errreason.String(intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND)
-	reasonSessionNotFound   = errreason.String(intentv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND)
-	reasonStale             = errreason.String(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN)
-	reasonInvalidTransition = errreason.String(intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION)
-	reasonResultMismatch    = errreason.String(intentv1.ErrorReason_ERROR_REASON_RESULT_MISMATCH)
-	reasonFingerprint       = errreason.String(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH)
-	reasonInvalidField      = errreason.String(intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD)
+	reasonNotFound          = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND)
+	reasonSessionNotFound   = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND)
+	reasonStale             = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN)
+	reasonInvalidTransition = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION)
+	reasonResultMismatch    = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_RESULT_MISMATCH)
+	reasonFingerprint       = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH)
+	reasonInvalidField      = vocab.Reason(intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD)
 )
 
 // modelState is one intent as the model knows it. It is comparable, so

@@ -13,6 +13,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // The wire and domain enums share their numbers; these conversions say so
@@ -132,7 +133,7 @@ func statement(a *intent.Acquisition) *intentv1.Statement {
 		State:       stateToProto(in.State),
 		Result:      resultToProto(in.Result),
 		CompletedAt: timeToProto(in.CompletedAt),
-		ActionTaken: "none",
+		ActionTaken: vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE),
 	}
 	if a.Lease != nil {
 		st.CurrentToken = uint64(a.Lease.Token)
@@ -140,45 +141,45 @@ func statement(a *intent.Acquisition) *intentv1.Statement {
 	var b strings.Builder
 	switch a.Outcome {
 	case intent.OutcomeExecute:
-		st.Status, st.ActionTaken = "execute", "lease_issued"
+		st.Status, st.ActionTaken = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_EXECUTE), vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_LEASE_ISSUED)
 		fmt.Fprintf(&b, "execute: you hold intent %s under token %d; perform it once, sending operation keys such as %s:create-order downstream", in.Key, a.Lease.Token, in.Key)
 	case intent.OutcomeReconcile:
-		st.Status, st.ActionTaken = "reconcile", "lease_issued"
+		st.Status, st.ActionTaken = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_RECONCILE), vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_LEASE_ISSUED)
 		fmt.Fprintf(&b, "reconcile: an earlier attempt at intent %s may have taken effect; you hold token %d; ask the downstream system by operation key before acting", in.Key, a.Lease.Token)
 	case intent.OutcomeCompleted:
-		st.Status = "already_completed"
+		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_ALREADY_COMPLETED)
 		fmt.Fprintf(&b, "already_completed: intent %s completed at %s", in.Key, in.CompletedAt.UTC().Format(time.RFC3339))
 		if in.Result != nil && len(in.Result.ExternalRefs) > 0 {
 			refs, _ := json.Marshal(in.Result.ExternalRefs)
 			fmt.Fprintf(&b, " with %s", refs)
 		}
 	case intent.OutcomeFailed:
-		st.Status = "already_failed"
+		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_ALREADY_FAILED)
 		fmt.Fprintf(&b, "already_failed: intent %s failed", in.Key)
 		if in.Failure != nil {
 			fmt.Fprintf(&b, " (%s)", in.Failure.Code)
 		}
 	case intent.OutcomeCancelled:
-		st.Status = "cancelled"
+		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_CANCELLED)
 		fmt.Fprintf(&b, "cancelled: intent %s was withdrawn", in.Key)
 	case intent.OutcomeInProgress:
-		st.Status = "in_progress"
+		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_IN_PROGRESS)
 		fmt.Fprintf(&b, "in_progress: intent %s is held by worker %q", in.Key, a.Lease.Worker)
 		if !a.Lease.ExpiresAt.IsZero() {
 			fmt.Fprintf(&b, " until about %s unless it heartbeats", a.Lease.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 		b.WriteString("; wait and acquire again")
 	case intent.OutcomeNeedsReview:
-		st.Status = "needs_review"
+		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_NEEDS_REVIEW)
 		fmt.Fprintf(&b, "needs_review: intent %s waits for a human decision", in.Key)
 		if in.MaxAttempts > 0 && in.Attempts >= in.MaxAttempts {
 			fmt.Fprintf(&b, " after %d attempts ended without a report", in.Attempts)
 		}
 	case intent.OutcomeExpired:
-		st.Status = "expired"
+		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_EXPIRED)
 		fmt.Fprintf(&b, "expired: intent %s outlived its retention (it was %s); it needs a new approval", in.Key, in.State)
 	}
-	if st.ActionTaken == "none" {
+	if st.ActionTaken == vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE) {
 		b.WriteString("; action_taken: none")
 	}
 	st.Text = b.String()
@@ -187,12 +188,12 @@ func statement(a *intent.Acquisition) *intentv1.Statement {
 
 // refusal renders a refused fenced call as a Statement, for the error's
 // details: what became of the intent, and that nothing was done.
-func refusal(status, text string, in *intent.Intent, current uint64, evidence bool) *intentv1.Statement {
-	taken := "none"
+func refusal(status intentv1.StatementStatus, text string, in *intent.Intent, current uint64, evidence bool) *intentv1.Statement {
+	taken := vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)
 	if evidence {
-		taken = "evidence_recorded"
+		taken = vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_EVIDENCE_RECORDED)
 	}
-	st := &intentv1.Statement{Status: status, ActionTaken: taken, CurrentToken: current, Text: text + "; action_taken: " + taken}
+	st := &intentv1.Statement{Status: vocab.Status(status), ActionTaken: taken, CurrentToken: current, Text: text + "; action_taken: " + taken}
 	if in != nil {
 		st.IntentKey, st.State = in.Key, stateToProto(in.State)
 		st.Result, st.CompletedAt = resultToProto(in.Result), timeToProto(in.CompletedAt)

@@ -7,6 +7,7 @@ import (
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // Escalate implements IntentService.Escalate.
@@ -49,9 +50,9 @@ func (s *Server) Resolve(ctx context.Context, req *intentv1.ResolveRequest) (*in
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	taken := "recorded"
+	taken := vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_RECORDED)
 	if replayed {
-		taken = "none"
+		taken = vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)
 	}
 	return &intentv1.ResolveResponse{Intent: intentToProto(in), ActionTaken: taken}, nil
 }

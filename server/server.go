@@ -12,6 +12,7 @@ import (
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // Store is what the server needs from storage. etcdstore.Store implements
@@ -141,9 +142,9 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 		return nil, s.fail(err)
 	}
 	traceAcquire(ctx, ar.Tenant, ar.Key, a)
-	taken := "none"
+	taken := vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)
 	if a.Outcome == intent.OutcomeExecute || a.Outcome == intent.OutcomeReconcile {
-		taken = "lease_issued"
+		taken = vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_LEASE_ISSUED)
 	}
 	return &intentv1.AcquireResponse{
 		Outcome:     outcomeToProto(a.Outcome),
@@ -244,9 +245,9 @@ func (s *Server) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	taken := "recorded"
+	taken := vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_RECORDED)
 	if out.Replayed {
-		taken = "none"
+		taken = vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)
 	}
 	return &intentv1.CompleteResponse{Intent: intentToProto(out.Intent), ActionTaken: taken}, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // decidedState is the state a decision leaves an intent in.
@@ -56,7 +57,7 @@ func priorDecision(ctx context.Context, c *client.Client, req *intentv1.ResolveR
 		return nil
 	}
 	if e.GetResolvedState() == decidedState(req.GetDecision()) && byActor(e.GetPrincipal(), req.GetActor()) {
-		return &intentv1.ResolveResponse{Intent: got.GetIntent(), ActionTaken: "none"}
+		return &intentv1.ResolveResponse{Intent: got.GetIntent(), ActionTaken: vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)}
 	}
 	fmt.Fprintf(stderr, "intentctl: %s was decided %s by %s at %s\n", req.GetKey(), stateName(e.GetResolvedState()), clean(e.GetPrincipal()), stamp(e.GetTime()))
 	return nil
@@ -66,7 +67,7 @@ func priorDecision(ctx context.Context, c *client.Client, req *intentv1.ResolveR
 // is the caller's own, made earlier.
 func printDecided(w io.Writer, resp *intentv1.ResolveResponse) error {
 	in := resp.GetIntent()
-	if resp.GetActionTaken() == "none" {
+	if resp.GetActionTaken() == vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE) {
 		if e := lastDecision(in); e != nil {
 			_, err := fmt.Fprintf(w, "already decided (by you, at %s): %s %s; nothing changed, now %s\n",
 				stamp(e.GetTime()), in.GetKey(), stateName(e.GetResolvedState()), stateName(in.GetState()))

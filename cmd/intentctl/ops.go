@@ -13,6 +13,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 func newGetCommand(g *globals) *cobra.Command {
@@ -252,7 +253,7 @@ An intent under a live lease is refused (LEASE_HELD) unless --force.`,
 					return err
 				}
 			}
-			if resp.GetActionTaken() == "none" && len(resp.GetIntent().GetHistory()) == 0 {
+			if resp.GetActionTaken() == vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE) && len(resp.GetIntent().GetHistory()) == 0 {
 				// A replay by request id: the history says when it was decided.
 				if got, err := c.Get(ctx, &intentv1.GetRequest{Key: req.GetKey()}); err == nil {
 					resp.Intent = got.GetIntent()

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/errreason"
+	"github.com/intentd/intentd/internal/vocab"
 	"github.com/intentd/intentd/server"
 )
 
@@ -94,9 +94,9 @@ func (a answers) refused(method string, err error) {
 	var reason string
 	switch status.Code(err) {
 	case codes.Aborted:
-		by, reason = a.staleBy, errreason.String(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN)
+		by, reason = a.staleBy, vocab.Reason(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN)
 	case codes.FailedPrecondition:
-		by, reason = a.fingerprintBy, errreason.String(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH)
+		by, reason = a.fingerprintBy, vocab.Reason(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH)
 	default:
 		return
 	}

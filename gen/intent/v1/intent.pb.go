@@ -360,6 +360,166 @@ func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_intent_v1_intent_proto_rawDescGZIP(), []int{2}
 }
 
+// ActionTaken is the vocabulary of the action_taken fields (AcquireResponse,
+// Statement, CompleteResponse, ResolveResponse). Those fields are strings, so
+// that the JSON and the words agents read stay as they were: each value is
+// sent as its name without the ACTION_TAKEN_ prefix, in lower case
+// (ACTION_TAKEN_LEASE_ISSUED is "lease_issued"); the numbers are never sent.
+type ActionTaken int32
+
+const (
+	// ACTION_TAKEN_UNSPECIFIED is never sent.
+	ActionTaken_ACTION_TAKEN_UNSPECIFIED ActionTaken = 0
+	// ACTION_TAKEN_NONE ("none"): the call changed nothing (a replay, a
+	// refusal, an intent another worker holds).
+	ActionTaken_ACTION_TAKEN_NONE ActionTaken = 1
+	// ACTION_TAKEN_LEASE_ISSUED ("lease_issued"): Acquire issued a lease, or
+	// returned the one a retry of the same request issued.
+	ActionTaken_ACTION_TAKEN_LEASE_ISSUED ActionTaken = 2
+	// ACTION_TAKEN_RECORDED ("recorded"): the report or decision was recorded.
+	ActionTaken_ACTION_TAKEN_RECORDED ActionTaken = 3
+	// ACTION_TAKEN_EVIDENCE_RECORDED ("evidence_recorded"): a refused report
+	// was kept in the intent's history as evidence; the intent did not change.
+	ActionTaken_ACTION_TAKEN_EVIDENCE_RECORDED ActionTaken = 4
+)
+
+// Enum value maps for ActionTaken.
+var (
+	ActionTaken_name = map[int32]string{
+		0: "ACTION_TAKEN_UNSPECIFIED",
+		1: "ACTION_TAKEN_NONE",
+		2: "ACTION_TAKEN_LEASE_ISSUED",
+		3: "ACTION_TAKEN_RECORDED",
+		4: "ACTION_TAKEN_EVIDENCE_RECORDED",
+	}
+	ActionTaken_value = map[string]int32{
+		"ACTION_TAKEN_UNSPECIFIED":       0,
+		"ACTION_TAKEN_NONE":              1,
+		"ACTION_TAKEN_LEASE_ISSUED":      2,
+		"ACTION_TAKEN_RECORDED":          3,
+		"ACTION_TAKEN_EVIDENCE_RECORDED": 4,
+	}
+)
+
+func (x ActionTaken) Enum() *ActionTaken {
+	p := new(ActionTaken)
+	*p = x
+	return p
+}
+
+func (x ActionTaken) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ActionTaken) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[3].Descriptor()
+}
+
+func (ActionTaken) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[3]
+}
+
+func (x ActionTaken) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ActionTaken.Descriptor instead.
+func (ActionTaken) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
+}
+
+// StatementStatus is the vocabulary of Statement.status, sent as the value's
+// name without the STATEMENT_STATUS_ prefix, in lower case
+// (STATEMENT_STATUS_ALREADY_COMPLETED is "already_completed"), for the same
+// reason as ActionTaken.
+type StatementStatus int32
+
+const (
+	// STATEMENT_STATUS_UNSPECIFIED is never sent.
+	StatementStatus_STATEMENT_STATUS_UNSPECIFIED StatementStatus = 0
+	// STATEMENT_STATUS_EXECUTE ("execute"): Acquire's OUTCOME_EXECUTE.
+	StatementStatus_STATEMENT_STATUS_EXECUTE StatementStatus = 1
+	// STATEMENT_STATUS_RECONCILE ("reconcile"): Acquire's OUTCOME_RECONCILE.
+	StatementStatus_STATEMENT_STATUS_RECONCILE StatementStatus = 2
+	// STATEMENT_STATUS_ALREADY_COMPLETED ("already_completed"): the intent is
+	// COMPLETED; its result is in the statement.
+	StatementStatus_STATEMENT_STATUS_ALREADY_COMPLETED StatementStatus = 3
+	// STATEMENT_STATUS_ALREADY_FAILED ("already_failed"): the intent FAILED.
+	StatementStatus_STATEMENT_STATUS_ALREADY_FAILED StatementStatus = 4
+	// STATEMENT_STATUS_CANCELLED ("cancelled"): the approval was withdrawn.
+	StatementStatus_STATEMENT_STATUS_CANCELLED StatementStatus = 5
+	// STATEMENT_STATUS_IN_PROGRESS ("in_progress"): another worker holds a
+	// live lease; wait and acquire again.
+	StatementStatus_STATEMENT_STATUS_IN_PROGRESS StatementStatus = 6
+	// STATEMENT_STATUS_NEEDS_REVIEW ("needs_review"): a human must decide.
+	StatementStatus_STATEMENT_STATUS_NEEDS_REVIEW StatementStatus = 7
+	// STATEMENT_STATUS_EXPIRED ("expired"): the record outlived its retention.
+	StatementStatus_STATEMENT_STATUS_EXPIRED StatementStatus = 8
+	// STATEMENT_STATUS_STALE_TOKEN ("stale_token"): a refused report under a
+	// superseded token (error reason STALE_TOKEN).
+	StatementStatus_STATEMENT_STATUS_STALE_TOKEN StatementStatus = 9
+	// STATEMENT_STATUS_REFUSED ("refused"): a call the intent's state does not
+	// allow (error reason INVALID_TRANSITION).
+	StatementStatus_STATEMENT_STATUS_REFUSED StatementStatus = 10
+)
+
+// Enum value maps for StatementStatus.
+var (
+	StatementStatus_name = map[int32]string{
+		0:  "STATEMENT_STATUS_UNSPECIFIED",
+		1:  "STATEMENT_STATUS_EXECUTE",
+		2:  "STATEMENT_STATUS_RECONCILE",
+		3:  "STATEMENT_STATUS_ALREADY_COMPLETED",
+		4:  "STATEMENT_STATUS_ALREADY_FAILED",
+		5:  "STATEMENT_STATUS_CANCELLED",
+		6:  "STATEMENT_STATUS_IN_PROGRESS",
+		7:  "STATEMENT_STATUS_NEEDS_REVIEW",
+		8:  "STATEMENT_STATUS_EXPIRED",
+		9:  "STATEMENT_STATUS_STALE_TOKEN",
+		10: "STATEMENT_STATUS_REFUSED",
+	}
+	StatementStatus_value = map[string]int32{
+		"STATEMENT_STATUS_UNSPECIFIED":       0,
+		"STATEMENT_STATUS_EXECUTE":           1,
+		"STATEMENT_STATUS_RECONCILE":         2,
+		"STATEMENT_STATUS_ALREADY_COMPLETED": 3,
+		"STATEMENT_STATUS_ALREADY_FAILED":    4,
+		"STATEMENT_STATUS_CANCELLED":         5,
+		"STATEMENT_STATUS_IN_PROGRESS":       6,
+		"STATEMENT_STATUS_NEEDS_REVIEW":      7,
+		"STATEMENT_STATUS_EXPIRED":           8,
+		"STATEMENT_STATUS_STALE_TOKEN":       9,
+		"STATEMENT_STATUS_REFUSED":           10,
+	}
+)
+
+func (x StatementStatus) Enum() *StatementStatus {
+	p := new(StatementStatus)
+	*p = x
+	return p
+}
+
+func (x StatementStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StatementStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[4].Descriptor()
+}
+
+func (StatementStatus) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[4]
+}
+
+func (x StatementStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StatementStatus.Descriptor instead.
+func (StatementStatus) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{4}
+}
+
 // LeaseMode is what a lease allows its holder to do.
 type LeaseMode int32
 
@@ -403,11 +563,11 @@ func (x LeaseMode) String() string {
 }
 
 func (LeaseMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[3].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[5].Descriptor()
 }
 
 func (LeaseMode) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[3]
+	return &file_intent_v1_intent_proto_enumTypes[5]
 }
 
 func (x LeaseMode) Number() protoreflect.EnumNumber {
@@ -416,7 +576,7 @@ func (x LeaseMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseMode.Descriptor instead.
 func (LeaseMode) EnumDescriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{3}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{5}
 }
 
 // Decision is a reviewer's verdict on an intent.
@@ -464,11 +624,11 @@ func (x Decision) String() string {
 }
 
 func (Decision) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[4].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[6].Descriptor()
 }
 
 func (Decision) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[4]
+	return &file_intent_v1_intent_proto_enumTypes[6]
 }
 
 func (x Decision) Number() protoreflect.EnumNumber {
@@ -477,7 +637,7 @@ func (x Decision) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Decision.Descriptor instead.
 func (Decision) EnumDescriptor() ([]byte, []int) {
-	return file_intent_v1_intent_proto_rawDescGZIP(), []int{4}
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{6}
 }
 
 // Kind is what happened.
@@ -560,11 +720,11 @@ func (x HistoryEntry_Kind) String() string {
 }
 
 func (HistoryEntry_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[5].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[7].Descriptor()
 }
 
 func (HistoryEntry_Kind) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[5]
+	return &file_intent_v1_intent_proto_enumTypes[7]
 }
 
 func (x HistoryEntry_Kind) Number() protoreflect.EnumNumber {
@@ -625,11 +785,11 @@ func (x WatchResponse_Type) String() string {
 }
 
 func (WatchResponse_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[6].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[8].Descriptor()
 }
 
 func (WatchResponse_Type) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[6]
+	return &file_intent_v1_intent_proto_enumTypes[8]
 }
 
 func (x WatchResponse_Type) Number() protoreflect.EnumNumber {
@@ -2064,9 +2224,9 @@ func (x *AcquireResponse) GetStatement() *Statement {
 // detail.
 type Statement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// status is one word: execute, reconcile, already_completed,
-	// already_failed, cancelled, in_progress, needs_review, expired,
-	// stale_token, refused.
+	// status is one word of StatementStatus: execute, reconcile,
+	// already_completed, already_failed, cancelled, in_progress, needs_review,
+	// expired, stale_token, refused.
 	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	// intent_key is the intent's key.
 	IntentKey string `protobuf:"bytes,2,opt,name=intent_key,json=intentKey,proto3" json:"intent_key,omitempty"`
@@ -2076,8 +2236,8 @@ type Statement struct {
 	Result *Result `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	// completed_at is when the intent reached a final state.
 	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
-	// action_taken is what this call did: "none", "lease_issued",
-	// "recorded", "evidence_recorded".
+	// action_taken is what this call did, a word of ActionTaken: "none",
+	// "lease_issued", "recorded", "evidence_recorded".
 	ActionTaken string `protobuf:"bytes,6,opt,name=action_taken,json=actionTaken,proto3" json:"action_taken,omitempty"`
 	// current_token is the intent's newest token, where it matters.
 	CurrentToken uint64 `protobuf:"varint,7,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
@@ -4032,7 +4192,26 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\x0f\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x10\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x11\x12\x1d\n" +
-	"\x19ERROR_REASON_RATE_LIMITED\x10\x12*p\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x12*\xa0\x01\n" +
+	"\vActionTaken\x12\x1c\n" +
+	"\x18ACTION_TAKEN_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11ACTION_TAKEN_NONE\x10\x01\x12\x1d\n" +
+	"\x19ACTION_TAKEN_LEASE_ISSUED\x10\x02\x12\x19\n" +
+	"\x15ACTION_TAKEN_RECORDED\x10\x03\x12\"\n" +
+	"\x1eACTION_TAKEN_EVIDENCE_RECORDED\x10\x04*\x81\x03\n" +
+	"\x0fStatementStatus\x12 \n" +
+	"\x1cSTATEMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18STATEMENT_STATUS_EXECUTE\x10\x01\x12\x1e\n" +
+	"\x1aSTATEMENT_STATUS_RECONCILE\x10\x02\x12&\n" +
+	"\"STATEMENT_STATUS_ALREADY_COMPLETED\x10\x03\x12#\n" +
+	"\x1fSTATEMENT_STATUS_ALREADY_FAILED\x10\x04\x12\x1e\n" +
+	"\x1aSTATEMENT_STATUS_CANCELLED\x10\x05\x12 \n" +
+	"\x1cSTATEMENT_STATUS_IN_PROGRESS\x10\x06\x12!\n" +
+	"\x1dSTATEMENT_STATUS_NEEDS_REVIEW\x10\a\x12\x1c\n" +
+	"\x18STATEMENT_STATUS_EXPIRED\x10\b\x12 \n" +
+	"\x1cSTATEMENT_STATUS_STALE_TOKEN\x10\t\x12\x1c\n" +
+	"\x18STATEMENT_STATUS_REFUSED\x10\n" +
+	"*p\n" +
 	"\tLeaseMode\x12\x1a\n" +
 	"\x16LEASE_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LEASE_MODE_EXECUTE\x10\x01\x12\x18\n" +
@@ -4076,157 +4255,159 @@ func file_intent_v1_intent_proto_rawDescGZIP() []byte {
 	return file_intent_v1_intent_proto_rawDescData
 }
 
-var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
 var file_intent_v1_intent_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_intent_v1_intent_proto_goTypes = []any{
 	(State)(0),                    // 0: intent.v1.State
 	(Outcome)(0),                  // 1: intent.v1.Outcome
 	(ErrorReason)(0),              // 2: intent.v1.ErrorReason
-	(LeaseMode)(0),                // 3: intent.v1.LeaseMode
-	(Decision)(0),                 // 4: intent.v1.Decision
-	(HistoryEntry_Kind)(0),        // 5: intent.v1.HistoryEntry.Kind
-	(WatchResponse_Type)(0),       // 6: intent.v1.WatchResponse.Type
-	(*Intent)(nil),                // 7: intent.v1.Intent
-	(*Child)(nil),                 // 8: intent.v1.Child
-	(*Lease)(nil),                 // 9: intent.v1.Lease
-	(*Result)(nil),                // 10: intent.v1.Result
-	(*Failure)(nil),               // 11: intent.v1.Failure
-	(*HistoryEntry)(nil),          // 12: intent.v1.HistoryEntry
-	(*RegisterRequest)(nil),       // 13: intent.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 14: intent.v1.RegisterResponse
-	(*DeriveKeyRequest)(nil),      // 15: intent.v1.DeriveKeyRequest
-	(*DeriveKeyResponse)(nil),     // 16: intent.v1.DeriveKeyResponse
-	(*OpenSessionRequest)(nil),    // 17: intent.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 18: intent.v1.OpenSessionResponse
-	(*CloseSessionRequest)(nil),   // 19: intent.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 20: intent.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 21: intent.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 22: intent.v1.AcquireResponse
-	(*Statement)(nil),             // 23: intent.v1.Statement
-	(*HeldLease)(nil),             // 24: intent.v1.HeldLease
-	(*HeartbeatRequest)(nil),      // 25: intent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 26: intent.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),       // 27: intent.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 28: intent.v1.CompleteResponse
-	(*MarkUnknownRequest)(nil),    // 29: intent.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),   // 30: intent.v1.MarkUnknownResponse
-	(*ReleaseRequest)(nil),        // 31: intent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 32: intent.v1.ReleaseResponse
-	(*FailRequest)(nil),           // 33: intent.v1.FailRequest
-	(*FailResponse)(nil),          // 34: intent.v1.FailResponse
-	(*GetRequest)(nil),            // 35: intent.v1.GetRequest
-	(*GetResponse)(nil),           // 36: intent.v1.GetResponse
-	(*EscalateRequest)(nil),       // 37: intent.v1.EscalateRequest
-	(*EscalateResponse)(nil),      // 38: intent.v1.EscalateResponse
-	(*ResolveRequest)(nil),        // 39: intent.v1.ResolveRequest
-	(*ResolveResponse)(nil),       // 40: intent.v1.ResolveResponse
-	(*CancelRequest)(nil),         // 41: intent.v1.CancelRequest
-	(*CancelResponse)(nil),        // 42: intent.v1.CancelResponse
-	(*ListRequest)(nil),           // 43: intent.v1.ListRequest
-	(*ListResponse)(nil),          // 44: intent.v1.ListResponse
-	(*WatchRequest)(nil),          // 45: intent.v1.WatchRequest
-	(*WatchResponse)(nil),         // 46: intent.v1.WatchResponse
-	nil,                           // 47: intent.v1.Intent.LabelsEntry
-	nil,                           // 48: intent.v1.Result.ExternalRefsEntry
-	nil,                           // 49: intent.v1.RegisterRequest.LabelsEntry
-	(*structpb.Struct)(nil),       // 50: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 52: google.protobuf.Duration
+	(ActionTaken)(0),              // 3: intent.v1.ActionTaken
+	(StatementStatus)(0),          // 4: intent.v1.StatementStatus
+	(LeaseMode)(0),                // 5: intent.v1.LeaseMode
+	(Decision)(0),                 // 6: intent.v1.Decision
+	(HistoryEntry_Kind)(0),        // 7: intent.v1.HistoryEntry.Kind
+	(WatchResponse_Type)(0),       // 8: intent.v1.WatchResponse.Type
+	(*Intent)(nil),                // 9: intent.v1.Intent
+	(*Child)(nil),                 // 10: intent.v1.Child
+	(*Lease)(nil),                 // 11: intent.v1.Lease
+	(*Result)(nil),                // 12: intent.v1.Result
+	(*Failure)(nil),               // 13: intent.v1.Failure
+	(*HistoryEntry)(nil),          // 14: intent.v1.HistoryEntry
+	(*RegisterRequest)(nil),       // 15: intent.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 16: intent.v1.RegisterResponse
+	(*DeriveKeyRequest)(nil),      // 17: intent.v1.DeriveKeyRequest
+	(*DeriveKeyResponse)(nil),     // 18: intent.v1.DeriveKeyResponse
+	(*OpenSessionRequest)(nil),    // 19: intent.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),   // 20: intent.v1.OpenSessionResponse
+	(*CloseSessionRequest)(nil),   // 21: intent.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),  // 22: intent.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),        // 23: intent.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 24: intent.v1.AcquireResponse
+	(*Statement)(nil),             // 25: intent.v1.Statement
+	(*HeldLease)(nil),             // 26: intent.v1.HeldLease
+	(*HeartbeatRequest)(nil),      // 27: intent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 28: intent.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),       // 29: intent.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 30: intent.v1.CompleteResponse
+	(*MarkUnknownRequest)(nil),    // 31: intent.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),   // 32: intent.v1.MarkUnknownResponse
+	(*ReleaseRequest)(nil),        // 33: intent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 34: intent.v1.ReleaseResponse
+	(*FailRequest)(nil),           // 35: intent.v1.FailRequest
+	(*FailResponse)(nil),          // 36: intent.v1.FailResponse
+	(*GetRequest)(nil),            // 37: intent.v1.GetRequest
+	(*GetResponse)(nil),           // 38: intent.v1.GetResponse
+	(*EscalateRequest)(nil),       // 39: intent.v1.EscalateRequest
+	(*EscalateResponse)(nil),      // 40: intent.v1.EscalateResponse
+	(*ResolveRequest)(nil),        // 41: intent.v1.ResolveRequest
+	(*ResolveResponse)(nil),       // 42: intent.v1.ResolveResponse
+	(*CancelRequest)(nil),         // 43: intent.v1.CancelRequest
+	(*CancelResponse)(nil),        // 44: intent.v1.CancelResponse
+	(*ListRequest)(nil),           // 45: intent.v1.ListRequest
+	(*ListResponse)(nil),          // 46: intent.v1.ListResponse
+	(*WatchRequest)(nil),          // 47: intent.v1.WatchRequest
+	(*WatchResponse)(nil),         // 48: intent.v1.WatchResponse
+	nil,                           // 49: intent.v1.Intent.LabelsEntry
+	nil,                           // 50: intent.v1.Result.ExternalRefsEntry
+	nil,                           // 51: intent.v1.RegisterRequest.LabelsEntry
+	(*structpb.Struct)(nil),       // 52: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 54: google.protobuf.Duration
 }
 var file_intent_v1_intent_proto_depIdxs = []int32{
 	0,  // 0: intent.v1.Intent.state:type_name -> intent.v1.State
-	50, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
-	47, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
-	9,  // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
-	10, // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
-	11, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
-	12, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
-	51, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
-	51, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
-	52, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
-	51, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
-	8,  // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
+	52, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
+	49, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
+	11, // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
+	12, // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
+	13, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
+	14, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
+	53, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
+	53, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
+	54, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
+	53, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
+	10, // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
 	0,  // 13: intent.v1.Child.state:type_name -> intent.v1.State
-	3,  // 14: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
-	51, // 15: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	51, // 16: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	48, // 17: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
-	51, // 18: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
-	5,  // 19: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
-	3,  // 20: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
-	10, // 21: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
-	11, // 22: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
+	5,  // 14: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
+	53, // 15: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	53, // 16: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	50, // 17: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
+	53, // 18: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
+	7,  // 19: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
+	5,  // 20: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
+	12, // 21: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
+	13, // 22: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
 	0,  // 23: intent.v1.HistoryEntry.resolved_state:type_name -> intent.v1.State
-	50, // 24: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
-	49, // 25: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
-	52, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
-	7,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
-	50, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
-	50, // 29: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
-	52, // 30: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	52, // 31: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	13, // 32: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
+	52, // 24: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
+	51, // 25: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
+	54, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
+	9,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
+	52, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
+	52, // 29: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
+	54, // 30: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	54, // 31: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	15, // 32: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
 	1,  // 33: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
-	7,  // 34: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
-	9,  // 35: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
-	23, // 36: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
+	9,  // 34: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
+	11, // 35: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
+	25, // 36: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
 	0,  // 37: intent.v1.Statement.state:type_name -> intent.v1.State
-	10, // 38: intent.v1.Statement.result:type_name -> intent.v1.Result
-	51, // 39: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
-	24, // 40: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
-	52, // 41: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	10, // 42: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
-	13, // 43: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
-	7,  // 44: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
-	7,  // 45: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
-	7,  // 46: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
-	11, // 47: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
-	7,  // 48: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
-	7,  // 49: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
-	7,  // 50: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
-	4,  // 51: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
-	10, // 52: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
-	11, // 53: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
-	7,  // 54: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
-	7,  // 55: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
+	12, // 38: intent.v1.Statement.result:type_name -> intent.v1.Result
+	53, // 39: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
+	26, // 40: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
+	54, // 41: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	12, // 42: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
+	15, // 43: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
+	9,  // 44: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
+	9,  // 45: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
+	9,  // 46: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
+	13, // 47: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
+	9,  // 48: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
+	9,  // 49: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
+	9,  // 50: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
+	6,  // 51: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
+	12, // 52: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
+	13, // 53: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
+	9,  // 54: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
+	9,  // 55: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
 	0,  // 56: intent.v1.ListRequest.states:type_name -> intent.v1.State
-	7,  // 57: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
+	9,  // 57: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
 	0,  // 58: intent.v1.WatchRequest.states:type_name -> intent.v1.State
-	6,  // 59: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
-	7,  // 60: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
-	13, // 61: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
-	15, // 62: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
-	17, // 63: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
-	19, // 64: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
-	21, // 65: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
-	25, // 66: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
-	27, // 67: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
-	29, // 68: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
-	31, // 69: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
-	33, // 70: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
-	37, // 71: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
-	39, // 72: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
-	41, // 73: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
-	35, // 74: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
-	43, // 75: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
-	45, // 76: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
-	14, // 77: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
-	16, // 78: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
-	18, // 79: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
-	20, // 80: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
-	22, // 81: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
-	26, // 82: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
-	28, // 83: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
-	30, // 84: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
-	32, // 85: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
-	34, // 86: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
-	38, // 87: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
-	40, // 88: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
-	42, // 89: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
-	36, // 90: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
-	44, // 91: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
-	46, // 92: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
+	8,  // 59: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
+	9,  // 60: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
+	15, // 61: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
+	17, // 62: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
+	19, // 63: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
+	21, // 64: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
+	23, // 65: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
+	27, // 66: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
+	29, // 67: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
+	31, // 68: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
+	33, // 69: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
+	35, // 70: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
+	39, // 71: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
+	41, // 72: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
+	43, // 73: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
+	37, // 74: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
+	45, // 75: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
+	47, // 76: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
+	16, // 77: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
+	18, // 78: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
+	20, // 79: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
+	22, // 80: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
+	24, // 81: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
+	28, // 82: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
+	30, // 83: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
+	32, // 84: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
+	34, // 85: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
+	36, // 86: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
+	40, // 87: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
+	42, // 88: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
+	44, // 89: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
+	38, // 90: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
+	46, // 91: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
+	48, // 92: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
 	77, // [77:93] is the sub-list for method output_type
 	61, // [61:77] is the sub-list for method input_type
 	61, // [61:61] is the sub-list for extension type_name
@@ -4244,7 +4425,7 @@ func file_intent_v1_intent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_intent_v1_intent_proto_rawDesc), len(file_intent_v1_intent_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      9,
 			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -12,7 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/errreason"
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/vocab"
 )
 
 // codeName is a code as the proto and the README spell it (FAILED_PRECONDITION).
@@ -25,7 +27,7 @@ func codeName(c codes.Code) string {
 // on each value names the same code, and the README's error table lists each
 // reason once, with that code.
 func TestEveryReasonIsDeclaredEverywhere(t *testing.T) {
-	all := errreason.All()
+	all := vocab.Reasons()
 	for _, r := range all {
 		if _, ok := codeOf[r]; !ok {
 			t.Errorf("the error table has no code for %v", r)
@@ -49,7 +51,7 @@ func TestEveryReasonIsDeclaredEverywhere(t *testing.T) {
 			got[m[2]] = m[1]
 		}
 		for _, r := range all {
-			if got, want := got[errreason.String(r)], codeName(codeOf[r]); got != want {
+			if got, want := got[vocab.Reason(r)], codeName(codeOf[r]); got != want {
 				t.Errorf("proto comment of %v names code %q, want %q (the error table's)", r, got, want)
 			}
 		}
@@ -79,7 +81,7 @@ func TestEveryReasonIsDeclaredEverywhere(t *testing.T) {
 			for _, m := range ticked.FindAllStringSubmatch(cells[2], -1) {
 				reason := m[1]
 				listed[reason]++
-				r, ok := errreason.Parse(reason)
+				r, ok := vocab.ParseReason(reason)
 				if !ok {
 					t.Errorf("README lists reason %s, which the proto's ErrorReason does not declare", reason)
 					continue
@@ -90,8 +92,8 @@ func TestEveryReasonIsDeclaredEverywhere(t *testing.T) {
 			}
 		}
 		for _, r := range all {
-			if n := listed[errreason.String(r)]; n != 1 {
-				t.Errorf("README lists %s %d times, want once", errreason.String(r), n)
+			if n := listed[vocab.Reason(r)]; n != 1 {
+				t.Errorf("README lists %s %d times, want once", vocab.Reason(r), n)
 			}
 		}
 	})
@@ -118,5 +120,45 @@ func TestWithDetailsSendsTheWireReason(t *testing.T) {
 	}
 	if got, want := info.GetDomain(), ErrorDomain; got != want {
 		t.Errorf("domain = %q, want %q", got, want)
+	}
+}
+
+// TestStatementsSpeakTheProtosWords: every Statement status and action_taken
+// intentd sends is a word of the proto's StatementStatus and ActionTaken, and
+// every word of StatementStatus is sent by some outcome or refusal.
+func TestStatementsSpeakTheProtosWords(t *testing.T) {
+	statuses, actions := map[string]bool{}, map[string]bool{}
+	see := func(st *intentv1.Statement) {
+		statuses[st.GetStatus()] = true
+		actions[st.GetActionTaken()] = true
+	}
+	for o := intent.OutcomeExecute; o <= intent.OutcomeExpired; o++ {
+		see(statement(&intent.Acquisition{
+			Outcome: o,
+			Intent:  &intent.Intent{Key: "k", State: intent.StatePending},
+			Lease:   &intent.Lease{Token: 1, Worker: "w"},
+		}))
+	}
+	in := &intent.Intent{Key: "k", State: intent.StateCompleted}
+	for _, evidence := range []bool{false, true} {
+		see(refusal(intentv1.StatementStatus_STATEMENT_STATUS_STALE_TOKEN, "stale_token: t", in, 2, evidence))
+		see(refusal(intentv1.StatementStatus_STATEMENT_STATUS_REFUSED, "refused: t", in, 0, evidence))
+	}
+
+	var wantStatuses []string
+	for _, s := range vocab.Statuses() {
+		wantStatuses = append(wantStatuses, vocab.Status(s))
+	}
+	if got := slices.Sorted(maps.Keys(statuses)); !slices.Equal(got, slices.Sorted(slices.Values(wantStatuses))) {
+		t.Errorf("statuses sent = %q, want StatementStatus's %q", got, slices.Sorted(slices.Values(wantStatuses)))
+	}
+	var wantActions []string
+	for _, a := range vocab.Actions() {
+		wantActions = append(wantActions, vocab.Action(a))
+	}
+	for a := range actions {
+		if !slices.Contains(wantActions, a) {
+			t.Errorf("action_taken %q sent, which ActionTaken does not declare (%q)", a, wantActions)
+		}
 	}
 }
