@@ -133,11 +133,16 @@ func TestStatementsSpeakTheProtosWords(t *testing.T) {
 		actions[st.GetActionTaken()] = true
 	}
 	for o := intent.OutcomeExecute; o <= intent.OutcomeExpired; o++ {
-		see(statement(&intent.Acquisition{
+		st := statement(&intent.Acquisition{
 			Outcome: o,
 			Intent:  &intent.Intent{Key: "k", State: intent.StatePending},
 			Lease:   &intent.Lease{Token: 1, Worker: "w"},
-		}))
+		})
+		see(st)
+		// The text an agent reads opens with the same word.
+		if !strings.HasPrefix(st.GetText(), st.GetStatus()+": ") {
+			t.Errorf("outcome %v: text %q does not open with its status %q", o, st.GetText(), st.GetStatus())
+		}
 	}
 	in := &intent.Intent{Key: "k", State: intent.StateCompleted}
 	for _, evidence := range []bool{false, true} {
