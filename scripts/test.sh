@@ -69,6 +69,8 @@ rm -rf "$release_dir"
 
 step "store sizing: intentd-fill on a fresh embedded etcd (README's figures: -n 1000000)"
 go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16
+step "tombstone sizing: intentd-fill -retention 1s (README's figures: -n 50000)"
+go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16 -retention 1s
 
 # The other languages' suites start their own intentd from this binary.
 intentd_dir="$(mktemp -d)"

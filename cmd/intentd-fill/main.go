@@ -8,6 +8,14 @@
 //
 //	go run ./cmd/intentd-fill -n 1000000 -c 48
 //
+// With -retention (say 1s) the daemon's default retention is that short and
+// its janitor sweeps every second: after the fill, intentd-fill waits until
+// the janitor has replaced every record by its tombstone, then measures
+// what is left, the bytes each tombstone costs, less what the same store
+// held before the fill (its baseline, also compacted and defragmented).
+//
+//	go run ./cmd/intentd-fill -n 50000 -c 32 -retention 1s
+//
 // It exits non-zero if any call fails (a full store among them). Rate
 // limits are turned off (they are per principal, and the fill is one
 // principal); everything the store keeps is intentd's default.
@@ -42,20 +50,21 @@ func main() {
 	workers := flag.Int("c", 32, "concurrent workers")
 	every := flag.Duration("every", 30*time.Second, "progress interval")
 	dataDir := flag.String("data-dir", "", "data directory (must be empty or absent; default: a temporary one, removed at the end)")
+	retention := flag.Duration("retention", 0, "measure tombstones: the daemon's default retention (e.g. 1s), a janitor sweeping every second, and a wait until it removed every record (default: intentd's retention, measuring retained intents)")
 	flag.Parse()
-	if *n <= 0 || *workers <= 0 || *every <= 0 {
-		fmt.Fprintln(os.Stderr, "intentd-fill: -n, -c and -every must be positive")
+	if *n <= 0 || *workers <= 0 || *every <= 0 || *retention < 0 {
+		fmt.Fprintln(os.Stderr, "intentd-fill: -n, -c and -every must be positive, -retention not negative")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *n, *workers, *every, *dataDir); err != nil {
+	if err := run(ctx, *n, *workers, *every, *dataDir, *retention); err != nil {
 		fmt.Fprintln(os.Stderr, "intentd-fill:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n, workers int, every time.Duration, dataDir string) error {
+func run(ctx context.Context, n, workers int, every time.Duration, dataDir string, retention time.Duration) error {
 	if dataDir == "" {
 		d, err := os.MkdirTemp("", "intentd-fill-")
 		if err != nil {
@@ -80,6 +89,10 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	cfg.MetricsListen = metricsAddr
 	cfg.RatePerPrincipal, cfg.RatePerTenant = 0, 0
 	cfg.LogLevel = "warn" // the quota warnings, not every call
+	if retention > 0 {
+		cfg.DefaultRetention = retention
+		cfg.JanitorInterval = time.Second
+	}
 
 	dctx, stopDaemon := context.WithCancel(context.Background())
 	defer stopDaemon()
@@ -105,6 +118,15 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	defer conn.Close()
 	fmt.Printf("intentd-fill: %d intents, %d workers, data dir %s, quota %s, compaction %s %s\n",
 		n, workers, dataDir, mib(cfg.EmbedQuotaBytes), cfg.EmbedCompaction.Mode, cfg.EmbedCompaction.Retention)
+	metricsURL := "http://" + cfg.MetricsListen + "/metrics"
+	var baseline int64
+	if retention > 0 {
+		fmt.Printf("tombstones: retention %s, janitor every %s, tombstone retention %s\n", retention, cfg.JanitorInterval, cfg.TombstoneRetention)
+		if baseline, err = compactDefrag(ctx, cfg); err != nil {
+			return err
+		}
+		fmt.Printf("fresh store, compacted and defragmented: in use %d bytes\n", baseline)
+	}
 
 	var done atomic.Int64
 	filled := make(chan error, 1)
@@ -112,7 +134,6 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	go func() { filled <- fill.Run(ctx, conn, n, workers, &done) }() // exits when the fill ends
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	metricsURL := "http://" + cfg.MetricsListen + "/metrics"
 	for running := true; running; {
 		select {
 		case err := <-filled:
@@ -129,7 +150,66 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	}
 	el := time.Since(start)
 	fmt.Printf("filled %d intents in %s (%.0f/s)\n", n, el.Round(time.Second), float64(n)/el.Seconds())
+	if retention > 0 {
+		return measureTombstones(ctx, cfg, metricsURL, n, every, baseline)
+	}
 	return measure(ctx, cfg, n)
+}
+
+// measureTombstones waits until the janitor has removed every record the
+// fill completed (each leaving a tombstone), then compacts, defragments and
+// prints what each tombstone costs above the fresh store's baseline.
+func measureTombstones(ctx context.Context, cfg daemon.Config, metricsURL string, n int, every time.Duration, baseline int64) error {
+	start := time.Now()
+	last := start
+	for {
+		removed := scrapeRemoved(metricsURL)
+		if removed >= int64(n) {
+			break
+		}
+		if time.Since(last) >= every {
+			last = time.Now()
+			fmt.Printf("%8s  %9d records removed by the janitor\n", time.Since(start).Round(time.Second), removed)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Printf("the janitor removed all %d records %s after the fill\n", n, time.Since(start).Round(time.Second))
+	inUse, err := compactDefrag(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("compacted, defragmented: in use %s (%d bytes; fresh store %d bytes)\n", mib(inUse), inUse, baseline)
+	fmt.Printf("%.0f bytes per tombstone\n", float64(inUse-baseline)/float64(n))
+	return nil
+}
+
+// compactDefrag compacts every revision but the last, defragments, and
+// returns the bytes in use.
+func compactDefrag(ctx context.Context, cfg daemon.Config) (int64, error) {
+	ep := "unix://" + cfg.EmbedSocket()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	st, err := cli.Status(ctx, ep)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return 0, fmt.Errorf("compact: %w", err)
+	}
+	if _, err := cli.Defragment(ctx, ep); err != nil {
+		return 0, fmt.Errorf("defragment: %w", err)
+	}
+	if st, err = cli.Status(ctx, ep); err != nil {
+		return 0, err
+	}
+	return st.DbSizeInUse, nil
 }
 
 // measure prints the database as the fill left it, then compacts every
@@ -172,32 +252,50 @@ func measure(ctx context.Context, cfg daemon.Config, n int) error {
 // scrape reads the database size and the size in use from intentd's
 // /metrics (zero when it cannot).
 func scrape(url string) (size, inUse int64) {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		name, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
+	scrapeLines(url, func(name string, v float64) {
 		switch name {
 		case "intentd_etcd_db_size_bytes":
 			size = int64(v)
 		case "intentd_etcd_db_size_in_use_bytes":
 			inUse = int64(v)
 		}
-	}
+	})
 	return size, inUse
+}
+
+// scrapeLines calls f with each sample of intentd's /metrics (name with
+// its labels, value); nothing when /metrics cannot be read.
+func scrapeLines(url string, f func(name string, v float64)) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			f(name, v)
+		}
+	}
+}
+
+// scrapeRemoved reads from intentd's /metrics how many final records the
+// janitor removed (zero when it cannot).
+func scrapeRemoved(url string) int64 {
+	var removed int64
+	scrapeLines(url, func(name string, v float64) {
+		if name == `intentd_janitor_items_total{action="removed"}` {
+			removed = int64(v)
+		}
+	})
+	return removed
 }
 
 // freePort returns a loopback address that was free a moment ago.
