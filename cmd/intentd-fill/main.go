@@ -122,7 +122,7 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	var baseline int64
 	if retention > 0 {
 		fmt.Printf("tombstones: retention %s, janitor every %s, tombstone retention %s\n", retention, cfg.JanitorInterval, cfg.TombstoneRetention)
-		if baseline, err = compactDefrag(ctx, cfg); err != nil {
+		if _, baseline, err = compactDefrag(ctx, cfg); err != nil {
 			return err
 		}
 		fmt.Printf("fresh store, compacted and defragmented: in use %d bytes\n", baseline)
@@ -178,38 +178,40 @@ func measureTombstones(ctx context.Context, cfg daemon.Config, metricsURL string
 		}
 	}
 	fmt.Printf("the janitor removed all %d records %s after the fill\n", n, time.Since(start).Round(time.Second))
-	inUse, err := compactDefrag(ctx, cfg)
+	before, inUse, err := compactDefrag(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("compacted, defragmented: in use %s (%d bytes; fresh store %d bytes)\n", mib(inUse), inUse, baseline)
-	fmt.Printf("%.0f bytes per tombstone\n", float64(inUse-baseline)/float64(n))
+	fmt.Printf("compacted, defragmented: in use %s before, %s after (%d bytes; fresh store %d bytes)\n", mib(before), mib(inUse), inUse, baseline)
+	fmt.Printf("%.0f bytes per tombstone; %.0f bytes of uncompacted history per intent at the end (the removals' among them)\n",
+		float64(inUse-baseline)/float64(n), float64(before-inUse)/float64(n))
 	return nil
 }
 
 // compactDefrag compacts every revision but the last, defragments, and
-// returns the bytes in use.
-func compactDefrag(ctx context.Context, cfg daemon.Config) (int64, error) {
+// returns the bytes in use before and after.
+func compactDefrag(ctx context.Context, cfg daemon.Config) (before, after int64, err error) {
 	ep := "unix://" + cfg.EmbedSocket()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer cli.Close()
 	st, err := cli.Status(ctx, ep)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	before = st.DbSizeInUse
 	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-		return 0, fmt.Errorf("compact: %w", err)
+		return 0, 0, fmt.Errorf("compact: %w", err)
 	}
 	if _, err := cli.Defragment(ctx, ep); err != nil {
-		return 0, fmt.Errorf("defragment: %w", err)
+		return 0, 0, fmt.Errorf("defragment: %w", err)
 	}
 	if st, err = cli.Status(ctx, ep); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return st.DbSizeInUse, nil
+	return before, st.DbSizeInUse, nil
 }
 
 // measure prints the database as the fill left it, then compacts every
