@@ -90,7 +90,7 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	cfg.RatePerPrincipal, cfg.RatePerTenant = 0, 0
 	cfg.LogLevel = "warn" // the quota warnings, not every call
 	if retention > 0 {
-		cfg.DefaultRetention = retention
+		cfg.Store.DefaultRetention = retention
 		cfg.JanitorInterval = time.Second
 	}
 
@@ -121,7 +121,7 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	metricsURL := "http://" + cfg.MetricsListen + "/metrics"
 	var baseline int64
 	if retention > 0 {
-		fmt.Printf("tombstones: retention %s, janitor every %s, tombstone retention %s\n", retention, cfg.JanitorInterval, cfg.TombstoneRetention)
+		fmt.Printf("tombstones: retention %s, janitor every %s, tombstone retention %s\n", retention, cfg.JanitorInterval, cfg.Store.TombstoneRetention)
 		if _, baseline, err = compactDefrag(ctx, cfg); err != nil {
 			return err
 		}

@@ -44,14 +44,13 @@ type Config struct {
 	EmbedQuotaBytes int64
 	// EmbedCompaction is how much history the embedded etcd keeps.
 	EmbedCompaction Compaction
-	// Prefix is the etcd key prefix of this installation.
-	Prefix string
+	// Store configures the store: the etcd key prefix (--prefix), the
+	// timeouts of etcd calls (--request-timeout, --operation-timeout),
+	// retentions and the attempts limit. Run sets its Logger,
+	// TracerProvider and ObserveTxn, and Now when ClockOffsetFile is set.
+	Store etcdstore.Config
 	// DialTimeout bounds connecting to etcd at start.
 	DialTimeout time.Duration
-	// RequestTimeout bounds each etcd call; OperationTimeout bounds one
-	// store operation with its retries.
-	RequestTimeout   time.Duration
-	OperationTimeout time.Duration
 	// HealthInterval is how often etcd is probed for the health service.
 	HealthInterval time.Duration
 	// EtcdKeepAliveTime and EtcdKeepAliveTimeout are gRPC keepalive toward
@@ -69,15 +68,6 @@ type Config struct {
 	// JanitorInterval is how often the elected replica sweeps: lapsed
 	// leases to UNKNOWN, expired final records to tombstones.
 	JanitorInterval time.Duration
-	// DefaultRetention and MaxRetention bound how long final records are
-	// kept; TombstoneRetention is how long their tombstones are.
-	DefaultRetention   time.Duration
-	MaxRetention       time.Duration
-	TombstoneRetention time.Duration
-	// MaxAttempts is how many attempts of an intent may end without a
-	// report (a lease lapsed, or MarkUnknown) before it goes to
-	// NEEDS_REVIEW, unless its registration names its own max_attempts.
-	MaxAttempts int
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
 	LogFormat string
@@ -141,34 +131,28 @@ func DefaultDataDir() string {
 // flags: embedded etcd, loopback only.
 func DefaultConfig() Config {
 	return Config{
-		Listen:             "127.0.0.1:7650",
-		DataDir:            DefaultDataDir(),
-		EmbedClientURL:     "http://127.0.0.1:2379",
-		EmbedPeerURL:       "http://127.0.0.1:2380",
-		EmbedQuotaBytes:    DefaultEmbedQuotaBytes,
-		EmbedCompaction:    Compaction{Mode: "periodic", Retention: DefaultEmbedCompactionRetention},
-		Prefix:             "/intentd/v1/",
-		DialTimeout:        10 * time.Second,
-		RequestTimeout:     3 * time.Second,
-		OperationTimeout:   10 * time.Second,
-		HealthInterval:     2 * time.Second,
-		ShutdownTimeout:    10 * time.Second,
-		JanitorInterval:    5 * time.Second,
-		DefaultRetention:   30 * 24 * time.Hour,
-		MaxRetention:       365 * 24 * time.Hour,
-		TombstoneRetention: 2 * 365 * 24 * time.Hour,
-		MaxAttempts:        etcdstore.DefaultMaxAttempts,
-		LogLevel:           "info",
-		LogFormat:          "text",
-		TLSClientAuth:      "require",
-		RatePerPrincipal:   500,
-		BurstPerPrincipal:  1000,
-		RatePerTenant:      2000,
-		BurstPerTenant:     4000,
-		MaxRecvMsgSize:     2 << 20,
-		ReloadInterval:     2 * time.Second,
-		MetricsListen:      "127.0.0.1:7651",
-		Tracing:            tracing.Config{SampleRatio: 1},
+		Listen:            "127.0.0.1:7650",
+		DataDir:           DefaultDataDir(),
+		Store:             etcdstore.DefaultConfig(),
+		EmbedClientURL:    "http://127.0.0.1:2379",
+		EmbedPeerURL:      "http://127.0.0.1:2380",
+		EmbedQuotaBytes:   DefaultEmbedQuotaBytes,
+		EmbedCompaction:   Compaction{Mode: "periodic", Retention: DefaultEmbedCompactionRetention},
+		DialTimeout:       10 * time.Second,
+		HealthInterval:    2 * time.Second,
+		ShutdownTimeout:   10 * time.Second,
+		JanitorInterval:   5 * time.Second,
+		LogLevel:          "info",
+		LogFormat:         "text",
+		TLSClientAuth:     "require",
+		RatePerPrincipal:  500,
+		BurstPerPrincipal: 1000,
+		RatePerTenant:     2000,
+		BurstPerTenant:    4000,
+		MaxRecvMsgSize:    2 << 20,
+		ReloadInterval:    2 * time.Second,
+		MetricsListen:     "127.0.0.1:7651",
+		Tracing:           tracing.Config{SampleRatio: 1},
 
 		// gRPC never pings more often than every 10s, and an etcd with
 		// its default --grpc-keepalive-min-time (5s) closes connections
@@ -205,15 +189,15 @@ func (c Config) Validate() error {
 			bad("--etcd-endpoints: empty endpoint in %q", strings.Join(c.EtcdEndpoints, ","))
 		}
 	}
-	if c.Prefix == "" || !strings.HasSuffix(c.Prefix, "/") {
-		bad("--prefix %q: must end with /", c.Prefix)
+	if c.Store.Prefix == "" || !strings.HasSuffix(c.Store.Prefix, "/") {
+		bad("--prefix %q: must end with /", c.Store.Prefix)
 	}
 	for flag, d := range map[string]time.Duration{
-		"--dial-timeout": c.DialTimeout, "--request-timeout": c.RequestTimeout,
-		"--operation-timeout": c.OperationTimeout, "--health-interval": c.HealthInterval,
+		"--dial-timeout": c.DialTimeout, "--request-timeout": c.Store.RequestTimeout,
+		"--operation-timeout": c.Store.OperationTimeout, "--health-interval": c.HealthInterval,
 		"--shutdown-timeout": c.ShutdownTimeout, "--janitor-interval": c.JanitorInterval,
-		"--retention": c.DefaultRetention, "--max-retention": c.MaxRetention,
-		"--tombstone-retention": c.TombstoneRetention, "--etcd-keepalive-timeout": c.EtcdKeepAliveTimeout,
+		"--retention": c.Store.DefaultRetention, "--max-retention": c.Store.MaxRetention,
+		"--tombstone-retention": c.Store.TombstoneRetention, "--etcd-keepalive-timeout": c.EtcdKeepAliveTimeout,
 		"--etcd-probe-interval": c.EtcdProbeInterval, "--etcd-probe-timeout": c.EtcdProbeTimeout,
 	} {
 		if d <= 0 {
@@ -260,23 +244,23 @@ func (c Config) Validate() error {
 	if c.ReloadInterval <= 0 {
 		bad("--reload-interval %v: must be positive", c.ReloadInterval)
 	}
-	if c.MaxAttempts < 1 || c.MaxAttempts > intent.MaxAttemptsLimit {
-		bad("--max-attempts %d: want 1 to %d", c.MaxAttempts, intent.MaxAttemptsLimit)
+	if c.Store.MaxAttempts < 1 || c.Store.MaxAttempts > intent.MaxAttemptsLimit {
+		bad("--max-attempts %d: want 1 to %d", c.Store.MaxAttempts, intent.MaxAttemptsLimit)
 	}
-	if c.DefaultRetention > c.MaxRetention {
-		bad("--retention %v: must be at most --max-retention %v", c.DefaultRetention, c.MaxRetention)
+	if c.Store.DefaultRetention > c.Store.MaxRetention {
+		bad("--retention %v: must be at most --max-retention %v", c.Store.DefaultRetention, c.Store.MaxRetention)
 	}
-	if c.TombstoneRetention < c.DefaultRetention {
-		bad("--tombstone-retention %v: must be at least --retention %v", c.TombstoneRetention, c.DefaultRetention)
+	if c.Store.TombstoneRetention < c.Store.DefaultRetention {
+		bad("--tombstone-retention %v: must be at least --retention %v", c.Store.TombstoneRetention, c.Store.DefaultRetention)
 	}
 	if c.EtcdKeepAliveTime < minKeepAliveTime {
 		bad("--etcd-keepalive-time %v: must be at least %v (gRPC pings no more often, and etcd's default --grpc-keepalive-min-time of 5s refuses faster pings)", c.EtcdKeepAliveTime, minKeepAliveTime)
 	}
-	if len(c.EtcdEndpoints) > 1 && c.EtcdProbeTimeout >= c.RequestTimeout {
-		bad("--etcd-probe-timeout %v: must be below --request-timeout %v, or calls on a stalled etcd member time out before it is found", c.EtcdProbeTimeout, c.RequestTimeout)
+	if len(c.EtcdEndpoints) > 1 && c.EtcdProbeTimeout >= c.Store.RequestTimeout {
+		bad("--etcd-probe-timeout %v: must be below --request-timeout %v, or calls on a stalled etcd member time out before it is found", c.EtcdProbeTimeout, c.Store.RequestTimeout)
 	}
-	if c.OperationTimeout < c.RequestTimeout {
-		bad("--operation-timeout %v: must be at least --request-timeout %v", c.OperationTimeout, c.RequestTimeout)
+	if c.Store.OperationTimeout < c.Store.RequestTimeout {
+		bad("--operation-timeout %v: must be at least --request-timeout %v", c.Store.OperationTimeout, c.Store.RequestTimeout)
 	}
 	if _, err := c.level(); err != nil {
 		bad("--log-level %q: want debug, info, warn or error", c.LogLevel)

@@ -20,7 +20,7 @@ func TestPoisonIntentCountSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	const key = "poison-restart"
 	cfg := testConfig(dir)
-	cfg.MaxAttempts = 3
+	cfg.Store.MaxAttempts = 3
 	first := start(t, cfg)
 	c := intentv1.NewIntentServiceClient(first.conn)
 
@@ -53,7 +53,7 @@ func TestPoisonIntentCountSurvivesRestart(t *testing.T) {
 	first.shutdown(t)
 
 	cfg = testConfig(dir)
-	cfg.MaxAttempts = 50 // the intent keeps the limit it was registered with
+	cfg.Store.MaxAttempts = 50 // the intent keeps the limit it was registered with
 	cfg.MetricsListen = freeAddr(t)
 	second := start(t, cfg)
 	c = intentv1.NewIntentServiceClient(second.conn)

@@ -66,7 +66,7 @@ func TestReadyzFollowsEtcd(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.EtcdEndpoints = []string{endpoint}
 	cfg.MetricsListen = freeAddr(t)
-	cfg.RequestTimeout = time.Second
+	cfg.Store.RequestTimeout = time.Second
 	in := start(t, cfg)
 	addr := cfg.MetricsListen
 

@@ -38,27 +38,24 @@ import (
 	"github.com/intentd/intentd/server"
 )
 
-// Run serves intentd until ctx ends, then shuts down in order: health goes
-// NOT_SERVING, in-flight calls finish within ShutdownTimeout (then
-// connections are cut), the etcd client closes, the embedded etcd stops.
-// ready, if not nil, is called with the gRPC address once it accepts calls.
+// Run serves intentd until ctx ends, or until the gRPC listener fails or
+// etcd's revision goes back, then shuts down in order: /readyz 503 and
+// health NOT_SERVING, the background parts stop, in-flight calls finish
+// within ShutdownTimeout (then connections are cut), the revision floor is
+// persisted, the metrics listener closes, the etcd client closes, the
+// embedded etcd stops. ready, if not nil, is called with the gRPC address
+// once it accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr string)) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	// Ends the goroutines Run starts before the server (the fault clock)
-	// when Run returns.
-	rctx, cancelRun := context.WithCancel(ctx)
-	var background sync.WaitGroup
-	defer background.Wait()
-	defer cancelRun()
-	now := time.Now
+	scfg := cfg.Store
 	if cfg.ClockOffsetFile != "" {
 		clock := newOffsetClock(cfg.ClockOffsetFile, log)
 		log.Warn("fault injection: the wall clock is shifted by the duration in the clock offset file; testing only",
 			"file", cfg.ClockOffsetFile, "offset", time.Duration(clock.offset.Load()))
-		background.Go(func() { clock.run(rctx) }) // exits when Run returns
-		now = clock.Now
+		defer goUntilStopped(ctx, clock.run)()
+		scfg.Now = clock.Now
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
@@ -104,21 +101,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	}
 
 	m := newMetrics()
-	scfg := etcdstore.DefaultConfig()
-	scfg.Prefix = cfg.Prefix
-	scfg.RequestTimeout = cfg.RequestTimeout
-	scfg.OperationTimeout = cfg.OperationTimeout
-	scfg.Logger = log
-	scfg.DefaultRetention = cfg.DefaultRetention
-	scfg.MaxRetention = cfg.MaxRetention
-	scfg.TombstoneRetention = cfg.TombstoneRetention
-	scfg.MaxAttempts = cfg.MaxAttempts
-	scfg.Now = now
 	tr, err := tracing.Start(ctx, cfg.Tracing)
 	if err != nil {
 		return fmt.Errorf("intentd: --otlp-endpoint: %w", err)
 	}
 	defer flushTraces(tr, cfg.ShutdownTimeout, log)
+	scfg.Logger = log
 	scfg.TracerProvider = tr.Provider()
 	scfg.ObserveTxn = m.observeTxn
 	store, err := etcdstore.New(cli, scfg)
@@ -181,54 +169,66 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return fmt.Errorf("intentd: --listen %s: %w", cfg.Listen, err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }() // exits when srv stops
+	every := dbSizeEvery * cfg.HealthInterval
+	// Stopped in this order: see Run's doc.
+	c := startComponents(ctx,
+		drain(serving),
+		healthComponent(store, serving, floors, cfg, log),
+		func(ctx context.Context) error {
+			watchDBSize(ctx, cli, every, cfg.Store.RequestTimeout, m, log)
+			return nil
+		},
+		func(ctx context.Context) error { watchDepths(ctx, store, every, m, log); return nil },
+		func(ctx context.Context) error { reload(ctx, tokens, serverCerts, cfg.ReloadInterval, log); return nil },
+		janitor(store, cli, lis.Addr().String(), cfg.JanitorInterval, m, log),
+		serveGRPC(srv, lis, cfg.ShutdownTimeout, log),
+		keepFloor(store, floors, log),
+		// The metrics listener outlives gRPC: probes read /readyz 503
+		// while in-flight calls finish.
+		serveMetrics(m, cfg.MetricsListen, serving, log),
+	)
+	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
+		"installation", floors.installation, "revision", store.HighestRevision())
+	if ready != nil {
+		ready(lis.Addr().String())
+	}
+	return c.wait(ctx, func(cause error) {
+		if _, failed := errors.AsType[*serveError](cause); !failed {
+			log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
+		}
+	})
+}
 
-	hctx, stopHealth := context.WithCancel(ctx)
-	healthDone := make(chan struct{})
-	wentBack := make(chan error, 1)
-	go func() { // exits when hctx ends, or when etcd's revision went back
-		defer close(healthDone)
-		if err := watchHealth(hctx, store, serving, floors, cfg.HealthInterval, cfg.RequestTimeout, log); err != nil {
-			wentBack <- err
+// drain turns the replica not ready for good when it is stopped (first):
+// gRPC health NOT_SERVING and /readyz 503, so that load balancers drain it
+// before gRPC stops.
+func drain(serving *readiness) component {
+	return func(ctx context.Context) error {
+		<-ctx.Done()
+		serving.shutdown()
+		return nil
+	}
+}
+
+// healthComponent runs watchHealth; it stops the daemon when etcd's
+// revision went back: the store refuses every call already, and a
+// supervisor's restart meets the check at start.
+func healthComponent(store *etcdstore.Store, serving *readiness, floors *floorKeeper, cfg Config, log *slog.Logger) component {
+	return func(ctx context.Context) error {
+		err := watchHealth(ctx, store, serving, floors, cfg.HealthInterval, cfg.Store.RequestTimeout, log)
+		if err == nil {
+			return nil
 		}
-	}()
-	// The metrics listener outlives gRPC: probes read /readyz 503 while
-	// in-flight calls finish.
-	mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
-	metricsDone := make(chan struct{})
-	go func() { // exits when mctx ends
-		defer close(metricsDone)
-		if cfg.MetricsListen == "" {
-			return
-		}
-		if err := m.serve(mctx, cfg.MetricsListen, serving, log); err != nil {
-			log.Error("metrics listener failed; serving gRPC without metrics and HTTP health", "addr", cfg.MetricsListen, "err", err)
-		}
-	}()
-	defer func() {
-		stopMetrics()
-		<-metricsDone
-	}()
-	dbSizeDone := make(chan struct{})
-	go func() { // exits when hctx ends
-		defer close(dbSizeDone)
-		watchDBSize(hctx, cli, dbSizeEvery*cfg.HealthInterval, cfg.RequestTimeout, m, log)
-	}()
-	depthsDone := make(chan struct{})
-	go func() { // exits when hctx ends
-		defer close(depthsDone)
-		watchDepths(hctx, store, dbSizeEvery*cfg.HealthInterval, m, log)
-	}()
-	reloadDone := make(chan struct{})
-	go func() { // exits when hctx ends
-		defer close(reloadDone)
-		reload(hctx, tokens, serverCerts, cfg.ReloadInterval, log)
-	}()
-	janitorDone := make(chan struct{})
-	go func() { // exits when hctx ends
-		defer close(janitorDone)
-		store.RunJanitor(hctx, cli, lis.Addr().String(), cfg.JanitorInterval, func(r etcdstore.SweepReport, err error) {
+		err = wentBackFrom(err, store, floors, true)
+		log.Error("etcd's revision went back; stopping", "err", err)
+		return err
+	}
+}
+
+// janitor campaigns for the janitor election and sweeps while elected.
+func janitor(store *etcdstore.Store, cli *clientv3.Client, id string, every time.Duration, m *metrics, log *slog.Logger) component {
+	return func(ctx context.Context) error {
+		store.RunJanitor(ctx, cli, id, every, func(r etcdstore.SweepReport, err error) {
 			if err == nil {
 				m.sweep(r)
 			}
@@ -239,55 +239,67 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 				log.Info("janitor pass", "lapsed", r.Lapsed, "removed", r.Removed, "tombstones_removed", r.TombstonesRemoved, "overdue_unfinished", r.Overdue)
 			}
 		})
-	}()
-
-	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
-		"installation", floors.installation, "revision", store.HighestRevision())
-	if ready != nil {
-		ready(lis.Addr().String())
+		return nil
 	}
+}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		serving.shutdown()
-		stopHealth()
-		<-healthDone
-		<-janitorDone
-		<-reloadDone
-		<-dbSizeDone
-		<-depthsDone
+// serveError is the gRPC listener's failure, which stops the daemon.
+type serveError struct{ err error }
+
+func (e *serveError) Error() string { return "intentd: serve: " + e.err.Error() }
+func (e *serveError) Unwrap() error { return e.err }
+
+// serveGRPC serves srv on lis; stopped, it lets in-flight calls finish
+// within timeout, then cuts the connections.
+func serveGRPC(srv *grpc.Server, lis net.Listener, timeout time.Duration, log *slog.Logger) component {
+	return func(ctx context.Context) error {
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(lis) }() // exits when srv stops
+		select {
+		case err := <-served:
+			return &serveError{err: err}
+		case <-ctx.Done():
+		}
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		select {
+		case <-stopped:
+		case <-timer.C:
+			log.Warn("graceful stop timed out; cutting connections")
+			srv.Stop()
+			<-stopped
+		}
+		<-served
+		return nil
+	}
+}
+
+// keepFloor persists the revision floor when stopped: after the last call
+// has been answered, so that it holds every revision a client was told.
+func keepFloor(store *etcdstore.Store, floors *floorKeeper, log *slog.Logger) component {
+	return func(ctx context.Context) error {
+		<-ctx.Done()
 		persistFloor(store, floors, log)
-		return fmt.Errorf("intentd: serve: %w", err)
-	case err := <-wentBack:
-		// The store refuses every call already; stop serving, so that a
-		// supervisor's restart meets the check at start.
-		runErr = wentBackFrom(err, store, floors, true)
-		log.Error("etcd's revision went back; stopping", "err", runErr)
+		return nil
 	}
-	log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
-	serving.shutdown() // NOT_SERVING and /readyz 503: load balancers drain us first
-	stopHealth()
-	<-healthDone
-	<-janitorDone
-	<-reloadDone
-	<-dbSizeDone
-	<-depthsDone
-	stopped := make(chan struct{})
-	go func() { srv.GracefulStop(); close(stopped) }() // exits when calls finish or Stop cuts them
-	timer := time.NewTimer(cfg.ShutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-stopped:
-	case <-timer.C:
-		log.Warn("graceful stop timed out; cutting connections")
-		srv.Stop()
-		<-stopped
+}
+
+// serveMetrics serves /metrics and the HTTP health endpoints at addr
+// (empty: off). Its failure is logged, not fatal: gRPC goes on serving.
+func serveMetrics(m *metrics, addr string, serving *readiness, log *slog.Logger) component {
+	return func(ctx context.Context) error {
+		if addr == "" {
+			<-ctx.Done()
+			return nil
+		}
+		if err := m.serve(ctx, addr, serving, log); err != nil {
+			log.Error("metrics listener failed; serving gRPC without metrics and HTTP health", "addr", addr, "err", err)
+			<-ctx.Done()
+		}
+		return nil
 	}
-	<-served
-	persistFloor(store, floors, log)
-	return runErr
 }
 
 // flushTraces exports the spans not sent yet, within timeout.
@@ -312,16 +324,10 @@ func steer(ctx context.Context, cli *clientv3.Client, cfg Config, endpoints []st
 	if err != nil {
 		return nil, fmt.Errorf("intentd: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	s.Steer(ctx)
-	done := make(chan struct{})
-	go func() { // exits when stop is called or ctx ends
-		defer close(done)
-		s.Run(ctx)
-	}()
+	stopRun := goUntilStopped(ctx, s.Run)
 	return func() {
-		cancel()
-		<-done
+		stopRun()
 		s.Close()
 	}, nil
 }
@@ -333,7 +339,7 @@ func steer(ctx context.Context, cli *clientv3.Client, cfg Config, endpoints []st
 // it would hand out are revisions, equal to or lower than tokens workers
 // and gateways already hold.
 func holdToFloor(ctx context.Context, cfg Config, store *etcdstore.Store, log *slog.Logger) (*floorKeeper, error) {
-	ictx, cancel := context.WithTimeout(ctx, cfg.OperationTimeout)
+	ictx, cancel := context.WithTimeout(ctx, cfg.Store.OperationTimeout)
 	defer cancel()
 	id, err := store.Installation(ictx)
 	if err != nil {
