@@ -60,46 +60,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
 	}
-	endpoints := cfg.EtcdEndpoints
-	if cfg.Embedded() {
-		e, err := startEmbedded(cfg, log)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			e.Close()
-			log.Info("embedded etcd stopped")
-		}()
-		endpoints = []string{"unix://" + cfg.EmbedSocket()}
-	}
-
-	etcdTLSConfig, err := etcdTLS(cfg)
+	cli, endpoints, closeEtcd, err := connectEtcd(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	etcdClient := func(endpoints ...string) (*clientv3.Client, error) {
-		return clientv3.New(clientv3.Config{
-			Endpoints:            endpoints,
-			DialTimeout:          cfg.DialTimeout,
-			DialKeepAliveTime:    cfg.EtcdKeepAliveTime,
-			DialKeepAliveTimeout: cfg.EtcdKeepAliveTimeout,
-			TLS:                  etcdTLSConfig,
-			Logger:               zap.NewNop(),
-		})
-	}
-	cli, err := etcdClient(endpoints...)
-	if err != nil {
-		return fmt.Errorf("intentd: etcd client for %v: %w", endpoints, err)
-	}
-	defer cli.Close()
-	if len(endpoints) > 1 {
-		stopSteering, err := steer(ctx, cli, cfg, endpoints, etcdClient, log)
-		if err != nil {
-			return err
-		}
-		defer stopSteering() // before cli closes
-	}
-
+	defer closeEtcd()
 	m := newMetrics()
 	tr, err := tracing.Start(ctx, cfg.Tracing)
 	if err != nil {
@@ -109,62 +74,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	scfg.Logger = log
 	scfg.TracerProvider = tr.Provider()
 	scfg.ObserveTxn = m.observeTxn
-	store, err := etcdstore.New(cli, scfg)
+	store, floors, err := openStore(ctx, cfg, scfg, cli, endpoints, m, log)
 	if err != nil {
 		return err
 	}
-	m.exportStore(store)
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	err = store.Ping(pctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("intentd: etcd at %v does not answer: %w", endpoints, err)
-	}
-	floors, err := holdToFloor(ctx, cfg, store, log)
+	api, err := newAPI(cfg, store, m, tr, log)
 	if err != nil {
 		return err
 	}
-
-	var tokens *access.Source
-	var directory func() *access.Directory
-	if cfg.TokensFile != "" {
-		if tokens, err = access.Open(cfg.TokensFile, log); err != nil {
-			return fmt.Errorf("intentd: --tokens-file: %w", err)
-		}
-		directory = tokens.Directory
-	} else {
-		log.Warn("authentication is off: every call acts as an anonymous admin; give --tokens-file to require credentials")
-	}
-	guard, err := server.NewGuard(directory, server.RateLimits{
-		PerPrincipal: rate.Limit(cfg.RatePerPrincipal), PrincipalBurst: cfg.BurstPerPrincipal,
-		PerTenant: rate.Limit(cfg.RatePerTenant), TenantBurst: cfg.BurstPerTenant,
-	}, log)
-	if err != nil {
-		return err
-	}
-	var serverCerts *certs
-	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize)}, tr.ServerOptions()...)
-	if cfg.TLS() {
-		if serverCerts, err = loadCerts(cfg, log); err != nil {
-			return err
-		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(serverCerts.config())))
-	} else {
-		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
-	}
-	srv, err := newGRPCServer(log, guard, m, cfg.AccessLog, opts...)
-	if err != nil {
-		return err
-	}
-	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, log))
-	hs := health.NewServer()
-	srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
-	serving := newReadiness(hs)
-	m.exportReadiness(serving)
-	reflection.Register(srv)
-	// After every service is registered: it starts their series at zero.
-	m.grpc.InitializeMetrics(srv)
-
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("intentd: --listen %s: %w", cfg.Listen, err)
@@ -172,20 +89,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	every := dbSizeEvery * cfg.HealthInterval
 	// Stopped in this order: see Run's doc.
 	c := startComponents(ctx,
-		drain(serving),
-		healthComponent(store, serving, floors, cfg, log),
+		drain(api.serving),
+		healthComponent(store, api.serving, floors, cfg, log),
 		func(ctx context.Context) error {
 			watchDBSize(ctx, cli, every, cfg.Store.RequestTimeout, m, log)
 			return nil
 		},
 		func(ctx context.Context) error { watchDepths(ctx, store, every, m, log); return nil },
-		func(ctx context.Context) error { reload(ctx, tokens, serverCerts, cfg.ReloadInterval, log); return nil },
+		func(ctx context.Context) error {
+			reload(ctx, api.tokens, api.certs, cfg.ReloadInterval, log)
+			return nil
+		},
 		janitor(store, cli, lis.Addr().String(), cfg.JanitorInterval, m, log),
-		serveGRPC(srv, lis, cfg.ShutdownTimeout, log),
+		serveGRPC(api.srv, lis, cfg.ShutdownTimeout, log),
 		keepFloor(store, floors, log),
 		// The metrics listener outlives gRPC: probes read /readyz 503
 		// while in-flight calls finish.
-		serveMetrics(m, cfg.MetricsListen, serving, log),
+		serveMetrics(m, cfg.MetricsListen, api.serving, log),
 	)
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
 		"installation", floors.installation, "revision", store.HighestRevision())
@@ -197,6 +117,136 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 			log.Info("intentd stopping", "timeout", cfg.ShutdownTimeout)
 		}
 	})
+}
+
+// connectEtcd starts the embedded etcd, or with EtcdEndpoints steers among
+// the external members, and returns a client of it; closeAll stops
+// steering, closes the client and stops the embedded etcd, in that order.
+func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (cli *clientv3.Client, endpoints []string, closeAll func(), err error) {
+	var closers []func()
+	closeOpened := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeOpened()
+		}
+	}()
+	endpoints = cfg.EtcdEndpoints
+	if cfg.Embedded() {
+		e, err := startEmbedded(cfg, log)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closers = append(closers, func() {
+			e.Close()
+			log.Info("embedded etcd stopped")
+		})
+		endpoints = []string{"unix://" + cfg.EmbedSocket()}
+	}
+	etcdTLSConfig, err := etcdTLS(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	etcdClient := func(endpoints ...string) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{
+			Endpoints:            endpoints,
+			DialTimeout:          cfg.DialTimeout,
+			DialKeepAliveTime:    cfg.EtcdKeepAliveTime,
+			DialKeepAliveTimeout: cfg.EtcdKeepAliveTimeout,
+			TLS:                  etcdTLSConfig,
+			Logger:               zap.NewNop(),
+		})
+	}
+	cli, err = etcdClient(endpoints...)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("intentd: etcd client for %v: %w", endpoints, err)
+	}
+	closers = append(closers, func() { _ = cli.Close() })
+	if len(endpoints) > 1 {
+		stopSteering, err := steer(ctx, cli, cfg, endpoints, etcdClient, log)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closers = append(closers, stopSteering) // before cli closes
+	}
+	return cli, endpoints, closeOpened, nil
+}
+
+// openStore builds the store on cli and holds it to the revision floor
+// once etcd answers.
+func openStore(ctx context.Context, cfg Config, scfg etcdstore.Config, cli *clientv3.Client, endpoints []string, m *metrics, log *slog.Logger) (*etcdstore.Store, *floorKeeper, error) {
+	store, err := etcdstore.New(cli, scfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.exportStore(store)
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	err = store.Ping(pctx)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("intentd: etcd at %v does not answer: %w", endpoints, err)
+	}
+	floors, err := holdToFloor(ctx, cfg, store, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, floors, nil
+}
+
+// api is the gRPC side of intentd: the server with its services, the
+// readiness its health service tells, and the credentials it reloads.
+type api struct {
+	srv     *grpc.Server
+	serving *readiness
+	tokens  *access.Source // nil: authentication is off
+	certs   *certs         // nil: plaintext
+}
+
+// newAPI builds the gRPC server on store: credentials, guard, TLS, the
+// intent, health and reflection services.
+func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing, log *slog.Logger) (*api, error) {
+	var a api
+	var err error
+	var directory func() *access.Directory
+	if cfg.TokensFile != "" {
+		if a.tokens, err = access.Open(cfg.TokensFile, log); err != nil {
+			return nil, fmt.Errorf("intentd: --tokens-file: %w", err)
+		}
+		directory = a.tokens.Directory
+	} else {
+		log.Warn("authentication is off: every call acts as an anonymous admin; give --tokens-file to require credentials")
+	}
+	guard, err := server.NewGuard(directory, server.RateLimits{
+		PerPrincipal: rate.Limit(cfg.RatePerPrincipal), PrincipalBurst: cfg.BurstPerPrincipal,
+		PerTenant: rate.Limit(cfg.RatePerTenant), TenantBurst: cfg.BurstPerTenant,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize)}, tr.ServerOptions()...)
+	if cfg.TLS() {
+		if a.certs, err = loadCerts(cfg, log); err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(a.certs.config())))
+	} else {
+		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
+	}
+	if a.srv, err = newGRPCServer(log, guard, m, cfg.AccessLog, opts...); err != nil {
+		return nil, err
+	}
+	a.srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, log))
+	hs := health.NewServer()
+	a.srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
+	a.serving = newReadiness(hs)
+	m.exportReadiness(a.serving)
+	reflection.Register(a.srv)
+	// After every service is registered: it starts their series at zero.
+	m.grpc.InitializeMetrics(a.srv)
+	return &a, nil
 }
 
 // drain turns the replica not ready for good when it is stopped (first):
