@@ -161,7 +161,8 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every call is logged at info; the failure report wants the rest.
+	// Every call is logged at info (--access-log); the failure report wants
+	// the rest.
 	quiet := func(line string) bool { return strings.Contains(line, `"msg":"finished call"`) }
 	d := &Intentd{Name: name, Addr: fmt.Sprintf("127.0.0.1:%d", port), Config: cfg, bin: bin, logs: &testlog.Lines{Skip: quiet}}
 	d.DataDir = t.TempDir()
@@ -183,6 +184,11 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 		// a violation. The limit itself is tested in etcdstore.
 		"--max-attempts", "1000",
 		"--log-format", "json",
+		// Served counts the access log's "finished call" lines.
+		"--access-log",
+		// Replicas and concurrent test packages must not compete for the
+		// default metrics port; nothing here scrapes it.
+		"--metrics-listen", "",
 	}
 	if cfg.InjectedClock {
 		d.args = append(d.args, "--fault-clock-offset-file", d.ClockFile)

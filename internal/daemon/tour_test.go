@@ -122,7 +122,9 @@ grep '^intentd: serving on' serve.log || { cat serve.log; exit 1; }
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) })
+	// Before t.TempDir removes the data dir, intentd (a grandchild) must
+	// have stopped writing to it: wait until the group is empty.
+	t.Cleanup(func() { stopGroup(t, cmd.Process.Pid) })
 	if err := cmd.Wait(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "serve.log"))
 		t.Fatalf("the secure blocks failed: %v\n%s\n--- intentd ---\n%s", err, out.String(), log)
@@ -140,6 +142,22 @@ grep '^intentd: serving on' serve.log || { cat serve.log; exit 1; }
 		if !strings.Contains(got, want) {
 			t.Errorf("secure blocks' output lacks %s\n--- output ---\n%s", want, got)
 		}
+	}
+}
+
+// stopGroup sends SIGTERM to process group pgid and waits until none of its
+// processes is left, killing them after 15s.
+func stopGroup(t *testing.T, pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	deadline := time.Now().Add(15 * time.Second)
+	for syscall.Kill(-pgid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Errorf("process group %d ignored SIGTERM for 15s; killed", pgid)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			time.Sleep(time.Second)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
