@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
@@ -42,14 +43,9 @@ token is kept with accepted "no": it changed nothing, and is evidence.
 
 // get reads one intent within --timeout.
 func (g *globals) get(ctx context.Context, key string) (*intentv1.GetResponse, error) {
-	c, done, err := g.connect()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	ctx, cancel := g.deadline(ctx)
-	defer cancel()
-	return c.Get(ctx, &intentv1.GetRequest{Key: key})
+	return callOnce(ctx, g, func(ctx context.Context, c *client.Client) (*intentv1.GetResponse, error) {
+		return c.Get(ctx, &intentv1.GetRequest{Key: key})
+	})
 }
 
 func newRegisterCommand(g *globals) *cobra.Command {
@@ -89,14 +85,9 @@ derive-key computes a key from an action and identity fields.`,
 			if retention > 0 {
 				req.Retention = durationpb.New(retention)
 			}
-			c, done, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := g.deadline(cmd.Context())
-			defer cancel()
-			resp, err := c.Register(ctx, req)
+			resp, err := callOnce(cmd.Context(), g, func(ctx context.Context, c *client.Client) (*intentv1.RegisterResponse, error) {
+				return c.Register(ctx, req)
+			})
 			if err != nil {
 				return err
 			}

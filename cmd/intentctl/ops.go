@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/vocab"
@@ -284,14 +285,9 @@ func newCancelCommand(g *globals) *cobra.Command {
 		Short: "Withdraw a PENDING intent",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			c, done, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := g.deadline(cmd.Context())
-			defer cancel()
-			resp, err := c.Cancel(ctx, &intentv1.CancelRequest{Key: args[0], Actor: actor, Reason: reason})
+			resp, err := callOnce(cmd.Context(), g, func(ctx context.Context, c *client.Client) (*intentv1.CancelResponse, error) {
+				return c.Cancel(ctx, &intentv1.CancelRequest{Key: args[0], Actor: actor, Reason: reason})
+			})
 			if err != nil {
 				return err
 			}
@@ -317,14 +313,9 @@ An intent under a live lease is refused (LEASE_HELD) unless --force, which
 supersedes the lease.`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			c, done, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := g.deadline(cmd.Context())
-			defer cancel()
-			resp, err := c.Escalate(ctx, &intentv1.EscalateRequest{Key: args[0], Actor: actor, Reason: reason, Force: force})
+			resp, err := callOnce(cmd.Context(), g, func(ctx context.Context, c *client.Client) (*intentv1.EscalateResponse, error) {
+				return c.Escalate(ctx, &intentv1.EscalateRequest{Key: args[0], Actor: actor, Reason: reason, Force: force})
+			})
 			if err != nil {
 				return err
 			}
@@ -442,14 +433,9 @@ double holds) is refused, in identity fields and params alike.`,
 				}
 				req.Params = p
 			}
-			c, done, err := g.connect()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := g.deadline(cmd.Context())
-			defer cancel()
-			resp, err := c.DeriveKey(ctx, req)
+			resp, err := callOnce(cmd.Context(), g, func(ctx context.Context, c *client.Client) (*intentv1.DeriveKeyResponse, error) {
+				return c.DeriveKey(ctx, req)
+			})
 			if err != nil {
 				return err
 			}

@@ -224,6 +224,20 @@ func (g *globals) connect() (*client.Client, func(), error) {
 	return c, func() { _ = conn.Close() }, nil
 }
 
+// callOnce connects, makes one call within --timeout, and closes the
+// connection: what most commands do.
+func callOnce[T any](ctx context.Context, g *globals, call func(context.Context, *client.Client) (T, error)) (T, error) {
+	c, done, err := g.connect()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer done()
+	ctx, cancel := g.deadline(ctx)
+	defer cancel()
+	return call(ctx, c)
+}
+
 // dial returns a connection to intentd that has answered once: with the
 // credentials of the flags, checked together first.
 func (g *globals) dial() (*grpc.ClientConn, error) {
