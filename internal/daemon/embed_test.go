@@ -154,8 +154,15 @@ func TestSecondIntentdOnSameDataDirRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is in use") {
 		t.Fatalf("second intentd on %s: %v, want a refusal saying the data dir is in use", cfg.DataDir, err)
 	}
-	if _, err := rawRange(t, unixHTTP(cfg.EmbedSocket()), "http://etcd"); err != nil {
-		t.Fatalf("the first intentd's etcd socket after the refusal: %v, want it still answering", err)
+	// Just started, etcd may answer 503 for a moment: poll for an answer.
+	var rerr error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, rerr = rawRange(t, unixHTTP(cfg.EmbedSocket()), "http://etcd"); rerr == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if rerr != nil {
+		t.Fatalf("the first intentd's etcd socket after the refusal: %v, want it still answering", rerr)
 	}
 	if _, err := intentv1.NewIntentServiceClient(first.conn).Register(call(t), &intentv1.RegisterRequest{Key: "still-serving", Params: params(t, 1)}); err != nil {
 		t.Fatalf("the first intentd after the refusal: %v", err)
