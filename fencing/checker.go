@@ -70,12 +70,6 @@ var errZero = fmt.Errorf("%w: zero token is never issued", ErrMalformed)
 type MemoryChecker struct {
 	mu      sync.Mutex
 	highest map[string]Token
-
-	// observe, when set (only by tests), is called under mu after every
-	// decision, so a test can log decisions in the order the checker made
-	// them. admitted tells whether t was admitted; highest is the highest
-	// token after the decision.
-	observe func(resource string, t Token, admitted bool, highest Token)
 }
 
 // NewMemoryChecker returns an empty MemoryChecker: every resource starts
@@ -104,15 +98,9 @@ func (c *MemoryChecker) Admit(ctx context.Context, resource string, t Token) err
 	defer c.mu.Unlock()
 	h := c.highest[resource]
 	if t < h {
-		if c.observe != nil {
-			c.observe(resource, t, false, h)
-		}
 		return &StaleError{Resource: resource, Token: t, Highest: h}
 	}
 	c.highest[resource] = t
-	if c.observe != nil {
-		c.observe(resource, t, true, t)
-	}
 	return nil
 }
 
