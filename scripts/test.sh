@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: API lint and compatibility, generated-code drift,
-# formatting, vet, the whole Go test suite with the race detector against
-# real (embedded) etcd servers, and the Python and Node suites against a live
-# intentd. Installs its pinned tools first.
+# formatting, tidy go.mod files, vet, the whole Go test suite with the race
+# detector against real (embedded) etcd servers, the black-box suites of the
+# e2e module against the built binaries, and the Python and Node suites
+# against a live intentd. Installs its pinned tools first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-tools.sh
@@ -45,11 +46,19 @@ if [[ -n "$unformatted" ]]; then
   exit 1
 fi
 
+step "go.mod is tidy (the product module and e2e's)"
+go mod tidy -diff
+(cd e2e && go mod tidy -diff)
+
 step "go vet"
 go vet ./...
+(cd e2e && go vet ./...)
 
 step "go test -race"
 go test -race -count=1 -timeout 15m ./...
+
+step "e2e module: the black-box suites against the built binaries"
+(cd e2e && go test -race -count=1 -timeout 20m ./...)
 
 step "deploy/: release build (static, version stamped) and the deployment files' tests (own module)"
 release_dir="$(mktemp -d)"

@@ -28,13 +28,13 @@
 //   - client depends neither on server nor on etcdstore.
 //   - No package but etcdstore itself, cmd/... and internal/daemon (the
 //     body of cmd/intentd) depends on etcdstore.
-//   - e2e, when it is part of this module, depends on none of server,
-//     etcdstore and internal/daemon.
+//   - e2e (a module of its own, whose packages the test reads too)
+//     depends on none of server, etcdstore and internal/daemon.
 //   - cmd/intentctl depends on none of server, etcdstore, internal/daemon
 //     and the etcd client.
 //   - access depends on no gRPC and no etcd package.
 //
 // Only non-test imports count: a test may reach across layers (the server
 // tests run a real etcdstore, for instance). A rule about a package that
-// does not exist yet (client, e2e) applies as soon as it does.
+// does not exist yet (client) applies as soon as it does.
 package layering
