@@ -148,7 +148,7 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		next.appendEvent(intent.Event{
 			Time: now, Kind: intent.EventResolved, Accepted: true, Issued: true,
 			Principal: principal(ctx, d.Actor), Reason: d.Reason, ResolvedState: d.Decision, Failure: d.Failure,
-			RequestID: d.RequestID,
+			RequestID: d.RequestID, Channel: d.Channel,
 		})
 		ev := &next.History[len(next.History)-1]
 		ev.Result, ev.PayloadSHA256 = digest(d.Result)

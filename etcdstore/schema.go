@@ -88,6 +88,7 @@ type storedEvent struct {
 	ResolvedState int            `json:"resolved_state,omitempty"`
 	RequestID     string         `json:"request_id,omitempty"`
 	Issued        bool           `json:"issued,omitempty"`
+	Channel       string         `json:"channel,omitempty"`
 }
 
 // storedTombstone is the value of a tombstone key.
@@ -140,7 +141,7 @@ func toStored(r *record) *storedRecord {
 				Time: e.Time, Kind: int(e.Kind), Token: e.Token, Mode: int(e.Mode), SessionID: e.SessionID,
 				Worker: e.Worker, Accepted: e.Accepted, Result: toStoredResult(e.Result), PayloadSHA256: e.PayloadSHA256,
 				Failure: toStoredFailure(e.Failure), Reason: e.Reason, Principal: e.Principal,
-				ResolvedState: int(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued,
+				ResolvedState: int(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued, Channel: e.Channel,
 			}
 		}
 	}
@@ -180,7 +181,7 @@ func fromStored(s *storedRecord) *record {
 				Time: e.Time, Kind: intent.EventKind(e.Kind), Token: e.Token, Mode: intent.Mode(e.Mode), SessionID: e.SessionID,
 				Worker: e.Worker, Accepted: e.Accepted, Result: e.Result.domain(), PayloadSHA256: e.PayloadSHA256,
 				Failure: e.Failure.domain(), Reason: e.Reason, Principal: e.Principal,
-				ResolvedState: intent.State(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued,
+				ResolvedState: intent.State(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued, Channel: e.Channel,
 			}
 		}
 	}

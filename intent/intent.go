@@ -226,6 +226,9 @@ type Event struct {
 	Principal string
 	// ResolvedState is the decided state of an EventResolved.
 	ResolvedState State
+	// Channel is where an EventResolved's decision was made ("console";
+	// empty: the API).
+	Channel string
 	// RequestID is the caller's id of the call that made the event, where
 	// the call has one (Resolve): how a retry recognizes its own effect.
 	RequestID string
@@ -359,6 +362,9 @@ type Resolution struct {
 	Force bool
 	// RequestID makes the decision safe to retry.
 	RequestID string
+	// Channel is where the decision was made ("console"; empty: the API),
+	// kept in the history entry and nowhere else.
+	Channel string
 }
 
 // Cancellation withdraws a PENDING intent.

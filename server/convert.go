@@ -73,6 +73,7 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 			Reason:        e.Reason,
 			Principal:     e.Principal,
 			ResolvedState: stateToProto(e.ResolvedState),
+			Channel:       e.Channel,
 			PayloadSha256: e.PayloadSHA256,
 		})
 	}

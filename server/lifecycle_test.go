@@ -1152,3 +1152,37 @@ func TestOutbox(t *testing.T) {
 		}
 	})
 }
+
+// TestResolveRecordsChannel decides two intents alike, one through the API
+// and one as the review console does (channel "console"): their history
+// entries differ in the channel alone, and a channel that is not a short
+// word is refused.
+func TestResolveRecordsChannel(t *testing.T) {
+	c := newClient(t)
+	f := newFx(t, c)
+	entry := func(key, channel string) *intentv1.HistoryEntry {
+		markedUnknown(f, key)
+		if _, err := c.Resolve(f.ctx, &intentv1.ResolveRequest{RequestId: "review-" + key, Key: key, Decision: intentv1.Decision_DECISION_PENDING,
+			Actor: "alice", Reason: "no order at the supplier", Channel: channel}); err != nil {
+			t.Fatalf("Resolve(%q, channel %q): %v", key, channel, err)
+		}
+		h := f.get(key).GetHistory()
+		e := h[len(h)-1]
+		if e.GetKind() != intentv1.HistoryEntry_KIND_RESOLVED || e.GetChannel() != channel {
+			t.Fatalf("last history entry of %q: %v channel %q, want KIND_RESOLVED channel %q", key, e.GetKind(), e.GetChannel(), channel)
+		}
+		return e
+	}
+	api, console := entry("by-api", ""), entry("by-console", "console")
+	// What differs between two intents anyway: their own tokens and times.
+	for _, e := range []*intentv1.HistoryEntry{api, console} {
+		e.Time, e.Token, e.Channel = nil, 0, ""
+	}
+	if !proto.Equal(api, console) {
+		t.Errorf("history entries differ beyond the channel:\napi     %v\nconsole %v", api, console)
+	}
+	markedUnknown(f, "bad-channel")
+	_, err := c.Resolve(f.ctx, &intentv1.ResolveRequest{RequestId: "review-bad", Key: "bad-channel", Decision: intentv1.Decision_DECISION_PENDING,
+		Actor: "alice", Reason: "r", Channel: "Console!"})
+	checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "channel")
+}

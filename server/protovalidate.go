@@ -168,6 +168,7 @@ var patternWords = map[string]string{
 	"^[0-9a-f]+$":                         "must be lowercase hexadecimal",
 	"^[0-9a-f]{64}$":                      "must be 64 lowercase hexadecimal digits (a SHA-256)",
 	"^[A-Za-z0-9._:-]+$":                  "must hold only ASCII letters, digits and the characters . _ : -",
+	"^[a-z0-9-]+$":                        "must hold only lowercase ASCII letters, digits and '-'",
 }
 
 // fieldPath spells a protovalidate field path the way intentd names

@@ -31,6 +31,7 @@ const (
 	MaxExternalRefs     = 32
 	MaxExternalRefLen   = 256
 	MaxFailureCodeLen   = 128
+	MaxChannelLen       = 32
 	MaxHeldLeases       = 128
 	MinSessionTTL       = 2 * time.Second
 	MaxSessionTTL       = 5 * time.Minute
@@ -69,6 +70,20 @@ func required(field, v string, n int) error {
 		return intent.Invalid(field, "required")
 	}
 	return maxLen(field, v, n)
+}
+
+// channel validates a decision's channel: empty, or a short word of a-z,
+// 0-9 and '-'.
+func channel(v string) error {
+	if err := maxLen("channel", v, MaxChannelLen); err != nil {
+		return err
+	}
+	for _, c := range v {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return intent.Invalid("channel", "must hold only lowercase ASCII letters, digits and '-'")
+		}
+	}
+	return nil
 }
 
 func validToken(t uint64) error {

@@ -1346,6 +1346,10 @@ type HistoryEntry struct {
 	// history keeps a result's external refs and this digest, never the
 	// payload itself (the intent's result holds that).
 	PayloadSha256 string `protobuf:"bytes,13,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
+	// channel is where a reviewer's decision was made, for KIND_RESOLVED:
+	// empty for a direct API call, "console" for intentd's review console
+	// (ResolveRequest.channel). Otherwise the entry is the same either way.
+	Channel       string `protobuf:"bytes,14,opt,name=channel,proto3" json:"channel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1467,6 +1471,13 @@ func (x *HistoryEntry) GetResolvedState() State {
 func (x *HistoryEntry) GetPayloadSha256() string {
 	if x != nil {
 		return x.PayloadSha256
+	}
+	return ""
+}
+
+func (x *HistoryEntry) GetChannel() string {
+	if x != nil {
+		return x.Channel
 	}
 	return ""
 }
@@ -3276,7 +3287,12 @@ type ResolveRequest struct {
 	// request_id returns the intent without deciding again, even after the
 	// intent moved on. Required, at most 128 bytes; use a fresh one per
 	// decision.
-	RequestId     string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// channel names where the decision was made, recorded in history as
+	// HistoryEntry.channel: empty for a direct API call; intentd's review
+	// console sends "console". It informs readers of the history and changes
+	// nothing else. At most 32 bytes of a-z, 0-9 and '-'.
+	Channel       string `protobuf:"bytes,10,opt,name=channel,proto3" json:"channel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3370,6 +3386,13 @@ func (x *ResolveRequest) GetForce() bool {
 func (x *ResolveRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ResolveRequest) GetChannel() string {
+	if x != nil {
+		return x.Channel
 	}
 	return ""
 }
@@ -3946,7 +3969,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\aFailure\x12\x1f\n" +
 	"\x04code\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x04code\x12\"\n" +
-	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\x8b\x06\n" +
+	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\xa5\x06\n" +
 	"\fHistoryEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.intent.v1.HistoryEntry.KindR\x04kind\x12\x14\n" +
@@ -3962,7 +3985,8 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x1c\n" +
 	"\tprincipal\x18\v \x01(\tR\tprincipal\x127\n" +
 	"\x0eresolved_state\x18\f \x01(\x0e2\x10.intent.v1.StateR\rresolvedState\x12%\n" +
-	"\x0epayload_sha256\x18\r \x01(\tR\rpayloadSha256\"\x96\x02\n" +
+	"\x0epayload_sha256\x18\r \x01(\tR\rpayloadSha256\x12\x18\n" +
+	"\achannel\x18\x0e \x01(\tR\achannel\"\x96\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKIND_REGISTERED\x10\x01\x12\x11\n" +
@@ -4100,7 +4124,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tB\b\xbaH\x05r\x03(\x80\x01R\x05actor\x12\x14\n" +
 	"\x05force\x18\x06 \x01(\bR\x05force\"=\n" +
 	"\x10EscalateResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xa3\x03\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xd7\x03\n" +
 	"\x0eResolveRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
 	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12<\n" +
@@ -4111,7 +4135,9 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\bR\x06reason\x12\x14\n" +
 	"\x05force\x18\b \x01(\bR\x05force\x12*\n" +
 	"\n" +
-	"request_id\x18\t \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\trequestId\"_\n" +
+	"request_id\x18\t \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\trequestId\x122\n" +
+	"\achannel\x18\n" +
+	" \x01(\tB\x18\xbaH\x15\xd8\x01\x01r\x10( 2\f^[a-z0-9-]+$R\achannel\"_\n" +
 	"\x0fResolveResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
 	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"\xc3\x01\n" +
