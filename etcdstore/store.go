@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -82,29 +83,97 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the fields and how they relate.
+// Validate checks the fields and how they relate. Its error is a
+// ConfigError listing every field at fault, each named by its Go name; a
+// program that sets the fields from flags renames them with Describe.
 func (c Config) Validate() error {
-	switch {
-	case c.Prefix == "" || c.Prefix[len(c.Prefix)-1] != '/':
-		return fmt.Errorf("etcdstore: Prefix %q must be non-empty and end with /", c.Prefix)
-	case c.RequestTimeout <= 0:
-		return fmt.Errorf("etcdstore: RequestTimeout %v must be positive", c.RequestTimeout)
-	case c.OperationTimeout < c.RequestTimeout:
-		return fmt.Errorf("etcdstore: OperationTimeout %v must be at least RequestTimeout %v", c.OperationTimeout, c.RequestTimeout)
-	case c.CacheSize < 1:
-		return fmt.Errorf("etcdstore: CacheSize %d must be at least 1", c.CacheSize)
-	case c.DefaultRetention <= 0 || c.DefaultRetention > c.MaxRetention:
-		return fmt.Errorf("etcdstore: DefaultRetention %v must be positive and at most MaxRetention %v", c.DefaultRetention, c.MaxRetention)
-	case c.TombstoneRetention < c.DefaultRetention:
-		return fmt.Errorf("etcdstore: TombstoneRetention %v must be at least DefaultRetention %v", c.TombstoneRetention, c.DefaultRetention)
-	case c.MaxAttempts < 1 || c.MaxAttempts > intent.MaxAttemptsLimit:
-		return fmt.Errorf("etcdstore: MaxAttempts %d must be between 1 and %d", c.MaxAttempts, intent.MaxAttemptsLimit)
-	case c.Now == nil:
-		return errors.New("etcdstore: Now must be set")
-	case c.Logger == nil:
-		return errors.New("etcdstore: Logger must be set")
+	var errs ConfigError
+	bad := func(field, value, reason string) {
+		errs = append(errs, FieldError{Field: field, Value: value, Reason: reason})
 	}
-	return nil
+	badAgainst := func(field string, value any, reason, other string, otherValue any) {
+		errs = append(errs, FieldError{Field: field, Value: fmt.Sprint(value), Reason: reason, Other: other, OtherValue: fmt.Sprint(otherValue)})
+	}
+	if !strings.HasSuffix(c.Prefix, "/") {
+		bad("Prefix", strconv.Quote(c.Prefix), "must end with /")
+	}
+	for _, d := range []struct {
+		field string
+		value time.Duration
+	}{
+		{"RequestTimeout", c.RequestTimeout}, {"OperationTimeout", c.OperationTimeout},
+		{"DefaultRetention", c.DefaultRetention}, {"MaxRetention", c.MaxRetention},
+		{"TombstoneRetention", c.TombstoneRetention},
+	} {
+		if d.value <= 0 {
+			bad(d.field, d.value.String(), "must be positive")
+		}
+	}
+	if c.OperationTimeout < c.RequestTimeout {
+		badAgainst("OperationTimeout", c.OperationTimeout, "must be at least", "RequestTimeout", c.RequestTimeout)
+	}
+	if c.CacheSize < 1 {
+		bad("CacheSize", strconv.Itoa(c.CacheSize), "must be at least 1")
+	}
+	if c.DefaultRetention > c.MaxRetention {
+		badAgainst("DefaultRetention", c.DefaultRetention, "must be at most", "MaxRetention", c.MaxRetention)
+	}
+	if c.TombstoneRetention < c.DefaultRetention {
+		badAgainst("TombstoneRetention", c.TombstoneRetention, "must be at least", "DefaultRetention", c.DefaultRetention)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > intent.MaxAttemptsLimit {
+		bad("MaxAttempts", strconv.Itoa(c.MaxAttempts), fmt.Sprintf("want 1 to %d", intent.MaxAttemptsLimit))
+	}
+	if c.Now == nil {
+		bad("Now", "", "must be set")
+	}
+	if c.Logger == nil {
+		bad("Logger", "", "must be set")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}
+
+// FieldError is one Config field whose value Validate refuses, alone or
+// against another field.
+type FieldError struct {
+	// Field is the field at fault, by its Go name ("DefaultRetention");
+	// Value is its value as the message shows it ("" for an unset func).
+	Field, Value string
+	// Reason says what is wrong: "must be positive", "must be at most".
+	Reason string
+	// Other and OtherValue name the field Reason compares Field with, if
+	// any ("MaxRetention", "8760h0m0s").
+	Other, OtherValue string
+}
+
+// Describe spells e with each field named by name(field): a daemon passes
+// a table from field to flag, so that the message names what the operator
+// typed ("--retention 720h0m0s: must be at most --max-retention 1h0m0s").
+func (e FieldError) Describe(name func(field string) string) string {
+	s := name(e.Field)
+	if e.Value != "" {
+		s += " " + e.Value
+	}
+	s += ": " + e.Reason
+	if e.Other != "" {
+		s += " " + name(e.Other) + " " + e.OtherValue
+	}
+	return s
+}
+
+// ConfigError is the error of Config.Validate: every field at fault.
+type ConfigError []FieldError
+
+// Error lists the faults with the fields' Go names.
+func (e ConfigError) Error() string {
+	msgs := make([]string, len(e))
+	for i, f := range e {
+		msgs[i] = f.Describe(func(field string) string { return field })
+	}
+	return "etcdstore: config: " + strings.Join(msgs, "; ")
 }
 
 // Store keeps intents in etcd. It is safe for concurrent use, and several

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/etcdstore"
-	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/netaddr"
 	"github.com/intentd/intentd/internal/tracing"
 )
@@ -189,16 +188,21 @@ func (c Config) Validate() error {
 			bad("--etcd-endpoints: empty endpoint in %q", strings.Join(c.EtcdEndpoints, ","))
 		}
 	}
-	if c.Store.Prefix == "" || !strings.HasSuffix(c.Store.Prefix, "/") {
-		bad("--prefix %q: must end with /", c.Store.Prefix)
+	// The store validates its own fields; storeFlag renames them to the
+	// flags that set them.
+	var storeErrs etcdstore.ConfigError
+	if err := c.Store.Validate(); errors.As(err, &storeErrs) {
+		for _, fe := range storeErrs {
+			bad("%s", fe.Describe(storeFlag))
+		}
+	} else if err != nil {
+		errs = append(errs, err)
 	}
 	for flag, d := range map[string]time.Duration{
-		"--dial-timeout": c.DialTimeout, "--request-timeout": c.Store.RequestTimeout,
-		"--operation-timeout": c.Store.OperationTimeout, "--health-interval": c.HealthInterval,
+		"--dial-timeout": c.DialTimeout, "--health-interval": c.HealthInterval,
 		"--shutdown-timeout": c.ShutdownTimeout, "--janitor-interval": c.JanitorInterval,
-		"--retention": c.Store.DefaultRetention, "--max-retention": c.Store.MaxRetention,
-		"--tombstone-retention": c.Store.TombstoneRetention, "--etcd-keepalive-timeout": c.EtcdKeepAliveTimeout,
-		"--etcd-probe-interval": c.EtcdProbeInterval, "--etcd-probe-timeout": c.EtcdProbeTimeout,
+		"--etcd-keepalive-timeout": c.EtcdKeepAliveTimeout, "--etcd-probe-interval": c.EtcdProbeInterval,
+		"--etcd-probe-timeout": c.EtcdProbeTimeout,
 	} {
 		if d <= 0 {
 			bad("%s %v: must be positive", flag, d)
@@ -244,23 +248,11 @@ func (c Config) Validate() error {
 	if c.ReloadInterval <= 0 {
 		bad("--reload-interval %v: must be positive", c.ReloadInterval)
 	}
-	if c.Store.MaxAttempts < 1 || c.Store.MaxAttempts > intent.MaxAttemptsLimit {
-		bad("--max-attempts %d: want 1 to %d", c.Store.MaxAttempts, intent.MaxAttemptsLimit)
-	}
-	if c.Store.DefaultRetention > c.Store.MaxRetention {
-		bad("--retention %v: must be at most --max-retention %v", c.Store.DefaultRetention, c.Store.MaxRetention)
-	}
-	if c.Store.TombstoneRetention < c.Store.DefaultRetention {
-		bad("--tombstone-retention %v: must be at least --retention %v", c.Store.TombstoneRetention, c.Store.DefaultRetention)
-	}
 	if c.EtcdKeepAliveTime < minKeepAliveTime {
 		bad("--etcd-keepalive-time %v: must be at least %v (gRPC pings no more often, and etcd's default --grpc-keepalive-min-time of 5s refuses faster pings)", c.EtcdKeepAliveTime, minKeepAliveTime)
 	}
 	if len(c.EtcdEndpoints) > 1 && c.EtcdProbeTimeout >= c.Store.RequestTimeout {
 		bad("--etcd-probe-timeout %v: must be below --request-timeout %v, or calls on a stalled etcd member time out before it is found", c.EtcdProbeTimeout, c.Store.RequestTimeout)
-	}
-	if c.Store.OperationTimeout < c.Store.RequestTimeout {
-		bad("--operation-timeout %v: must be at least --request-timeout %v", c.Store.OperationTimeout, c.Store.RequestTimeout)
 	}
 	if _, err := c.level(); err != nil {
 		bad("--log-level %q: want debug, info, warn or error", c.LogLevel)
@@ -269,6 +261,28 @@ func (c Config) Validate() error {
 		bad("--log-format %q: want text or json", c.LogFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// storeFlags names the flag that sets each etcdstore.Config field, so that
+// the store's own validation, which names fields, reaches the operator
+// naming flags.
+var storeFlags = map[string]string{
+	"Prefix":             "--prefix",
+	"RequestTimeout":     "--request-timeout",
+	"OperationTimeout":   "--operation-timeout",
+	"DefaultRetention":   "--retention",
+	"MaxRetention":       "--max-retention",
+	"TombstoneRetention": "--tombstone-retention",
+	"MaxAttempts":        "--max-attempts",
+}
+
+// storeFlag is the flag of a store field, or "store " and the field's name
+// for one no flag sets (the daemon itself does).
+func storeFlag(field string) string {
+	if f, ok := storeFlags[field]; ok {
+		return f
+	}
+	return "store " + field
 }
 
 // minKeepAliveTime is gRPC's floor for the keepalive ping interval: a
