@@ -117,6 +117,8 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 // decision issues a new token, so reports under any earlier lease are stale
 // from then on. A retry with the same RequestID returns the intent as it is
 // now, without deciding again (replayed true), whatever happened since.
+// With ExpectedToken, a decision whose intent has a newer token than the
+// one the reviewer saw is refused with *intent.StaleTokenError.
 func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.Intent, replayed bool, err error) {
 	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, d.Tenant, d.Key, nil) }
 	err = s.transition(ctx, d.Tenant, d.Key, nil, load, func(v *view) (*change, error) {
@@ -138,6 +140,10 @@ func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.In
 		}
 		live, cmps := s.undecided(v)
 		switch {
+		case d.ExpectedToken != 0 && d.ExpectedToken != currentToken(rec):
+			// Decided on a view that is no longer true: another decision
+			// or a new lease came in between.
+			return nil, &intent.StaleTokenError{Key: d.Key, Token: d.ExpectedToken, Current: currentToken(rec), Intent: rec.toIntent(v.rev(), v.holder())}
 		case live && !d.Force:
 			return nil, fmt.Errorf("%w: %q is held by worker %q; pass force to supersede its lease", intent.ErrLeaseHeld, d.Key, rec.Lease.Worker)
 		case rec.State != intent.StateNeedsReview && rec.State != intent.StateUnknown && rec.State != intent.StateInProgress:

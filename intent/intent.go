@@ -365,6 +365,9 @@ type Resolution struct {
 	// Channel is where the decision was made ("console"; empty: the API),
 	// kept in the history entry and nowhere else.
 	Channel string
+	// ExpectedToken, when not zero, is the token the reviewer saw: the
+	// decision applies only while it is still the intent's current token.
+	ExpectedToken fencing.Token
 }
 
 // Cancellation withdraws a PENDING intent.

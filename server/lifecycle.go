@@ -78,7 +78,8 @@ func resolution(req *intentv1.ResolveRequest) (*intent.Resolution, error) {
 	if err := channel(req.GetChannel()); err != nil {
 		return nil, err
 	}
-	d := &intent.Resolution{Tenant: tn, Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce(), RequestID: req.GetRequestId(), Channel: req.GetChannel()}
+	d := &intent.Resolution{Tenant: tn, Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce(), RequestID: req.GetRequestId(), Channel: req.GetChannel(),
+		ExpectedToken: fencing.Token(req.GetExpectedToken())}
 	switch state {
 	case intent.StateCompleted:
 		if d.Result, err = result(req.GetResult()); err != nil {

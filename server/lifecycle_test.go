@@ -1186,3 +1186,32 @@ func TestResolveRecordsChannel(t *testing.T) {
 		Actor: "alice", Reason: "r", Channel: "Console!"})
 	checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "channel")
 }
+
+// TestResolveFencedByExpectedToken has two reviewers decide the same
+// UNKNOWN intent, each naming the token they looked at: the first decision
+// applies, the second is refused STALE_TOKEN with the token the first
+// issued, and the intent keeps the first decision.
+func TestResolveFencedByExpectedToken(t *testing.T) {
+	c := newClient(t)
+	f := newFx(t, c)
+	const key = "two-reviewers"
+	markedUnknown(f, key)
+	seen := f.get(key).GetLease().GetToken()
+	if seen == 0 {
+		t.Fatalf("UNKNOWN intent shows no lease token")
+	}
+	first, err := c.Resolve(f.ctx, &intentv1.ResolveRequest{RequestId: "alice-1", Key: key, Decision: intentv1.Decision_DECISION_PENDING,
+		Actor: "alice", Reason: "no order at the supplier", ExpectedToken: seen})
+	if err != nil {
+		t.Fatalf("first Resolve: %v", err)
+	}
+	_, err = c.Resolve(f.ctx, &intentv1.ResolveRequest{RequestId: "bob-1", Key: key, Decision: intentv1.Decision_DECISION_CANCELLED,
+		Actor: "bob", Reason: "customer asked", ExpectedToken: seen})
+	d := checkError(t, err, codes.Aborted, "STALE_TOKEN", "")
+	if got, want := d.info.GetMetadata()["current_token"], fmt.Sprint(first.GetIntent().GetLease().GetToken()); got != want {
+		t.Errorf("second Resolve: current_token %q, want %q (the first decision's)", got, want)
+	}
+	if got := f.get(key).GetState(); got != intentv1.State_STATE_PENDING {
+		t.Errorf("after both: %v, want PENDING (the first decision)", got)
+	}
+}

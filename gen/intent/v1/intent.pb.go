@@ -3292,7 +3292,14 @@ type ResolveRequest struct {
 	// HistoryEntry.channel: empty for a direct API call; intentd's review
 	// console sends "console". It informs readers of the history and changes
 	// nothing else. At most 32 bytes of a-z, 0-9 and '-'.
-	Channel       string `protobuf:"bytes,10,opt,name=channel,proto3" json:"channel,omitempty"`
+	Channel string `protobuf:"bytes,10,opt,name=channel,proto3" json:"channel,omitempty"`
+	// expected_token, when set, fences the decision like a worker's report:
+	// it applies only while the intent's current token (Intent.lease.token)
+	// is this one, the token the reviewer looked at. Another decision or a
+	// new lease since then issued a newer token, and the call is refused
+	// ABORTED STALE_TOKEN with the current token: the reviewer decided on a
+	// view that is no longer true. 0: not checked. Any value.
+	ExpectedToken uint64 `protobuf:"varint,11,opt,name=expected_token,json=expectedToken,proto3" json:"expected_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3395,6 +3402,13 @@ func (x *ResolveRequest) GetChannel() string {
 		return x.Channel
 	}
 	return ""
+}
+
+func (x *ResolveRequest) GetExpectedToken() uint64 {
+	if x != nil {
+		return x.ExpectedToken
+	}
+	return 0
 }
 
 // ResolveResponse returns the decided intent.
@@ -4124,7 +4138,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05actor\x18\x05 \x01(\tB\b\xbaH\x05r\x03(\x80\x01R\x05actor\x12\x14\n" +
 	"\x05force\x18\x06 \x01(\bR\x05force\"=\n" +
 	"\x10EscalateResponse\x12)\n" +
-	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xd7\x03\n" +
+	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\"\xfe\x03\n" +
 	"\x0eResolveRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
 	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12<\n" +
@@ -4137,7 +4151,8 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\t \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\trequestId\x122\n" +
 	"\achannel\x18\n" +
-	" \x01(\tB\x18\xbaH\x15\xd8\x01\x01r\x10( 2\f^[a-z0-9-]+$R\achannel\"_\n" +
+	" \x01(\tB\x18\xbaH\x15\xd8\x01\x01r\x10( 2\f^[a-z0-9-]+$R\achannel\x12%\n" +
+	"\x0eexpected_token\x18\v \x01(\x04R\rexpectedToken\"_\n" +
 	"\x0fResolveResponse\x12)\n" +
 	"\x06intent\x18\x01 \x01(\v2\x11.intent.v1.IntentR\x06intent\x12!\n" +
 	"\faction_taken\x18\x02 \x01(\tR\vactionTaken\"\xc3\x01\n" +

@@ -144,7 +144,9 @@ type IntentServiceClient interface {
 	// Acquire executes, with the same operation keys), FAILED or CANCELLED.
 	// Always records who and why, and always issues a new token, so that any
 	// report under an earlier lease is stale from then on. An intent under a
-	// live lease is refused unless force is set.
+	// live lease is refused unless force is set. With expected_token, a
+	// decision made on a view another decision or lease has overtaken is
+	// refused STALE_TOKEN: of two reviewers deciding at once, one wins.
 	Resolve(ctx context.Context, in *ResolveRequest, opts ...grpc.CallOption) (*ResolveResponse, error)
 	// Cancel withdraws a PENDING intent: CANCELLED is final.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
@@ -408,7 +410,9 @@ type IntentServiceServer interface {
 	// Acquire executes, with the same operation keys), FAILED or CANCELLED.
 	// Always records who and why, and always issues a new token, so that any
 	// report under an earlier lease is stale from then on. An intent under a
-	// live lease is refused unless force is set.
+	// live lease is refused unless force is set. With expected_token, a
+	// decision made on a view another decision or lease has overtaken is
+	// refused STALE_TOKEN: of two reviewers deciding at once, one wins.
 	Resolve(context.Context, *ResolveRequest) (*ResolveResponse, error)
 	// Cancel withdraws a PENDING intent: CANCELLED is final.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)

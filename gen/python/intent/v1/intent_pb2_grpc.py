@@ -219,7 +219,9 @@ class IntentServiceServicer(object):
         Acquire executes, with the same operation keys), FAILED or CANCELLED.
         Always records who and why, and always issues a new token, so that any
         report under an earlier lease is stale from then on. An intent under a
-        live lease is refused unless force is set.
+        live lease is refused unless force is set. With expected_token, a
+        decision made on a view another decision or lease has overtaken is
+        refused STALE_TOKEN: of two reviewers deciding at once, one wins.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
