@@ -2,5 +2,5 @@
 // start it as a process with its own embedded etcd, and drive it only
 // through package client, as a worker fleet would. What they assert is the
 // world: how many orders, authorizations and pickups the providers of
-// internal/fakes actually hold, not what a status field says.
+// e2e/fakes actually hold, not what a status field says.
 package e2e

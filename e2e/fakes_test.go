@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/fakes"
 	"github.com/intentd/intentd/fencing"
-	"github.com/intentd/intentd/internal/fakes"
 )
 
 // The providers are the scenarios' measuring instruments: these tests pin

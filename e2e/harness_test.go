@@ -49,10 +49,11 @@ const sessionTTL = 2 * time.Second
 var intentdBin string
 
 // TestMain builds cmd/intentd once for every test. A worker child process
-// (envWorkerMode set) builds nothing: it only runs TestWorkerProcess.
+// (envWorkerMode set) builds nothing: it only runs TestWorkerProcess; nor
+// does -short, which skips every scenario (startIntentd).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if os.Getenv(envWorkerMode) != "" {
+	if os.Getenv(envWorkerMode) != "" || testing.Short() {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "intentd-e2e-")
@@ -112,6 +113,9 @@ type intentd struct {
 // test ends.
 func startIntentd(t *testing.T) *intentd {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("the end-to-end scenarios run without -short")
+	}
 	dataDir := t.TempDir()
 	cmd := exec.Command(intentdBin,
 		"--listen", "127.0.0.1:0",

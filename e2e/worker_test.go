@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/fakes"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/fakes"
 )
 
 // Worker child modes (envWorkerMode).

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/fakes"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/fakes"
 )
 
 // paymentRetention is how long the fake payment provider keeps keys, as

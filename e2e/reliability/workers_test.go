@@ -9,6 +9,9 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
+// Worker processes fail: SIGKILLed between effect and report, SIGSTOPped
+// past their session's TTL.
+
 // awaitEffect waits for the effect (or answer) w was told to hold.
 func awaitEffect(t *testing.T, w *WorkerProc, held <-chan Effect) Effect {
 	t.Helper()

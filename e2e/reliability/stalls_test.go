@@ -48,6 +48,7 @@ func pickFollower(t *testing.T, e *Env) *Member {
 }
 
 func sigstop(m *Member) error { return m.Stop() }
+
 func sigcont(m *Member) error { return m.Cont() }
 
 // TestStalledEtcdLeaderKeepsServing: the etcd leader is SIGSTOPped for

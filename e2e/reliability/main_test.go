@@ -23,10 +23,11 @@ var report = &Report{}
 
 // TestMain builds cmd/intentd, finds or builds etcd, runs the suite and
 // prints the reliability report. A worker process (envWorkerProcess set)
-// builds nothing: it only runs TestWorkerProcess.
+// builds nothing: it only runs TestWorkerProcess; nor does -short, which
+// skips every scenario (NewEnv).
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if os.Getenv(envWorkerProcess) != "" {
+	if os.Getenv(envWorkerProcess) != "" || testing.Short() {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "intentd-reliability-")
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "reliability:", err)
 		os.Exit(1)
 	}
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	if err == nil {
 		bins, err = BuildBinaries(root, dir)
 	}

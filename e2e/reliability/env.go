@@ -10,15 +10,14 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/fakes"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
-
-	"github.com/intentd/intentd/client"
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/fakes"
 )
 
 // EnvConfig shapes a run's topology.
@@ -60,6 +59,9 @@ type Env struct {
 // to a t.TempDir(). The run's figures go to report when it finishes.
 func NewEnv(t *testing.T, bins Binaries, report *Report, cfg EnvConfig) *Env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("the reliability scenarios run without -short")
+	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
@@ -346,4 +348,31 @@ func (e *Env) readBack(keys []string) map[string]*intentv1.Intent {
 		finals[k] = resp.GetIntent()
 	}
 	return finals
+}
+
+// FinishKeys is Finish for a run that drives its intents itself rather
+// than through a Load: every key must be COMPLETED already; it reads them
+// all back and checks the world (one order per intent), the acknowledged
+// past, the fault proof and linearizability with porcupine, and adds the
+// run to the report. It returns the run's figures and the intents as read
+// back, with their histories. A fault a client sees as a clear refusal
+// (RESOURCE_EXHAUSTED), not as an error or a slow answer, counts as seen
+// when opt.Noticed finds some.
+func (e *Env) FinishKeys(keys []string, opt FinishOptions) (RunFigures, map[string]*intentv1.Intent) {
+	t := e.T
+	t.Helper()
+	run, finals := e.verify(keys, opt)
+	notDone := 0
+	for _, k := range keys {
+		if in, ok := finals[k]; ok && in.GetState() != intentv1.State_STATE_COMPLETED {
+			notDone++
+			if notDone <= 5 {
+				t.Errorf("intent %s ended %s, want COMPLETED", k, in.GetState())
+			}
+		}
+	}
+	if notDone > 5 {
+		t.Errorf("... %d intents in all not COMPLETED", notDone)
+	}
+	return run, finals
 }

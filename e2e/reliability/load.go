@@ -4,17 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/structpb"
-
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // RefOrder is the external ref under which a result names its order.
@@ -622,4 +622,22 @@ func orderTask(key string, shop *Shop, waitInProgress time.Duration, afterEffect
 			return client.Found(&intentv1.Result{ExternalRefs: map[string]string{RefOrder: o.ID}}), nil
 		},
 	}
+}
+
+// Adopt hands keys registered elsewhere (before a restore) to the workers
+// as if this load had registered them.
+func (l *Load) Adopt(keys []string) {
+	l.mu.Lock()
+	l.keys = append(l.keys, keys...)
+	l.mu.Unlock()
+	for _, k := range keys {
+		l.queue <- k
+	}
+}
+
+// Settled returns each intent seen COMPLETED with its order.
+func (l *Load) Settled() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.settled)
 }

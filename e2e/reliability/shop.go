@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/intentd/intentd/internal/fakes"
+	"github.com/intentd/intentd/e2e/fakes"
 )
 
 // ErrNoOrder is a confirmed absence: the merchant has no order under the key.

@@ -169,3 +169,37 @@ func (p FaultProof) Problems(minLoad int, anySeen bool) []string {
 	}
 	return out
 }
+
+// proofProblems is FaultProof.Problems (every fault must be seen) where a
+// fault also counts as seen when extra names calls that noticed it.
+func proofProblems(p FaultProof, minLoad int, extra map[int]int) []string {
+	var out []string
+	if len(p.Events) == 0 {
+		return []string{"the run injected no fault"}
+	}
+	if p.LoadBefore < minLoad {
+		out = append(out, fmt.Sprintf("%d calls answered OK before the first fault, want at least %d", p.LoadBefore, minLoad))
+	}
+	for i, e := range p.Events {
+		if !e.Seen() && extra[i] == 0 {
+			out = append(out, fmt.Sprintf("no call saw %s (%s) at %v–%v: no error, none slower than %v, no refusal it caused", e.Kind, e.Detail, e.Injected, e.Healed, p.Spike))
+		}
+		if e.Healed > 0 && e.Recovery < 0 {
+			out = append(out, fmt.Sprintf("no transition was acknowledged after %s healed", e.Kind))
+		}
+	}
+	return out
+}
+
+// refusedWith counts the calls refused with code and reason while ev lasted.
+func refusedWith(code codes.Code, reason string) func(FaultEvent, []Call) int {
+	return func(ev FaultEvent, calls []Call) int {
+		n := 0
+		for _, c := range calls {
+			if c.Code == code && c.Reason == reason && c.End >= ev.Injected && (ev.Healed == 0 || c.Start <= ev.Healed) {
+				n++
+			}
+		}
+		return n
+	}
+}

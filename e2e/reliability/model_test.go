@@ -9,8 +9,8 @@ import (
 	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc/codes"
 
+	"github.com/intentd/intentd/e2e/fakes"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/fakes"
 )
 
 const key = "k"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/intentd/intentd/e2e/fakes"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/fakes"
 )
 
 // Operations turns recorded calls into porcupine operations on intents. A
