@@ -18,11 +18,12 @@ import (
 
 // Limits on what callers may send. They bound the work and the etcd space one
 // request can cost, and they are part of the contract: a value within them is
-// accepted by every intentd.
+// accepted by every intentd. The limits of request fields are stated once,
+// as the protovalidate rules of intent.proto; the two here that are also
+// such a limit (MaxTenantLen, MaxActionLen) are needed where no request is
+// at hand (a tokens file's tenants, DeriveKey called in a client), and a
+// test in package server holds them equal to the rules.
 const (
-	// MaxKeyLen is the longest intent key, in bytes. A derived key (64 hex
-	// digits) is well within it.
-	MaxKeyLen = 256
 	// MaxTenantLen is the longest tenant name, in bytes.
 	MaxTenantLen = 64
 	// MaxActionLen is the longest action accepted by DeriveKey, in bytes.
@@ -178,33 +179,10 @@ func DeriveKey(action string, identity map[string]any) (key string, canonical []
 //
 // Keys may contain ':', so distinct (key, operation) pairs give distinct
 // operation keys only when operation has no ':'; use fixed names such as
-// "authorize-payment". The result is not checked against MaxKeyLen: it is
-// for the provider, whose own limits apply.
+// "authorize-payment". The result is not checked against the limits of an
+// intent key: it is for the provider, whose own limits apply.
 func OperationKey(key, operation string) string {
 	return key + ":" + operation
-}
-
-// keyPunct is the punctuation an intent key may contain besides ASCII
-// letters and digits: enough for prefixed, path-like and base64 identifiers.
-const keyPunct = "-_.:/=@+"
-
-// ValidateKey checks an intent key: 1 to MaxKeyLen bytes of ASCII letters,
-// digits and "-_.:/=@+". The alphabet keeps keys safe to print and log, and
-// to pass on in operation keys and HTTP headers without quoting. The error is
-// an *InvalidError naming the field "key".
-func ValidateKey(key string) error {
-	if key == "" {
-		return Invalid("key", "must not be empty")
-	}
-	if len(key) > MaxKeyLen {
-		return Invalid("key", "is %d bytes, more than the limit of %d", len(key), MaxKeyLen)
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; !isASCIIAlnum(c) && strings.IndexByte(keyPunct, c) < 0 {
-			return Invalid("key", "%s at offset %d is not allowed: use ASCII letters, digits and %q", describeByte(c), i, keyPunct)
-		}
-	}
-	return nil
 }
 
 // ValidateTenant checks a tenant name: 1 to MaxTenantLen bytes of lowercase

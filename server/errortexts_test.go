@@ -18,7 +18,7 @@ import (
 // tenant quoted the proto's raw regex. Each message must say its thing once,
 // name what is missing, and describe what is allowed in words.
 func TestErrorTextsSayItOnce(t *testing.T) {
-	c := serveValidating(t, etcdtest.Start(t))
+	c := serve(t, etcdtest.Start(t))
 	huge := map[string]any{"note": strings.Repeat("x", 70_000)}
 	for _, tc := range []struct {
 		name string

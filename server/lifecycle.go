@@ -12,18 +12,11 @@ import (
 
 // Escalate implements IntentService.Escalate.
 func (s *Server) Escalate(ctx context.Context, req *intentv1.EscalateRequest) (*intentv1.EscalateResponse, error) {
-	tn, err := target(req.GetTenant(), req.GetKey())
-	if err == nil {
-		err = required("reason", req.GetReason(), MaxReasonLen)
-	}
-	if err == nil {
-		err = maxLen("actor", req.GetActor(), MaxWorkerLen)
-	}
-	if err != nil {
-		return nil, s.fail(err)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
 	in, err := s.store.Escalate(ctx, intent.Escalation{
-		Tenant: tn, Key: req.GetKey(), Token: fencing.Token(req.GetToken()),
+		Tenant: tenantOr(req.GetTenant()), Key: req.GetKey(), Token: fencing.Token(req.GetToken()),
 		Reason: req.GetReason(), Actor: req.GetActor(), Force: req.GetForce(),
 	})
 	if err != nil {
@@ -42,6 +35,9 @@ var decisions = map[intentv1.Decision]intent.State{
 
 // Resolve implements IntentService.Resolve.
 func (s *Server) Resolve(ctx context.Context, req *intentv1.ResolveRequest) (*intentv1.ResolveResponse, error) {
+	if err := s.valid(req); err != nil {
+		return nil, err
+	}
 	d, err := resolution(req)
 	if err != nil {
 		return nil, s.fail(err)
@@ -57,40 +53,25 @@ func (s *Server) Resolve(ctx context.Context, req *intentv1.ResolveRequest) (*in
 	return &intentv1.ResolveResponse{Intent: intentToProto(in), ActionTaken: taken}, nil
 }
 
+// resolution returns the domain form of a ResolveRequest the rules have
+// checked, after the check they leave to the server: a result with a
+// COMPLETED decision only, a failure with a FAILED one only.
 func resolution(req *intentv1.ResolveRequest) (*intent.Resolution, error) {
-	tn, err := target(req.GetTenant(), req.GetKey())
-	if err != nil {
-		return nil, err
-	}
 	state, ok := decisions[req.GetDecision()]
 	if !ok {
 		return nil, intent.Invalid("decision", "required: COMPLETED, PENDING, FAILED or CANCELLED")
 	}
-	if err := required("actor", req.GetActor(), MaxWorkerLen); err != nil {
-		return nil, err
-	}
-	if err := required("reason", req.GetReason(), MaxReasonLen); err != nil {
-		return nil, err
-	}
-	if err := required("request_id", req.GetRequestId(), MaxRequestIDLen); err != nil {
-		return nil, err
-	}
-	if err := channel(req.GetChannel()); err != nil {
-		return nil, err
-	}
-	d := &intent.Resolution{Tenant: tn, Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce(), RequestID: req.GetRequestId(), Channel: req.GetChannel(),
+	d := &intent.Resolution{Tenant: tenantOr(req.GetTenant()), Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce(), RequestID: req.GetRequestId(), Channel: req.GetChannel(),
 		ExpectedToken: fencing.Token(req.GetExpectedToken())}
 	switch state {
 	case intent.StateCompleted:
-		if d.Result, err = result(req.GetResult()); err != nil {
-			return nil, err
+		if req.GetResult() == nil {
+			return nil, intent.Invalid("result", "required: what the side effect produced")
 		}
+		d.Result = result(req.GetResult())
 	case intent.StateFailed:
-		if err := required("failure.code", req.GetFailure().GetCode(), MaxFailureCodeLen); err != nil {
-			return nil, err
-		}
-		if err := maxLen("failure.message", req.GetFailure().GetMessage(), MaxReasonLen); err != nil {
-			return nil, err
+		if req.GetFailure() == nil {
+			return nil, intent.Invalid("failure.code", "required")
 		}
 		d.Failure = &intent.Failure{Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()}
 	}
@@ -105,60 +86,39 @@ func resolution(req *intentv1.ResolveRequest) (*intent.Resolution, error) {
 
 // Cancel implements IntentService.Cancel.
 func (s *Server) Cancel(ctx context.Context, req *intentv1.CancelRequest) (*intentv1.CancelResponse, error) {
-	tn, err := target(req.GetTenant(), req.GetKey())
-	if err == nil {
-		err = maxLen("actor", req.GetActor(), MaxWorkerLen)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		err = maxLen("reason", req.GetReason(), MaxReasonLen)
-	}
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	in, err := s.store.Cancel(ctx, intent.Cancellation{Tenant: tn, Key: req.GetKey(), Actor: req.GetActor(), Reason: req.GetReason()})
+	in, err := s.store.Cancel(ctx, intent.Cancellation{Tenant: tenantOr(req.GetTenant()), Key: req.GetKey(), Actor: req.GetActor(), Reason: req.GetReason()})
 	if err != nil {
 		return nil, s.fail(err)
 	}
 	return &intentv1.CancelResponse{Intent: intentToProto(in)}, nil
 }
 
-// filter validates the filter fields List and Watch share.
-func filter(tenantField string, states []intentv1.State, label, parent string) (intent.Filter, error) {
-	tn, err := tenant(tenantField)
-	if err != nil {
-		return intent.Filter{}, err
-	}
-	f := intent.Filter{Tenant: tn, ParentKey: parent}
+// filter returns the domain form of the filter fields List and Watch
+// share, which the rules have checked but for the label's value.
+func filter(tenant string, states []intentv1.State, label, parent string) (intent.Filter, error) {
+	f := intent.Filter{Tenant: tenantOr(tenant), ParentKey: parent}
 	for _, st := range states {
-		if _, ok := intentv1.State_name[int32(st)]; !ok || st == intentv1.State_STATE_UNSPECIFIED {
-			return f, intent.Invalid("states", "%d is not a state", st)
-		}
 		f.States = append(f.States, intent.State(st))
 	}
 	if label != "" {
-		name, value, ok := strings.Cut(label, "=")
-		if !ok || name == "" {
-			return f, intent.Invalid("label", "want name=value")
-		}
-		if err := labels("label", map[string]string{name: value}); err != nil {
+		name, value, _ := strings.Cut(label, "=")
+		if err := labelFilter(name, value); err != nil {
 			return f, err
 		}
 		f.Label = &intent.Label{Name: name, Value: value}
-	}
-	if parent != "" {
-		if err := intent.ValidateKey(parent); err != nil {
-			return f, nested("parent_", err)
-		}
 	}
 	return f, nil
 }
 
 // List implements IntentService.List.
 func (s *Server) List(ctx context.Context, req *intentv1.ListRequest) (*intentv1.ListResponse, error) {
-	f, err := filter(req.GetTenant(), req.GetStates(), req.GetLabel(), req.GetParentKey())
-	if err == nil {
-		err = maxLen("page_token", req.GetPageToken(), 1024)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
+	f, err := filter(req.GetTenant(), req.GetStates(), req.GetLabel(), req.GetParentKey())
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -175,13 +135,10 @@ func (s *Server) List(ctx context.Context, req *intentv1.ListRequest) (*intentv1
 
 // Watch implements IntentService.Watch.
 func (s *Server) Watch(req *intentv1.WatchRequest, stream intentv1.IntentService_WatchServer) error {
+	if err := s.valid(req); err != nil {
+		return err
+	}
 	f, err := filter(req.GetTenant(), req.GetStates(), req.GetLabel(), req.GetParentKey())
-	if err == nil && req.GetKey() != "" {
-		err = intent.ValidateKey(req.GetKey())
-	}
-	if err == nil && req.GetStartRevision() < 0 {
-		err = intent.Invalid("start_revision", "must not be negative")
-	}
 	if err != nil {
 		return s.fail(err)
 	}

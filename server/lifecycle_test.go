@@ -248,7 +248,7 @@ func TestLifecycleErrorMapping(t *testing.T) {
 			name:  "List with state 99",
 			setup: nothing,
 			call:  list(&intentv1.ListRequest{States: []intentv1.State{99}}),
-			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "states",
+			code:  codes.InvalidArgument, reason: "INVALID_FIELD", field: "states[0]", // as intentd always answered: the rule names the entry
 		},
 		{
 			name:  "Watch from revision -1",

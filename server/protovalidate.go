@@ -2,35 +2,30 @@ package server
 
 // Request validation from the proto: every request field of intent.proto
 // carries its limits as protovalidate rules (buf.validate annotations), and
-// the interceptors here check them before a handler runs, so that a
-// malformed request never reaches the store.
+// those rules are the only place a field's limits are written. Each handler
+// checks its request against them first, with the one validator compiled
+// here (Server.valid), so a handler is safe however it is called, and a
+// malformed request never reaches the store. What no field's rule can say
+// is checked by hand after them, in validate.go.
 //
-// They are written around protovalidate.Validator rather than taken from
+// protovalidate.Validator is used directly rather than through
 // go-grpc-middleware's interceptors/protovalidate because that one answers
 // with a fixed error (INVALID_ARGUMENT carrying a buf.validate.Violations
 // detail and no ErrorInfo; INTERNAL with the raw error text when a rule
 // does not compile) and offers no way to change it, while every intentd
 // error carries an ErrorInfo in domain intentd.dev and never leaks text.
-// Here a violation becomes the *intent.InvalidError the handlers' own checks
-// return, and toStatus turns it into the same status.
-//
-// The handlers keep their own checks of what protovalidate cannot express
-// (canonical params size and depth, the pairing of a decision with its
-// result, a child's tenant, the size of a whole outbox) and of what keeps
-// them safe when called without these interceptors (keys, tenants,
-// tokens), so the rules and the checks overlap on purpose.
+// Here a violation becomes the *intent.InvalidError the hand checks return,
+// and toStatus turns it into the same status.
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -39,42 +34,28 @@ import (
 	"github.com/intentd/intentd/intent"
 )
 
-// ValidationInterceptors returns a unary and a stream server interceptor
-// that check every request against the protovalidate rules of its message
-// type before the handler sees it. A request that breaks a rule fails with
-// INVALID_ARGUMENT, ErrorInfo reason INVALID_FIELD and the field's path
-// ("register.key", "children[0].params", "labels[team]") in the ErrorInfo
-// metadata and a BadRequest violation, as the handlers' own checks report
-// it; the handler is not called. Messages without rules (health checks,
-// reflection) pass unchanged.
-//
-// The rules of every IntentService request are compiled here, so an error
-// means a rule in intent.proto does not compile: a build defect, not a
-// condition to retry. Should a rule still fail to evaluate on some request,
-// the call fails with INTERNAL and the cause goes to slog's default logger,
-// never to the client.
-func ValidationInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor, error) {
-	v, err := newRequestValidator()
-	if err != nil {
-		return nil, nil, err
+// compiledRules is the validator of every IntentService request, compiled
+// once per process: an error means a rule in intent.proto does not compile,
+// a build defect rather than a condition to retry.
+var compiledRules = sync.OnceValues(newRequestValidator)
+
+// valid checks req, the request a handler received, against its rules and
+// returns nil or the status to answer with: INVALID_ARGUMENT, ErrorInfo
+// reason INVALID_FIELD and the field's path ("register.key",
+// "children[0].params", "labels[team]") in the ErrorInfo metadata and a
+// BadRequest violation. Should a rule fail to evaluate, the call fails with
+// INTERNAL and the cause goes to the server's log, never to the client.
+func (s *Server) valid(req proto.Message) error {
+	if err := s.rules.validate(req); err != nil {
+		return s.fail(err)
 	}
-	unary := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := v.check(req); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
-	}
-	stream := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		return handler(srv, &validatingStream{ServerStream: ss, v: v})
-	}
-	return unary, stream, nil
+	return nil
 }
 
 // requestValidator checks request messages and maps what it finds to
 // intentd's errors.
 type requestValidator struct {
-	v   protovalidate.Validator
-	log *slog.Logger
+	v protovalidate.Validator
 }
 
 // newRequestValidator builds a validator for the IntentService requests and
@@ -100,22 +81,7 @@ func newRequestValidator() (*requestValidator, error) {
 			return nil, fmt.Errorf("server: protovalidate rules of %s: %w", d.FullName(), err)
 		}
 	}
-	return &requestValidator{v: pv, log: slog.Default()}, nil
-}
-
-// check validates req, a request message, and returns nil or a status
-// error: INVALID_FIELD for a broken rule, INTERNAL (its cause logged, never
-// sent) when a rule could not be evaluated.
-func (r *requestValidator) check(req any) error {
-	msg, ok := req.(proto.Message)
-	if !ok {
-		return nil // not a protobuf request: no rules to check
-	}
-	err := r.validate(msg)
-	if err == nil {
-		return nil
-	}
-	return toStatus(r.log, err)
+	return &requestValidator{v: pv}, nil
 }
 
 // validate returns nil, an *intent.InvalidError naming the first field that
@@ -197,16 +163,16 @@ func fieldPath(p *validate.FieldPath) string {
 	return b.String()
 }
 
-// validatingStream checks each message a streaming handler receives.
-type validatingStream struct {
-	grpc.ServerStream
-	v *requestValidator
+// fieldRules returns the protovalidate rules of field in message (of
+// package intent.v1), for the few hand checks that need a limit the rules
+// state: they read it here rather than write it again.
+func fieldRules(message, field string) *validate.FieldRules {
+	md := intentv1.File_intent_v1_intent_proto.Messages().ByName(protoreflect.Name(message))
+	fd := md.Fields().ByName(protoreflect.Name(field))
+	rules, _ := proto.GetExtension(fd.Options(), validate.E_Field).(*validate.FieldRules)
+	return rules
 }
 
-// RecvMsg receives the next request and checks it.
-func (s *validatingStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil {
-		return err
-	}
-	return s.v.check(m)
-}
+// maxLabelValueBytes is the longest label value, as RegisterRequest.labels
+// states it; List's and Watch's label filter applies it to its value.
+var maxLabelValueBytes = int(fieldRules("RegisterRequest", "labels").GetMap().GetValues().GetString().GetMaxBytes())

@@ -5,7 +5,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -37,17 +36,26 @@ type Server struct {
 	intentv1.UnimplementedIntentServiceServer
 	store Store
 	log   *slog.Logger
+	rules *requestValidator
 }
 
-// New returns a Server backed by store.
-func New(store Store, log *slog.Logger) *Server {
-	return &Server{store: store, log: log}
+// New returns a Server backed by store. Its error means a protovalidate
+// rule of intent.proto does not compile: a build defect.
+func New(store Store, log *slog.Logger) (*Server, error) {
+	rules, err := compiledRules()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{store: store, log: log, rules: rules}, nil
 }
 
 func (s *Server) fail(err error) error { return toStatus(s.log, err) }
 
 // Register implements IntentService.Register.
 func (s *Server) Register(ctx context.Context, req *intentv1.RegisterRequest) (*intentv1.RegisterResponse, error) {
+	if err := s.valid(req); err != nil {
+		return nil, err
+	}
 	reg, err := registration("", req)
 	if err != nil {
 		return nil, s.fail(err)
@@ -61,6 +69,9 @@ func (s *Server) Register(ctx context.Context, req *intentv1.RegisterRequest) (*
 
 // DeriveKey implements IntentService.DeriveKey.
 func (s *Server) DeriveKey(_ context.Context, req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, error) {
+	if err := s.valid(req); err != nil {
+		return nil, err
+	}
 	resp, err := derivation(req)
 	if err != nil {
 		return nil, s.fail(err)
@@ -98,18 +109,14 @@ func derivation(req *intentv1.DeriveKeyRequest) (*intentv1.DeriveKeyResponse, er
 
 // OpenSession implements IntentService.OpenSession.
 func (s *Server) OpenSession(ctx context.Context, req *intentv1.OpenSessionRequest) (*intentv1.OpenSessionResponse, error) {
-	tn, err := tenant(req.GetTenant())
-	if err != nil {
-		return nil, s.fail(err)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
-	if err := required("worker", req.GetWorker(), MaxWorkerLen); err != nil {
-		return nil, s.fail(err)
+	ttl := DefaultSessionTTL
+	if req.GetTtl() != nil {
+		ttl = req.GetTtl().AsDuration()
 	}
-	ttl, err := sessionTTL("ttl", req.GetTtl().AsDuration(), req.GetTtl() != nil)
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	sess, err := s.store.OpenSession(ctx, tn, req.GetWorker(), ttl)
+	sess, err := s.store.OpenSession(ctx, tenantOr(req.GetTenant()), req.GetWorker(), ttl)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -118,14 +125,10 @@ func (s *Server) OpenSession(ctx context.Context, req *intentv1.OpenSessionReque
 
 // CloseSession implements IntentService.CloseSession.
 func (s *Server) CloseSession(ctx context.Context, req *intentv1.CloseSessionRequest) (*intentv1.CloseSessionResponse, error) {
-	tn, err := tenant(req.GetTenant())
-	if err == nil {
-		err = required("session_id", req.GetSessionId(), MaxSessionIDLen)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		err = s.store.CloseSession(ctx, tn, req.GetSessionId())
-	}
-	if err != nil {
+	if err := s.store.CloseSession(ctx, tenantOr(req.GetTenant()), req.GetSessionId()); err != nil {
 		return nil, s.fail(err)
 	}
 	return &intentv1.CloseSessionResponse{}, nil
@@ -133,6 +136,9 @@ func (s *Server) CloseSession(ctx context.Context, req *intentv1.CloseSessionReq
 
 // Acquire implements IntentService.Acquire.
 func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*intentv1.AcquireResponse, error) {
+	if err := s.valid(req); err != nil {
+		return nil, err
+	}
 	ar, err := acquireRequest(req)
 	if err != nil {
 		return nil, s.fail(err)
@@ -156,19 +162,7 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 }
 
 func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error) {
-	tn, err := target(req.GetTenant(), req.GetKey())
-	if err != nil {
-		return nil, err
-	}
-	if err := required("session_id", req.GetSessionId(), MaxSessionIDLen); err != nil {
-		return nil, err
-	}
-	if err := required("request_id", req.GetRequestId(), MaxRequestIDLen); err != nil {
-		return nil, err
-	}
-	if err := maxLen("expected_fingerprint", req.GetExpectedFingerprint(), 64); err != nil {
-		return nil, err
-	}
+	tn := tenantOr(req.GetTenant())
 	ar := &intent.AcquireRequest{
 		Tenant:              tn,
 		Key:                 req.GetKey(),
@@ -177,6 +171,7 @@ func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error
 		ExpectedFingerprint: req.GetExpectedFingerprint(),
 	}
 	if r := req.GetRegister(); r != nil {
+		var err error
 		if ar.Register, err = registration("register.", r); err != nil {
 			return nil, err
 		}
@@ -189,56 +184,34 @@ func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error
 
 // Heartbeat implements IntentService.Heartbeat.
 func (s *Server) Heartbeat(ctx context.Context, req *intentv1.HeartbeatRequest) (*intentv1.HeartbeatResponse, error) {
-	tn, err := tenant(req.GetTenant())
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	if err := required("session_id", req.GetSessionId(), MaxSessionIDLen); err != nil {
-		return nil, s.fail(err)
-	}
-	if len(req.GetLeases()) > MaxHeldLeases {
-		return nil, s.fail(intent.Invalid("leases", "%d leases, more than the limit of %d", len(req.GetLeases()), MaxHeldLeases))
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
 	held := make([]intent.HeldLease, 0, len(req.GetLeases()))
-	for i, l := range req.GetLeases() {
-		field := fmt.Sprintf("leases[%d].", i)
-		if err := intent.ValidateKey(l.GetKey()); err != nil {
-			return nil, s.fail(nested(field, err))
-		}
-		if err := validToken(l.GetToken()); err != nil {
-			return nil, s.fail(nested(field, err))
-		}
+	for _, l := range req.GetLeases() {
 		held = append(held, intent.HeldLease{Key: l.GetKey(), Token: fencing.Token(l.GetToken())})
 	}
-	ttl, err := s.store.Heartbeat(ctx, tn, req.GetSessionId(), held)
+	ttl, err := s.store.Heartbeat(ctx, tenantOr(req.GetTenant()), req.GetSessionId(), held)
 	if err != nil {
 		return nil, s.fail(err)
 	}
 	return &intentv1.HeartbeatResponse{Ttl: durationToProto(ttl)}, nil
 }
 
-// report validates the fields every fenced report shares.
-func report(tn, key string, token uint64, kind intent.ReportKind) (*intent.Report, error) {
-	t, err := target(tn, key)
-	if err != nil {
-		return nil, err
-	}
-	if err := validToken(token); err != nil {
-		return nil, err
-	}
-	return &intent.Report{Tenant: t, Key: key, Token: fencing.Token(token), Kind: kind}, nil
+// report is the domain form of the fields every fenced report shares.
+func report(tn, key string, token uint64, kind intent.ReportKind) *intent.Report {
+	return &intent.Report{Tenant: tenantOr(tn), Key: key, Token: fencing.Token(token), Kind: kind}
 }
 
 // Complete implements IntentService.Complete.
 func (s *Server) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*intentv1.CompleteResponse, error) {
-	r, err := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportComplete)
-	if err == nil {
-		r.Result, err = result(req.GetResult())
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		r.Children, err = children(r.Tenant, req.GetChildren())
-	}
-	if err != nil {
+	r := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportComplete)
+	r.Result = result(req.GetResult())
+	var err error
+	if r.Children, err = children(r.Tenant, req.GetChildren()); err != nil {
 		return nil, s.fail(err)
 	}
 	out, err := s.store.Report(ctx, *r)
@@ -254,6 +227,9 @@ func (s *Server) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*
 
 // MarkUnknown implements IntentService.MarkUnknown.
 func (s *Server) MarkUnknown(ctx context.Context, req *intentv1.MarkUnknownRequest) (*intentv1.MarkUnknownResponse, error) {
+	if err := s.valid(req); err != nil {
+		return nil, err
+	}
 	in, err := s.reportWithReason(ctx, req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportMarkUnknown, req.GetReason())
 	if err != nil {
 		return nil, err
@@ -263,6 +239,9 @@ func (s *Server) MarkUnknown(ctx context.Context, req *intentv1.MarkUnknownReque
 
 // Release implements IntentService.Release.
 func (s *Server) Release(ctx context.Context, req *intentv1.ReleaseRequest) (*intentv1.ReleaseResponse, error) {
+	if err := s.valid(req); err != nil {
+		return nil, err
+	}
 	in, err := s.reportWithReason(ctx, req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportRelease, req.GetReason())
 	if err != nil {
 		return nil, err
@@ -271,13 +250,7 @@ func (s *Server) Release(ctx context.Context, req *intentv1.ReleaseRequest) (*in
 }
 
 func (s *Server) reportWithReason(ctx context.Context, tn, key string, token uint64, kind intent.ReportKind, reason string) (*intentv1.Intent, error) {
-	r, err := report(tn, key, token, kind)
-	if err == nil {
-		err = maxLen("reason", reason, MaxReasonLen)
-	}
-	if err != nil {
-		return nil, s.fail(err)
-	}
+	r := report(tn, key, token, kind)
 	r.Reason = reason
 	out, err := s.store.Report(ctx, *r)
 	if err != nil {
@@ -288,16 +261,10 @@ func (s *Server) reportWithReason(ctx context.Context, tn, key string, token uin
 
 // Fail implements IntentService.Fail.
 func (s *Server) Fail(ctx context.Context, req *intentv1.FailRequest) (*intentv1.FailResponse, error) {
-	r, err := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportFail)
-	if err == nil {
-		err = required("failure.code", req.GetFailure().GetCode(), MaxFailureCodeLen)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		err = maxLen("failure.message", req.GetFailure().GetMessage(), MaxReasonLen)
-	}
-	if err != nil {
-		return nil, s.fail(err)
-	}
+	r := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportFail)
 	r.Failure = &intent.Failure{Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()}
 	out, err := s.store.Report(ctx, *r)
 	if err != nil {
@@ -308,11 +275,10 @@ func (s *Server) Fail(ctx context.Context, req *intentv1.FailRequest) (*intentv1
 
 // Get implements IntentService.Get.
 func (s *Server) Get(ctx context.Context, req *intentv1.GetRequest) (*intentv1.GetResponse, error) {
-	tn, err := target(req.GetTenant(), req.GetKey())
-	if err != nil {
-		return nil, s.fail(err)
+	if err := s.valid(req); err != nil {
+		return nil, err
 	}
-	in, err := s.store.Get(ctx, tn, req.GetKey())
+	in, err := s.store.Get(ctx, tenantOr(req.GetTenant()), req.GetKey())
 	if err != nil {
 		return nil, s.fail(err)
 	}

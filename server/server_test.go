@@ -71,8 +71,12 @@ func serveConn(t testing.TB, e *etcdtest.Server, cfg etcdstore.Config, opts ...g
 		server.RequestCodec(),
 		grpc.ChainUnaryInterceptor(decodeUnary), grpc.ChainStreamInterceptor(decodeStream),
 	}, opts...)
+	svc, err := server.New(store, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
 	srv := grpc.NewServer(opts...)
-	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, slog.New(slog.DiscardHandler)))
+	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

@@ -1,5 +1,13 @@
 package server
 
+// What the protovalidate rules of intent.proto cannot say, checked by hand
+// after them (see protovalidate.go), and the turning of valid requests into
+// their domain form. The rules are the only statement of a field's limits;
+// the checks here are about what no single field's rule can see: the
+// canonical form of params (its size and depth: intent.Canonical), a
+// registration's relation to the request around it, the pairing of a
+// decision with its result or failure, and the size of a whole outbox.
+
 import (
 	"errors"
 	"fmt"
@@ -13,131 +21,38 @@ import (
 	"github.com/intentd/intentd/intent"
 )
 
-// Limits on request fields. They keep every etcd write well under etcd's
-// 1.5 MiB request limit: a record holds params, a result and a bounded
-// history. intent.proto states the same limits as protovalidate rules, which
-// ValidationInterceptors checks before a handler runs; the handlers check
-// them again so that they stay safe when called on their own.
-const (
-	MaxParamsVersionLen = 64
-	MaxLabels           = 32
-	MaxLabelKeyLen      = 63
-	MaxLabelValueLen    = 256
-	MaxSessionIDLen     = 32
-	MaxRequestIDLen     = 128
-	MaxWorkerLen        = 128
-	MaxReasonLen        = 1024
-	MaxPayloadBytes     = 256 << 10
-	MaxExternalRefs     = 32
-	MaxExternalRefLen   = 256
-	MaxFailureCodeLen   = 128
-	MaxChannelLen       = 32
-	MaxHeldLeases       = 128
-	MinSessionTTL       = 2 * time.Second
-	MaxSessionTTL       = 5 * time.Minute
-	DefaultSessionTTL   = 10 * time.Second
-)
+// DefaultSessionTTL is the TTL of a session whose OpenSession names none.
+const DefaultSessionTTL = 10 * time.Second
 
-// tenant returns the request's tenant, "default" when empty.
-func tenant(t string) (string, error) {
+// tenantOr returns the request's tenant, "default" when empty. (The rules
+// have checked a tenant that is given.)
+func tenantOr(t string) string {
 	if t == "" {
-		return intent.DefaultTenant, nil
+		return intent.DefaultTenant
 	}
-	return t, intent.ValidateTenant(t)
+	return t
 }
 
-// target validates the (tenant, key) a request addresses.
-func target(t, key string) (string, error) {
-	tn, err := tenant(t)
-	if err != nil {
-		return "", err
-	}
-	return tn, intent.ValidateKey(key)
-}
-
-func maxLen(field, v string, n int) error {
-	if len(v) > n {
-		return intent.Invalid(field, "%d bytes, more than the limit of %d", len(v), n)
-	}
-	if !utf8.ValidString(v) {
-		return intent.Invalid(field, "not valid UTF-8")
-	}
-	return nil
-}
-
-func required(field, v string, n int) error {
-	if v == "" {
-		return intent.Invalid(field, "required")
-	}
-	return maxLen(field, v, n)
-}
-
-// channel validates a decision's channel: empty, or a short word of a-z,
-// 0-9 and '-'.
-func channel(v string) error {
-	if err := maxLen("channel", v, MaxChannelLen); err != nil {
-		return err
-	}
-	for _, c := range v {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return intent.Invalid("channel", "must hold only lowercase ASCII letters, digits and '-'")
-		}
-	}
-	return nil
-}
-
-func validToken(t uint64) error {
-	if t == 0 {
-		return intent.Invalid("token", "required: the token of the lease Acquire returned")
-	}
-	return nil
-}
-
-// registration validates a RegisterRequest (under field prefix, for the one
-// nested in AcquireRequest) and returns its domain form with canonical
-// params.
+// registration returns the domain form of a RegisterRequest (under field
+// prefix, for one nested in AcquireRequest or CompleteRequest) with
+// canonical params.
 func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registration, error) {
-	tn, err := target(r.GetTenant(), r.GetKey())
-	if err != nil {
-		return nil, nested(prefix, err)
-	}
 	params, err := canonicalParams(prefix, r.GetParams())
 	if err != nil {
 		return nil, err
 	}
-	if err := maxLen(prefix+"params_version", r.GetParamsVersion(), MaxParamsVersionLen); err != nil {
-		return nil, err
-	}
-	if err := labels(prefix+"labels", r.GetLabels()); err != nil {
-		return nil, err
-	}
-	if p := r.GetParentKey(); p != "" {
-		if err := intent.ValidateKey(p); err != nil {
-			return nil, nested(prefix+"parent_", err)
-		}
-	}
-	var retention time.Duration
-	if r.GetRetention() != nil {
-		if retention = r.GetRetention().AsDuration(); retention <= 0 {
-			return nil, intent.Invalid(prefix+"retention", "%v must be positive", retention)
-		}
-	}
 	return &intent.Registration{
-		Tenant:        tn,
+		Tenant:        tenantOr(r.GetTenant()),
 		Key:           r.GetKey(),
 		Params:        params,
 		ParamsVersion: r.GetParamsVersion(),
 		Labels:        r.GetLabels(),
 		ParentKey:     r.GetParentKey(),
-		Retention:     retention,
+		Retention:     r.GetRetention().AsDuration(),
 		MaxAttempts:   int(r.GetMaxAttempts()),
 		RequestID:     r.GetRequestId(),
 	}, nil
 }
-
-// MaxChildren bounds the children one Complete registers: they share one
-// etcd transaction with the completion.
-const MaxChildren = 16
 
 // MaxOutboxBytes bounds what the children of one Complete add to its etcd
 // transaction, as outboxCost estimates it. etcd refuses a request above
@@ -164,11 +79,9 @@ func outboxCost(reg *intent.Registration) int {
 	return n
 }
 
-// children validates the child registrations of a Complete (the outbox).
+// children returns the child registrations of a Complete (the outbox) in
+// tenant tn: a child names its parent's tenant or none.
 func children(tn string, reqs []*intentv1.RegisterRequest) ([]intent.Registration, error) {
-	if len(reqs) > MaxChildren {
-		return nil, intent.Invalid("children", "%d children, more than the limit of %d", len(reqs), MaxChildren)
-	}
 	out := make([]intent.Registration, 0, len(reqs))
 	cost := 0
 	for i, r := range reqs {
@@ -194,7 +107,7 @@ func children(tn string, reqs []*intentv1.RegisterRequest) ([]intent.Registratio
 }
 
 // nested renames the field of an *intent.InvalidError for a message nested
-// in the request: "key" becomes "register.key".
+// in the request: "params" becomes "register.params".
 func nested(prefix string, err error) error {
 	var inv *intent.InvalidError
 	if prefix == "" || !errors.As(err, &inv) {
@@ -208,9 +121,6 @@ func nested(prefix string, err error) error {
 // intent.Canonical refuses is named by its JSON path under the request
 // field: "register.params.order_id".
 func canonicalParams(prefix string, s *structpb.Struct) ([]byte, error) {
-	if len(s.GetFields()) == 0 {
-		return nil, intent.Invalid(prefix+"params", "required: the approved terms, a non-empty object")
-	}
 	b, err := intent.Canonical(s.AsMap())
 	if err != nil {
 		return nil, nested(prefix, err)
@@ -218,43 +128,19 @@ func canonicalParams(prefix string, s *structpb.Struct) ([]byte, error) {
 	return b, nil
 }
 
-func labels(field string, m map[string]string) error {
-	if len(m) > MaxLabels {
-		return intent.Invalid(field, "%d labels, more than the limit of %d", len(m), MaxLabels)
-	}
-	for k, v := range m {
-		if k == "" {
-			return intent.Invalid(field, "empty label key")
-		}
-		if err := maxLen(field+subscript(k), k, MaxLabelKeyLen); err != nil {
-			return err
-		}
-		if err := maxLen(field+subscript(k), v, MaxLabelValueLen); err != nil {
-			return err
-		}
+// labelFilter checks the value of List's and Watch's "name=value" label
+// filter against the limit of a label's value, which the rule of the whole
+// filter cannot single out. (The rule has checked the name and the "=".)
+func labelFilter(name, value string) error {
+	if n := maxLabelValueBytes; len(value) > n {
+		return intent.Invalid("label"+subscript(name), "%d bytes, more than the limit of %d", len(value), n)
 	}
 	return nil
 }
 
-func result(r *intentv1.Result) (*intent.Result, error) {
-	if r == nil {
-		return nil, intent.Invalid("result", "required: what the side effect produced")
-	}
-	if len(r.GetPayload()) > MaxPayloadBytes {
-		return nil, intent.Invalid("result.payload", "%d bytes, more than the limit of %d", len(r.GetPayload()), MaxPayloadBytes)
-	}
-	if len(r.GetExternalRefs()) > MaxExternalRefs {
-		return nil, intent.Invalid("result.external_refs", "%d entries, more than the limit of %d", len(r.GetExternalRefs()), MaxExternalRefs)
-	}
-	for k, v := range r.GetExternalRefs() {
-		if err := required("result.external_refs", k, MaxExternalRefLen); err != nil {
-			return nil, err
-		}
-		if err := maxLen("result.external_refs"+subscript(k), v, MaxExternalRefLen); err != nil {
-			return nil, err
-		}
-	}
-	return &intent.Result{Payload: r.GetPayload(), ExternalRefs: r.GetExternalRefs()}, nil
+// result returns the domain form of a Result the rules have checked.
+func result(r *intentv1.Result) *intent.Result {
+	return &intent.Result{Payload: r.GetPayload(), ExternalRefs: r.GetExternalRefs()}
 }
 
 // maxSubscriptLen bounds the map key a field name repeats: a refused key may
@@ -274,14 +160,4 @@ func subscript(key string) string {
 		key = key[:cut] + "..."
 	}
 	return "[" + key + "]"
-}
-
-func sessionTTL(field string, ttl time.Duration, set bool) (time.Duration, error) {
-	if !set {
-		return DefaultSessionTTL, nil
-	}
-	if ttl < MinSessionTTL || ttl > MaxSessionTTL {
-		return 0, intent.Invalid(field, "%v is outside [%v, %v]", ttl, MinSessionTTL, MaxSessionTTL)
-	}
-	return ttl, nil
 }

@@ -11,7 +11,6 @@ import (
 
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -26,19 +25,6 @@ import (
 	"github.com/intentd/intentd/internal/etcdtest"
 	"github.com/intentd/intentd/server"
 )
-
-// serveValidating is serveStore with the protovalidate interceptors in
-// front of the handlers, as intentd runs them.
-func serveValidating(t *testing.T, e *etcdtest.Server) intentv1.IntentServiceClient {
-	t.Helper()
-	unary, stream, err := server.ValidationInterceptors()
-	if err != nil {
-		t.Fatalf("ValidationInterceptors: %v", err)
-	}
-	_, c := serveStore(t, e, etcdstore.DefaultConfig(),
-		grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
-	return c
-}
 
 // etcdRevision is the etcd cluster's current revision.
 func etcdRevision(t *testing.T, e *etcdtest.Server) int64 {
@@ -147,12 +133,6 @@ type limitCase struct {
 	// request through and the store answered (a session that does not
 	// exist, for instance). nil insists on success.
 	atLimit func(error) bool
-	// handlerField is what the handlers alone name when no interceptor
-	// runs, where they differ from field ("" = the same). handlerSkips
-	// marks a limit only the protovalidate rules enforce: a rule with no
-	// safety consequence, which the handlers leave alone.
-	handlerField string
-	handlerSkips bool
 }
 
 // notInvalid accepts any answer but INVALID_ARGUMENT (and never an
@@ -208,7 +188,7 @@ func limitCases(t *testing.T) []limitCase {
 		{
 			name: "Register key length", setup: nothing, field: "key",
 			call: func(f *fx, key string, _ prep, past bool) error {
-				long := key + x("k", pastBy(intent.MaxKeyLen, past)-len(key))
+				long := key + x("k", pastBy(server.MaxKeyLen, past)-len(key))
 				_, err := f.c.Register(f.ctx, &intentv1.RegisterRequest{Key: long, Params: mustStruct(f.t, lamp(1))})
 				return err
 			},
@@ -278,7 +258,7 @@ func limitCases(t *testing.T) []limitCase {
 			}),
 		},
 		{
-			name: "Register label name alphabet", setup: nothing, field: "labels[team=a]", handlerSkips: true,
+			name: "Register label name alphabet", setup: nothing, field: "labels[team=a]",
 			call: register(func(r *intentv1.RegisterRequest, past bool) {
 				if r.Labels = map[string]string{"app.example/team_1:x-y": "v"}; past {
 					r.Labels = map[string]string{"team=a": "v"}
@@ -384,7 +364,7 @@ func limitCases(t *testing.T) []limitCase {
 			},
 		},
 		{
-			name: "CloseSession session_id alphabet", setup: nothing, field: "session_id", atLimit: notInvalid, handlerSkips: true,
+			name: "CloseSession session_id alphabet", setup: nothing, field: "session_id", atLimit: notInvalid,
 			call: func(f *fx, _ string, _ prep, past bool) error {
 				id := "0123456789abcdef"
 				if past {
@@ -402,7 +382,7 @@ func limitCases(t *testing.T) []limitCase {
 			},
 		},
 		{
-			name: "Acquire expected_fingerprint form", setup: pending, field: "expected_fingerprint", handlerSkips: true,
+			name: "Acquire expected_fingerprint form", setup: pending, field: "expected_fingerprint",
 			call: func(f *fx, key string, p prep, past bool) error {
 				fp := p.fingerprint
 				if past {
@@ -581,7 +561,7 @@ func limitCases(t *testing.T) []limitCase {
 			},
 		},
 		{
-			name: "Fail failure present", setup: held, field: "failure", handlerField: "failure.code",
+			name: "Fail failure present", setup: held, field: "failure",
 			call: func(f *fx, key string, p prep, past bool) error {
 				r := &intentv1.FailRequest{Key: key, Token: p.token, Failure: &intentv1.Failure{Code: "card_declined"}}
 				if past {
@@ -608,7 +588,7 @@ func limitCases(t *testing.T) []limitCase {
 		{
 			name: "Get key length", setup: nothing, field: "key", atLimit: notInvalid,
 			call: func(f *fx, _ string, _ prep, past bool) error {
-				_, err := f.c.Get(f.ctx, &intentv1.GetRequest{Key: x("k", pastBy(intent.MaxKeyLen, past))})
+				_, err := f.c.Get(f.ctx, &intentv1.GetRequest{Key: x("k", pastBy(server.MaxKeyLen, past))})
 				return err
 			},
 		},
@@ -689,7 +669,7 @@ func limitCases(t *testing.T) []limitCase {
 			}),
 		},
 		{
-			name: "List states defined", setup: nothing, field: "states[1]", handlerField: "states",
+			name: "List states defined", setup: nothing, field: "states[1]",
 			call: list(func(r *intentv1.ListRequest, past bool) {
 				if r.States = []intentv1.State{intentv1.State_STATE_UNKNOWN, intentv1.State_STATE_CANCELLED}; past {
 					r.States[1] = 99
@@ -697,7 +677,7 @@ func limitCases(t *testing.T) []limitCase {
 			}),
 		},
 		{
-			name: "List states not unspecified", setup: nothing, field: "states[0]", handlerField: "states",
+			name: "List states not unspecified", setup: nothing, field: "states[0]",
 			call: list(func(r *intentv1.ListRequest, past bool) {
 				if r.States = []intentv1.State{intentv1.State_STATE_PENDING}; past {
 					r.States[0] = intentv1.State_STATE_UNSPECIFIED
@@ -761,57 +741,39 @@ func firstWatchError(f *fx, req *intentv1.WatchRequest) error {
 
 // TestLimits puts every documented limit at its edge, which is accepted,
 // and one past it, which is refused with INVALID_FIELD naming the field and
-// writes nothing: no etcd key is put, and Get shows the intent unchanged. It runs with the
-// protovalidate interceptors, as intentd serves, and against the handlers
-// alone, which must refuse every limit that matters on their own.
+// writes nothing: no etcd key is put, and Get shows the intent unchanged.
+// The server runs no validating interceptor: the handlers check the rules
+// themselves, so every limit holds however they are called.
 func TestLimits(t *testing.T) {
 	e := etcdtest.Start(t)
-	modes := []struct {
-		name     string
-		c        intentv1.IntentServiceClient
-		handlers bool
-	}{
-		{name: "interceptors", c: serveValidating(t, e)},
-		{name: "handlers alone", c: serve(t, e), handlers: true},
-	}
-	for _, mode := range modes {
-		for i, tc := range limitCases(t) {
-			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
-				field := tc.field
-				if mode.handlers {
-					if tc.handlerSkips {
-						t.Skip("a protovalidate rule only")
-					}
-					if tc.handlerField != "" {
-						field = tc.handlerField
-					}
-				}
-				f := newFx(t, mode.c)
-				base := fmt.Sprintf("limit-%s-%d", strings.ReplaceAll(mode.name, " ", "-"), i)
+	c := serve(t, e)
+	for i, tc := range limitCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFx(t, c)
+			base := fmt.Sprintf("limit-%d", i)
 
-				at := base + "-at"
-				err := tc.call(f, at, tc.setup(f, at), false)
-				ok := err == nil
-				if tc.atLimit != nil {
-					ok = tc.atLimit(err)
-				}
-				if !ok {
-					t.Errorf("at the limit: %v, want it accepted", err)
-				}
+			at := base + "-at"
+			err := tc.call(f, at, tc.setup(f, at), false)
+			ok := err == nil
+			if tc.atLimit != nil {
+				ok = tc.atLimit(err)
+			}
+			if !ok {
+				t.Errorf("at the limit: %v, want it accepted", err)
+			}
 
-				past := base + "-past"
-				p := tc.setup(f, past)
-				before := f.get(past)
-				rev := etcdRevision(t, e)
-				err = tc.call(f, past, p, true)
-				checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", field)
-				checkNothingWritten(t, e, rev)
-				if after := f.get(past); !proto.Equal(withoutEstimates(after), withoutEstimates(before)) {
-					t.Errorf("Get(%q) changed: revision %d, state %v before; revision %d, state %v after",
-						past, before.GetRevision(), before.GetState(), after.GetRevision(), after.GetState())
-				}
-			})
-		}
+			past := base + "-past"
+			p := tc.setup(f, past)
+			before := f.get(past)
+			rev := etcdRevision(t, e)
+			err = tc.call(f, past, p, true)
+			checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", tc.field)
+			checkNothingWritten(t, e, rev)
+			if after := f.get(past); !proto.Equal(withoutEstimates(after), withoutEstimates(before)) {
+				t.Errorf("Get(%q) changed: revision %d, state %v before; revision %d, state %v after",
+					past, before.GetRevision(), before.GetState(), after.GetRevision(), after.GetState())
+			}
+		})
 	}
 }
 
@@ -828,36 +790,15 @@ func TestRulesCoverEveryRequestField(t *testing.T) {
 		"intent.v1.ResolveRequest.force":        "a flag",
 		"intent.v1.WatchRequest.created_notify": "a flag",
 	}
-	seen := map[protoreflect.FullName]bool{}
-	var visit func(md protoreflect.MessageDescriptor)
-	visit = func(md protoreflect.MessageDescriptor) {
-		if seen[md.FullName()] || md.ParentFile().Package() != "intent.v1" {
-			return
+	requestFields(func(fd protoreflect.FieldDescriptor, rules *validate.FieldRules) {
+		_, excused := unruled[fd.FullName()]
+		switch has := rules != nil && proto.Size(rules) > 0; {
+		case !has && !excused:
+			t.Errorf("%s has no protovalidate rules: add them to intent.proto, or say here why it needs none", fd.FullName())
+		case has && excused:
+			t.Errorf("%s has rules but is listed as unruled", fd.FullName())
 		}
-		seen[md.FullName()] = true
-		fields := md.Fields()
-		for i := range fields.Len() {
-			fd := fields.Get(i)
-			rules, _ := proto.GetExtension(fd.Options(), validate.E_Field).(*validate.FieldRules)
-			_, excused := unruled[fd.FullName()]
-			switch has := rules != nil && proto.Size(rules) > 0; {
-			case !has && !excused:
-				t.Errorf("%s has no protovalidate rules: add them to intent.proto, or say here why it needs none", fd.FullName())
-			case has && excused:
-				t.Errorf("%s has rules but is listed as unruled", fd.FullName())
-			}
-			if fd.Message() != nil && !fd.IsMap() {
-				visit(fd.Message())
-			}
-			if fd.IsMap() && fd.MapValue().Message() != nil {
-				visit(fd.MapValue().Message())
-			}
-		}
-	}
-	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
-	for i := range methods.Len() {
-		visit(methods.Get(i).Input())
-	}
+	})
 }
 
 // junk fills every field of m with a value no limit allows: text with a
@@ -958,46 +899,39 @@ func invoke(ctx context.Context, c intentv1.IntentServiceClient, method string, 
 
 // TestMalformedRequestsNameAField sends every RPC an empty request and one
 // whose every field is junk: each answers INVALID_ARGUMENT / INVALID_FIELD
-// naming a field, never UNKNOWN or INTERNAL, with the interceptors and
-// without them. (List and Watch accept an empty request: it lists or
-// follows the whole default tenant.)
+// naming a field, never UNKNOWN or INTERNAL, from the handlers' own
+// validation. (List and Watch accept an empty request: it lists or follows
+// the whole default tenant.)
 func TestMalformedRequestsNameAField(t *testing.T) {
 	e := etcdtest.Start(t)
+	c := serve(t, e)
 	emptyIsValid := map[string]bool{"List": true, "Watch": true}
-	for _, mode := range []struct {
-		name string
-		c    intentv1.IntentServiceClient
-	}{
-		{"interceptors", serveValidating(t, e)},
-		{"handlers alone", serve(t, e)},
-	} {
-		methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
-		for i := range methods.Len() {
-			md := methods.Get(i)
-			name := string(md.Name())
-			mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
-			if err != nil {
-				t.Fatal(err)
-			}
-			garbage := mt.New()
-			junk(garbage, 0)
-			reqs := map[string]proto.Message{"junk": garbage.Interface()}
-			if !emptyIsValid[name] {
-				reqs["empty"] = mt.New().Interface()
-			}
-			for kind, req := range reqs {
-				t.Run(mode.name+"/"+name+"/"+kind, func(t *testing.T) {
-					f := newFx(t, mode.c)
-					rev := etcdRevision(t, e)
-					err := invoke(f.ctx, mode.c, name, req)
-					d := checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "")
-					field := d.info.GetMetadata()["field"]
-					if field == "" || len(d.field) != 1 || d.field[0] != field {
-						t.Errorf("ErrorInfo field %q, BadRequest fields %q: want one field, named in both", field, d.field)
-					}
-					checkNothingWritten(t, e, rev)
-				})
-			}
+	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
+	for i := range methods.Len() {
+		md := methods.Get(i)
+		name := string(md.Name())
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		garbage := mt.New()
+		junk(garbage, 0)
+		reqs := map[string]proto.Message{"junk": garbage.Interface()}
+		if !emptyIsValid[name] {
+			reqs["empty"] = mt.New().Interface()
+		}
+		for kind, req := range reqs {
+			t.Run(name+"/"+kind, func(t *testing.T) {
+				f := newFx(t, c)
+				rev := etcdRevision(t, e)
+				err := invoke(f.ctx, c, name, req)
+				d := checkError(t, err, codes.InvalidArgument, "INVALID_FIELD", "")
+				field := d.info.GetMetadata()["field"]
+				if field == "" || len(d.field) != 1 || d.field[0] != field {
+					t.Errorf("ErrorInfo field %q, BadRequest fields %q: want one field, named in both", field, d.field)
+				}
+				checkNothingWritten(t, e, rev)
+			})
 		}
 	}
 }

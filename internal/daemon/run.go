@@ -235,10 +235,12 @@ func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing,
 	} else {
 		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
 	}
-	if a.srv, err = newGRPCServer(log, guard, m, cfg.AccessLog, opts...); err != nil {
+	svc, err := server.New(store, log)
+	if err != nil {
 		return nil, err
 	}
-	a.srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), server.New(store, log))
+	a.srv = newGRPCServer(log, guard, m, cfg.AccessLog, opts...)
+	a.srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), svc)
 	hs := health.NewServer()
 	a.srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
 	a.serving = newReadiness(hs)
@@ -474,9 +476,9 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 
 // newGRPCServer builds the server with logging, panic recovery, request
 // decoding (bytes that are not a valid request become INVALID_ARGUMENT, not
-// grpc-go's INTERNAL), the guard (authentication, roles, tenants, rate
-// limits) and request validation (protovalidate rules in the proto), in
-// that order. A panic becomes INTERNAL with a generic message: the stack
+// grpc-go's INTERNAL) and the guard (authentication, roles, tenants, rate
+// limits), in that order; the handlers then validate their requests
+// against the protovalidate rules of the proto. A panic becomes INTERNAL with a generic message: the stack
 // goes to the log, never to the client. Services are to be registered
 // through server.DecodedService.
 //
@@ -484,11 +486,7 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 // level their code calls for, successful ones at DEBUG, health checks and
 // reflection (a grpcurl session makes dozens of calls) not at all. With it,
 // every call is logged.
-func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog bool, opts ...grpc.ServerOption) (*grpc.Server, error) {
-	validateUnary, validateStream, err := server.ValidationInterceptors()
-	if err != nil {
-		return nil, err
-	}
+func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog bool, opts ...grpc.ServerOption) *grpc.Server {
 	decodeUnary, decodeStream := server.DecodeInterceptors()
 	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(l), msg, fields...)
@@ -517,16 +515,14 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog 
 		recovery.UnaryServerInterceptor(onPanic),
 		decodeUnary,
 	}, guard.Unary()...)
-	unary = append(unary, validateUnary)
 	stream := append([]grpc.StreamServerInterceptor{
 		m.grpc.StreamServerInterceptor(),
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(logger, logOpts...), logged),
 		recovery.StreamServerInterceptor(onPanic),
 		decodeStream,
 	}, guard.Stream()...)
-	stream = append(stream, validateStream)
 	opts = append(opts, server.RequestCodec(), grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
-	return grpc.NewServer(opts...), nil
+	return grpc.NewServer(opts...)
 }
 
 // watchHealth decides readiness (gRPC health SERVING and /readyz 200) only
