@@ -50,7 +50,7 @@ func TestCanonicalVectors(t *testing.T) {
 	if len(table.Vectors) == 0 {
 		t.Fatal("no vectors")
 	}
-	c := startIntentd(t).client(t)
+	c := clientOf(t, startIntentd(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i, v := range table.Vectors {

@@ -12,14 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
@@ -71,22 +68,19 @@ var errCrashed = errors.New("e2e: worker process crashed")
 // scheduler's. Deliveries come from a queue with a visibility timeout, so
 // a slow or stopped worker's intent is delivered again to another. At the
 // end every intent must be COMPLETED and the merchant must hold exactly
-// one order per intent: the result each intent records.
+// one order per intent: the result each intent records. With -soak it runs
+// at ten times the size: 1,000 intents, 32 workers.
 func TestChaos(t *testing.T) {
-	runChaos(t, chaosConfig{intents: 100, workers: 8, seed: *seedFlag, redeliverPercent: 10, deadline: 150 * time.Second})
-}
-
-// TestSoak is scenario 10 at ten times the size, behind -soak.
-func TestSoak(t *testing.T) {
-	if !*soakFlag {
-		t.Skip("the long soak runs with -soak")
+	if harness.Soak() {
+		runChaos(t, chaosConfig{intents: 1000, workers: 32, seed: harness.Seed(), redeliverPercent: 20, deadline: 15 * time.Minute})
+		return
 	}
-	runChaos(t, chaosConfig{intents: 1000, workers: 32, seed: *seedFlag, redeliverPercent: 20, deadline: 15 * time.Minute})
+	runChaos(t, chaosConfig{intents: 100, workers: 8, seed: harness.Seed(), redeliverPercent: 10, deadline: 150 * time.Second})
 }
 
 type chaosConfig struct {
 	intents, workers int
-	seed             int64
+	seed             uint64
 	redeliverPercent int // intents delivered twice from the start
 	deadline         time.Duration
 }
@@ -128,7 +122,7 @@ type chaos struct {
 func runChaos(t *testing.T, cfg chaosConfig) {
 	w := newWorld(t)
 	ctx := testCtx(t, cfg.deadline)
-	rng := rand.New(rand.NewPCG(uint64(cfg.seed), 0x6e2e))
+	rng := rand.New(rand.NewPCG(cfg.seed, 0x6e2e))
 	ch := &chaos{
 		t: t, cfg: cfg, w: w,
 		keys: make([]string, cfg.intents), terms: make([]*structpb.Struct, cfg.intents), plan: make([]fault, cfg.intents),
@@ -264,16 +258,16 @@ func (ch *chaos) settle(i int, order string, review bool) {
 // incarnation is one life of a worker process: a connection, a client, a
 // session. A crash ends it; the worker starts a new one.
 type incarnation struct {
-	conn *faultyConn
+	conn *harness.FaultyConn
 	sess *client.Session
 }
 
 func (ch *chaos) startIncarnation(ctx context.Context, worker, life int) (*incarnation, error) {
-	cc, err := grpc.NewClient(ch.w.intentd.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := harness.Dial(ch.w.intentd.Addr)
 	if err != nil {
 		return nil, err
 	}
-	fc := &faultyConn{cc: cc, loseAnswer: ch.loseAnswer}
+	fc := &harness.FaultyConn{CC: cc, LoseAnswer: ch.loseAnswer}
 	sess, err := newClient(fc).OpenSession(ctx, fmt.Sprintf("chaos-w%d-life%d", worker, life), sessionTTL)
 	if err != nil {
 		_ = cc.Close()
@@ -288,7 +282,7 @@ func (inc *incarnation) end() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = inc.sess.Close(ctx)
-	_ = inc.conn.cc.Close()
+	_ = inc.conn.CC.Close()
 }
 
 func (ch *chaos) worker(ctx context.Context, id int) {
@@ -322,8 +316,8 @@ func (ch *chaos) worker(ctx context.Context, id int) {
 			lost = true
 		default:
 		}
-		if inc.conn.dead() || lost {
-			if lost && !inc.conn.dead() {
+		if inc.conn.Dead() || lost {
+			if lost && !inc.conn.Dead() {
 				ch.lostSessions.Add(1)
 			}
 			inc.end()
@@ -367,7 +361,7 @@ func (ch *chaos) handle(ctx context.Context, inc *incarnation, d delivery) {
 		ch.inProgress.Add(1)
 	case out != nil && out.Intent.GetState() == intentv1.State_STATE_UNKNOWN:
 		ch.unknownRuns.Add(1)
-	case errors.Is(err, errCrashed) || inc.conn.dead() || ctx.Err() != nil:
+	case errors.Is(err, errCrashed) || inc.conn.Dead() || ctx.Err() != nil:
 	default:
 		ch.otherRunErrors.Add(1)
 		ch.t.Logf("chaos: %s %s: %s", d.msgID, ch.keys[d.intent], outcomeOf(out, err))
@@ -378,9 +372,9 @@ func (ch *chaos) handle(ctx context.Context, inc *incarnation, d delivery) {
 // pause stops the incarnation like SIGSTOP would: no RPC leaves it
 // (heartbeats included) and the calling goroutine sleeps, past the TTL.
 func (ch *chaos) pause(inc *incarnation) {
-	inc.conn.stop()
+	inc.conn.Stop()
 	time.Sleep(sessionTTL + 1500*time.Millisecond)
-	inc.conn.cont()
+	inc.conn.Cont()
 }
 
 func (ch *chaos) task(inc *incarnation, i int) client.Task {
@@ -407,13 +401,13 @@ func (ch *chaos) task(inc *incarnation, i int) client.Task {
 			}
 			switch f {
 			case faultCrash:
-				inc.conn.kill()
+				inc.conn.Kill()
 				return nil, errCrashed
 			case faultSessionClosed:
 				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				err := inc.sess.Close(cctx)
 				cancel()
-				inc.conn.kill()
+				inc.conn.Kill()
 				if err != nil {
 					return nil, fmt.Errorf("%w (its session close failed: %v)", errCrashed, err)
 				}
@@ -508,84 +502,4 @@ func (ch *chaos) verify(took time.Duration) {
 	if reviewed != 0 {
 		t.Errorf("%d intents went to NEEDS_REVIEW: every fault here is one reconciliation can decide", reviewed)
 	}
-}
-
-// faultyConn is a worker process's connection to intentd, with the two
-// faults a process has: it stops (SIGSTOP: every call waits until it
-// continues, whatever its deadline, as a stopped process's timers do not
-// fire) and it dies (every call fails at once and sends nothing); and the
-// network's: an answer lost after intentd acted (UNAVAILABLE, as after a
-// reset connection).
-type faultyConn struct {
-	cc *grpc.ClientConn
-	// loseAnswer, when set, chooses the calls whose answer is lost.
-	loseAnswer func(method string, req any) bool
-
-	mu      sync.Mutex
-	stopped chan struct{} // closed by cont; nil while running
-	killed  bool
-}
-
-var _ grpc.ClientConnInterface = (*faultyConn)(nil)
-
-func (f *faultyConn) stop() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped == nil {
-		f.stopped = make(chan struct{})
-	}
-}
-
-func (f *faultyConn) cont() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped != nil {
-		close(f.stopped)
-		f.stopped = nil
-	}
-}
-
-func (f *faultyConn) kill() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.killed = true
-}
-
-func (f *faultyConn) dead() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.killed
-}
-
-// gate holds a call while the process is stopped and refuses it once the
-// process is dead.
-func (f *faultyConn) gate() error {
-	f.mu.Lock()
-	stopped := f.stopped
-	f.mu.Unlock()
-	if stopped != nil {
-		<-stopped
-	}
-	if f.dead() {
-		return status.Error(codes.Canceled, errCrashed.Error())
-	}
-	return nil
-}
-
-func (f *faultyConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	if err := f.gate(); err != nil {
-		return err
-	}
-	err := f.cc.Invoke(ctx, method, args, reply, opts...)
-	if err == nil && f.loseAnswer != nil && f.loseAnswer(method, args) {
-		return status.Error(codes.Unavailable, "e2e: connection reset before the answer arrived")
-	}
-	return err
-}
-
-func (f *faultyConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	if err := f.gate(); err != nil {
-		return nil, err
-	}
-	return f.cc.NewStream(ctx, desc, method, opts...)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
@@ -43,12 +44,12 @@ func TestLostReplyAfterOrderCreated(t *testing.T) {
 		Key: key,
 		Execute: func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
 			executes.Add(1)
-			o, err := s.createOrder(ctx, att.OperationKey("create-order"), orderOf(att))
+			o, err := s.CreateOrder(ctx, att.OperationKey("create-order"), orderOf(att))
 			if err != nil {
 				return nil, err
 			}
 			amount, currency := amountOf(att)
-			a, err := s.authorize(ctx, att.OperationKey("authorize-payment"), amount, currency, att.Key)
+			a, err := s.Authorize(ctx, att.OperationKey("authorize-payment"), amount, currency, att.Key)
 			if err != nil {
 				return nil, err
 			}
@@ -56,11 +57,11 @@ func TestLostReplyAfterOrderCreated(t *testing.T) {
 		},
 		Reconcile: func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
 			orderKey, payKey := att.OperationKey("create-order"), att.OperationKey("authorize-payment")
-			o, ordered, err := s.findOrder(ctx, orderKey)
+			o, ordered, err := s.FindOrder(ctx, orderKey)
 			if err != nil {
 				return client.Evidence{}, err
 			}
-			rec, paid, err := s.lookupPayment(ctx, payKey)
+			rec, paid, err := s.LookupPayment(ctx, payKey)
 			if err != nil {
 				return client.Evidence{}, err
 			}
@@ -140,7 +141,7 @@ func TestPausedWorkerRefusedAfterTakeover(t *testing.T) {
 	const key = "s2-purchase-chair"
 	w.register(t, key, purchase("office chair", 1, 24900))
 
-	a := startChild(t, modePause, w.childEnv(key)...)
+	a := startChild(t, w.childSpec(modePause, key))
 	a.expect("session", 20*time.Second)
 	done := a.expect("effect-done", 20*time.Second)
 	orderA, tokenA := strings.Fields(done)[0], field(done, "token")
@@ -198,7 +199,7 @@ func TestCrashBetweenEffectAndRecord(t *testing.T) {
 	const key = "s3-purchase-desk"
 	w.register(t, key, purchase("standing desk", 1, 49900))
 
-	a := startChild(t, modeCrash, w.childEnv(key)...)
+	a := startChild(t, w.childSpec(modeCrash, key))
 	done := a.expect("effect-done", 20*time.Second)
 	a.signal(syscall.SIGKILL)
 	a.wait(10 * time.Second)
@@ -388,7 +389,7 @@ func (s *shop) reconcilePayment(clock *fakes.Clock, retention time.Duration, inF
 	return func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
 		opKey := att.OperationKey("authorize-payment")
 		for {
-			rec, found, err := s.lookupPayment(ctx, opKey)
+			rec, found, err := s.LookupPayment(ctx, opKey)
 			switch {
 			case err != nil:
 				return client.Evidence{}, err
@@ -436,11 +437,11 @@ func TestInFlightConflictReconciled(t *testing.T) {
 			opKey := att.OperationKey("authorize-payment")
 			amount, currency := amountOf(att)
 			actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			_, firstErr = s.authorize(actx, opKey, amount, currency, att.Key)
+			_, firstErr = s.Authorize(actx, opKey, amount, currency, att.Key)
 			cancel()
 			<-started
 			// The client's retry: the same request, the same key.
-			a, err := s.authorize(ctx, opKey, amount, currency, att.Key)
+			a, err := s.Authorize(ctx, opKey, amount, currency, att.Key)
 			if err != nil {
 				return nil, fmt.Errorf("authorize under %s: %w", opKey, err)
 			}
@@ -451,7 +452,7 @@ func TestInFlightConflictReconciled(t *testing.T) {
 	sess := openSession(t, w.c, "s6-worker", 10*time.Second)
 
 	out, err := sess.Run(ctx, task)
-	if firstErr == nil || httpStatus(err) != http.StatusConflict || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
+	if firstErr == nil || harness.HTTPStatus(err) != http.StatusConflict || out == nil || out.Intent.GetState() != intentv1.State_STATE_UNKNOWN {
 		t.Fatalf("first Run: want the timed-out request, then 409 in use and UNKNOWN; got first error %v, %s", firstErr, outcomeOf(out, err))
 	}
 	opKey := intent.OperationKey(key, "authorize-payment")
@@ -512,7 +513,7 @@ func TestRetentionPassedNeedsReview(t *testing.T) {
 		t.Fatalf("first Run: want the cut reply and UNKNOWN, got %s", outcomeOf(out, err))
 	}
 	w.clock.Advance(paymentRetention + time.Hour)
-	if _, found, err := s.lookupPayment(ctx, intent.OperationKey(key, "authorize-payment")); err != nil || found {
+	if _, found, err := s.LookupPayment(ctx, intent.OperationKey(key, "authorize-payment")); err != nil || found {
 		t.Fatalf("provider still knows the key after its retention (found %t, %v)", found, err)
 	}
 
@@ -614,8 +615,8 @@ func TestOrderCreatedPaymentUncertain(t *testing.T) {
 // executePickup is an Execute that books the attempt's pickup through the
 // gateway under its token.
 func (s *shop) executePickup(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
-	p, err := s.bookPickup(ctx, att.Key, att.Token, fakes.Pickup{Parcel: att.Key, Address: "Dock 4"})
-	if httpStatus(err) == http.StatusConflict {
+	p, err := s.BookPickup(ctx, att.Key, att.Token, fakes.Pickup{Parcel: att.Key, Address: "Dock 4"})
+	if harness.HTTPStatus(err) == http.StatusConflict {
 		return nil, client.NotAttempted(err) // refused at the gateway: never reached the courier
 	}
 	if err != nil {
@@ -629,7 +630,7 @@ func (s *shop) executePickup(ctx context.Context, att *client.Attempt) (*intentv
 // gateway admits first: from then on it refuses every older token, so a
 // "nothing forwarded" stays true for every earlier attempt.
 func (s *shop) reconcilePickup(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
-	calls, err := s.forwarded(ctx, att.Key, att.Token)
+	calls, err := s.Forwarded(ctx, att.Key, att.Token)
 	if err != nil {
 		return client.Evidence{}, err
 	}
@@ -659,7 +660,7 @@ func TestStaleWorkerFencedAtGateway(t *testing.T) {
 	params, _ := structpb.NewStruct(map[string]any{"parcel": "P-311", "address": "Dock 4", "window": "2026-12-01T09:00/12:00"})
 	w.register(t, key, params)
 
-	a := startChild(t, modeStaleGateway, w.childEnv(key)...)
+	a := startChild(t, w.childSpec(modeStaleGateway, key))
 	tokenA := field(a.expect("ready", 20*time.Second), "token")
 	a.signal(syscall.SIGSTOP)
 

@@ -1,165 +1,22 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/fakes"
-	"github.com/intentd/intentd/fencing"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
-// shop is a worker's side of the providers: HTTP calls that carry the
-// operation key as the idempotency key (or the fencing token, through the
-// gateway). Every scenario's worker, in the test process or in a child,
-// talks to the providers through one.
-type shop struct {
-	http     *http.Client
-	merchant string // base URLs
-	payments string
-	gateway  string
-	account  string // the Stripe-Account the payments are made under
-}
-
-// providerError is a provider's refusal (a non-2xx answer).
-type providerError struct {
-	Op      string
-	Status  int
-	Type    string
-	Code    string
-	Message string
-}
-
-func (e *providerError) Error() string {
-	return fmt.Sprintf("%s: HTTP %d %s %s: %s", e.Op, e.Status, e.Type, e.Code, e.Message)
-}
-
-// httpStatus returns the HTTP status of a provider refusal, 0 for any other
-// error.
-func httpStatus(err error) int {
-	var pe *providerError
-	if errors.As(err, &pe) {
-		return pe.Status
-	}
-	return 0
-}
-
-// do sends one request and decodes a 2xx answer into out.
-func (s *shop) do(ctx context.Context, op, method, u string, hdr http.Header, body io.Reader, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return err
-	}
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
-	hc := s.http
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("%s: reading the answer: %w", op, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e fakes.APIError
-		_ = json.Unmarshal(b, &e)
-		return &providerError{Op: op, Status: resp.StatusCode, Type: e.Error.Type, Code: e.Error.Code, Message: e.Error.Message}
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("%s: decoding %q: %w", op, b, err)
-		}
-	}
-	return nil
-}
-
-// createOrder places an order under the idempotency key opKey.
-func (s *shop) createOrder(ctx context.Context, opKey string, o fakes.OrderRequest) (fakes.Order, error) {
-	body, _ := json.Marshal(o)
-	var out fakes.Order
-	err := s.do(ctx, "merchant create order", http.MethodPost, s.merchant+"/orders",
-		http.Header{fakes.IdempotencyKeyHeader: {opKey}, "Content-Type": {"application/json"}}, bytes.NewReader(body), &out)
-	return out, err
-}
-
-// findOrder asks the merchant for the order under opKey.
-func (s *shop) findOrder(ctx context.Context, opKey string) (fakes.Order, bool, error) {
-	var out fakes.Order
-	err := s.do(ctx, "merchant find order", http.MethodGet, s.merchant+"/orders?key="+url.QueryEscape(opKey), nil, nil, &out)
-	if httpStatus(err) == http.StatusNotFound {
-		return fakes.Order{}, false, nil
-	}
-	return out, err == nil, err
-}
-
-// authorize authorizes a payment under the idempotency key opKey.
-func (s *shop) authorize(ctx context.Context, opKey string, amount int, currency, reference string) (fakes.Authorization, error) {
-	form := url.Values{"amount": {strconv.Itoa(amount)}, "currency": {currency}, "reference": {reference}}
-	hdr := http.Header{fakes.IdempotencyKeyHeader: {opKey}, "Content-Type": {"application/x-www-form-urlencoded"}}
-	if s.account != "" {
-		hdr.Set(fakes.AccountHeader, s.account)
-	}
-	var out fakes.Authorization
-	err := s.do(ctx, "payments authorize", http.MethodPost, s.payments+"/v1/payment_intents", hdr, bytes.NewReader([]byte(form.Encode())), &out)
-	return out, err
-}
-
-// lookupPayment asks the payment provider what it holds under opKey.
-func (s *shop) lookupPayment(ctx context.Context, opKey string) (fakes.IdempotencyRecord, bool, error) {
-	hdr := http.Header{}
-	if s.account != "" {
-		hdr.Set(fakes.AccountHeader, s.account)
-	}
-	var out fakes.IdempotencyRecord
-	err := s.do(ctx, "payments lookup", http.MethodGet, s.payments+"/v1/idempotency_keys?key="+url.QueryEscape(opKey), hdr, nil, &out)
-	if httpStatus(err) == http.StatusNotFound {
-		return fakes.IdempotencyRecord{}, false, nil
-	}
-	return out, err == nil, err
-}
-
-// bookPickup books a courier pickup for intent key through the gateway,
-// under token.
-func (s *shop) bookPickup(ctx context.Context, key string, token fencing.Token, p fakes.Pickup) (fakes.Pickup, error) {
-	body, _ := json.Marshal(p)
-	hdr := http.Header{fakes.IntentKeyHeader: {key}, "Content-Type": {"application/json"}}
-	fencing.SetHeader(hdr, token)
-	var out fakes.Pickup
-	err := s.do(ctx, "gateway book pickup", http.MethodPost, s.gateway+"/pickups", hdr, bytes.NewReader(body), &out)
-	return out, err
-}
-
-// forwarded asks the gateway, under token, which calls it passed on for
-// intent key.
-func (s *shop) forwarded(ctx context.Context, key string, token fencing.Token) ([]fakes.Forwarded, error) {
-	hdr := http.Header{}
-	fencing.SetHeader(hdr, token)
-	var out []fakes.Forwarded
-	err := s.do(ctx, "gateway lookup", http.MethodGet, s.gateway+"/pickups?intent="+url.QueryEscape(key), hdr, nil, &out)
-	if httpStatus(err) == http.StatusNotFound {
-		return nil, nil
-	}
-	return out, err
-}
+// shop is the worker's side of the providers with the tasks the scenarios
+// run on it.
+type shop struct{ harness.Shop }
 
 // purchase is the approved terms of a purchase intent: amounts in minor
 // units, identifiers as strings (see intent.Canonical).
@@ -208,7 +65,7 @@ func refs(kv ...string) *intentv1.Result {
 // executeOrder is an Execute that places the attempt's order under its
 // "create-order" operation key.
 func (s *shop) executeOrder(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
-	o, err := s.createOrder(ctx, att.OperationKey("create-order"), orderOf(att))
+	o, err := s.CreateOrder(ctx, att.OperationKey("create-order"), orderOf(att))
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +76,7 @@ func (s *shop) executeOrder(ctx context.Context, att *client.Attempt) (*intentv1
 // the "create-order" operation key: the merchant keeps every key, so "no
 // order" is a confirmed absence.
 func (s *shop) reconcileOrder(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
-	o, found, err := s.findOrder(ctx, att.OperationKey("create-order"))
+	o, found, err := s.FindOrder(ctx, att.OperationKey("create-order"))
 	switch {
 	case err != nil:
 		return client.Evidence{}, err
@@ -240,7 +97,7 @@ func (s *shop) orderTask(key string) client.Task {
 // its "authorize-payment" operation key.
 func (s *shop) executePayment(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
 	amount, currency := amountOf(att)
-	a, err := s.authorize(ctx, att.OperationKey("authorize-payment"), amount, currency, orderOf(att).Reference)
+	a, err := s.Authorize(ctx, att.OperationKey("authorize-payment"), amount, currency, orderOf(att).Reference)
 	if err != nil {
 		return nil, err
 	}

@@ -12,10 +12,23 @@ import (
 
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
-// Worker child modes (envWorkerMode).
+// childSpec is what a worker child process needs from its parent.
+type childSpec struct {
+	// Mode is what the child does (below).
+	Mode string
+	// Intentd is intentd's gRPC address; Merchant and Gateway the
+	// providers' base URLs.
+	Intentd, Merchant, Gateway string
+	// Key is the intent to work on, TTL the worker's session TTL.
+	Key string
+	TTL time.Duration
+}
+
+// Worker child modes (childSpec.Mode).
 const (
 	// modePause places the order, prints "effect-done", and waits for a
 	// "resume" line on stdin before it returns the result: the parent
@@ -31,42 +44,41 @@ const (
 )
 
 // TestWorkerProcess is a worker, run in a child process by the scenarios
-// that stop or kill workers. It does nothing unless envWorkerMode is set.
+// that stop or kill workers (startChild). It does nothing in the parent.
 // It reports on stdout, one line per step ("session ...", "effect-done
 // ...", "run-result ..."), and "error ..." when something went wrong.
 func TestWorkerProcess(t *testing.T) {
-	mode := os.Getenv(envWorkerMode)
-	if mode == "" {
+	var spec childSpec
+	if ok, err := harness.ChildSpec(&spec); !ok {
 		return
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := runWorker(ctx, mode); err != nil {
+	if err := runWorker(ctx, spec); err != nil {
 		fmt.Println("error", strings.ReplaceAll(err.Error(), "\n", " | "))
 	}
 	fmt.Println("exit")
 }
 
-// runWorker runs one worker child: a session, one Run of envKey, and a
+// runWorker runs one worker child: a session, one Run of spec.Key, and a
 // report of what the Run returned.
-func runWorker(ctx context.Context, mode string) error {
-	ttl, err := time.ParseDuration(os.Getenv(envTTL))
-	if err != nil {
-		return fmt.Errorf("%s: %w", envTTL, err)
-	}
-	c, closeConn, err := dialIntentd(os.Getenv(envIntentd))
+func runWorker(ctx context.Context, spec childSpec) error {
+	mode := spec.Mode
+	c, closeConn, err := dialIntentd(spec.Intentd)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	sess, err := c.OpenSession(ctx, "child-"+mode, ttl)
+	sess, err := c.OpenSession(ctx, "child-"+mode, spec.TTL)
 	if err != nil {
 		return err
 	}
 	defer sess.Close(context.Background())
 	fmt.Println("session", sess.ID())
 
-	s := &shop{merchant: os.Getenv(envMerchant), gateway: os.Getenv(envGateway)}
+	s := &shop{harness.Shop{Merchant: spec.Merchant, Gateway: spec.Gateway}}
 	stdin := bufio.NewScanner(os.Stdin)
 	awaitLine := func(word string) error {
 		for stdin.Scan() {
@@ -76,7 +88,7 @@ func runWorker(ctx context.Context, mode string) error {
 		}
 		return fmt.Errorf("stdin closed before %q", word)
 	}
-	task := client.Task{Key: os.Getenv(envKey), WaitInProgress: 10 * time.Second}
+	task := client.Task{Key: spec.Key, WaitInProgress: 10 * time.Second}
 	switch mode {
 	case modePause:
 		task.Execute = func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
@@ -110,13 +122,13 @@ func runWorker(ctx context.Context, mode string) error {
 			}
 			// A stopped process's request was already on its way: it does
 			// not see its lease's end before it sends.
-			p, err := s.bookPickup(context.WithoutCancel(ctx), att.Key, att.Token, fakes.Pickup{Parcel: att.Key, Address: "Dock 4"})
-			code := httpStatus(err)
+			p, err := s.BookPickup(context.WithoutCancel(ctx), att.Key, att.Token, fakes.Pickup{Parcel: att.Key, Address: "Dock 4"})
+			code := harness.HTTPStatus(err)
 			if err == nil {
 				code = 201
 			}
 			fmt.Printf("gateway-status %d\n", code)
-			if httpStatus(err) == 409 {
+			if harness.HTTPStatus(err) == 409 {
 				// The gateway refused: the courier never saw the call.
 				return nil, client.NotAttempted(err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
@@ -21,7 +22,7 @@ const paymentRetention = 24 * time.Hour
 
 // world is one scenario's intentd and providers.
 type world struct {
-	intentd *intentd
+	intentd *harness.Intentd
 	// c is the approver's and reader's client.
 	c *client.Client
 
@@ -38,7 +39,7 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	d := startIntentd(t)
-	w := &world{intentd: d, c: d.client(t), merchant: fakes.NewMerchant(), clock: &fakes.Clock{}, courier: &fakes.Courier{}}
+	w := &world{intentd: d, c: clientOf(t, d), merchant: fakes.NewMerchant(), clock: &fakes.Clock{}, courier: &fakes.Courier{}}
 	w.payments = fakes.NewPayments(paymentRetention, w.clock)
 	w.merchantURL = serve(t, w.merchant).URL
 	w.paymentsURL = serve(t, w.payments).URL
@@ -53,7 +54,7 @@ func (w *world) shop(rt http.RoundTripper) *shop {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	return &shop{http: &http.Client{Transport: rt}, merchant: w.merchantURL, payments: w.paymentsURL, gateway: w.gatewayURL, account: "acct_e2e"}
+	return &shop{harness.Shop{HTTP: &http.Client{Transport: rt}, Merchant: w.merchantURL, Payments: w.paymentsURL, Gateway: w.gatewayURL, Account: "acct_e2e"}}
 }
 
 // register approves an intent, as an approver does before any worker sees
@@ -69,15 +70,9 @@ func (w *world) register(t *testing.T, key string, params *structpb.Struct) *int
 	return resp.GetIntent()
 }
 
-// childEnv is the environment of a worker child process working on key.
-func (w *world) childEnv(key string) []string {
-	return []string{
-		envIntentd + "=" + w.intentd.Addr,
-		envMerchant + "=" + w.merchantURL,
-		envGateway + "=" + w.gatewayURL,
-		envKey + "=" + key,
-		envTTL + "=" + sessionTTL.String(),
-	}
+// childSpec is what a worker child process in mode working on key needs.
+func (w *world) childSpec(mode, key string) childSpec {
+	return childSpec{Mode: mode, Intentd: w.intentd.Addr, Merchant: w.merchantURL, Gateway: w.gatewayURL, Key: key, TTL: sessionTTL}
 }
 
 // fingerprint is the fingerprint intentd stores for params.

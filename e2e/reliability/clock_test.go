@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,8 +24,8 @@ const clockJump = 5 * time.Minute
 // happened is in the histories: entries written during each jump carry a
 // time five minutes off.
 func TestClockJumps(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{Replicas: 2, Intentd: IntentdConfig{InjectedClock: true}})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{InjectedClock: true}})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	sweeper, other := janitorReplica(t, e)
@@ -78,7 +79,7 @@ func TestClockJumps(t *testing.T) {
 
 // janitorReplica returns the replica holding the janitor election and
 // another one. The election's oldest key holds the sweeper's address.
-func janitorReplica(t *testing.T, e *Env) (sweeper, other *Intentd) {
+func janitorReplica(t *testing.T, e *Env) (sweeper, other *harness.Intentd) {
 	t.Helper()
 	admin, err := e.Cluster.Admin()
 	if err != nil {
@@ -105,7 +106,7 @@ func janitorReplica(t *testing.T, e *Env) (sweeper, other *Intentd) {
 	return nil, nil
 }
 
-func setClock(t *testing.T, d *Intentd, offset time.Duration) {
+func setClock(t *testing.T, d *harness.Intentd, offset time.Duration) {
 	t.Helper()
 	if err := d.SetClock(offset); err != nil {
 		t.Fatalf("clock of intentd %s: %v", d.Name, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	"github.com/intentd/intentd/internal/testlog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -50,17 +52,17 @@ type Member struct {
 	PeerURL    string
 	peerListen string
 	// Proxy is what clients of the cluster connect to instead of ClientURL.
-	Proxy *Proxy
+	Proxy *harness.Proxy
 	// PeerProxy, with ClusterConfig.PeerProxies, is what the other members
 	// connect to instead of the member's peer port.
-	PeerProxy *Proxy
+	PeerProxy *harness.Proxy
 
 	c    *Cluster
 	args []string
 	logs *testlog.Lines
 
 	mu      sync.Mutex
-	proc    *process
+	proc    *harness.Process
 	stopped bool // SIGSTOPped
 	id      uint64
 }
@@ -82,11 +84,11 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 	c := &Cluster{t: t, bin: bin, cfg: cfg}
 	var initial []string
 	for i := range cfg.Members {
-		cport, err := freePort()
+		cport, err := harness.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		pport, err := freePort()
+		pport, err := harness.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,13 +101,13 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 			logs:       &testlog.Lines{},
 		}
 		m.PeerURL = m.peerListen
-		m.Proxy, err = NewProxy(strings.TrimPrefix(m.ClientURL, "http://"))
+		m.Proxy, err = harness.NewProxy(strings.TrimPrefix(m.ClientURL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = m.Proxy.Close() })
 		if cfg.PeerProxies {
-			if m.PeerProxy, err = NewPeerProxy(strings.TrimPrefix(m.peerListen, "http://")); err != nil {
+			if m.PeerProxy, err = harness.NewPeerProxy(strings.TrimPrefix(m.peerListen, "http://")); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = m.PeerProxy.Close() })
@@ -142,7 +144,7 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 		for _, m := range c.Members {
 			m.mu.Lock()
 			if m.proc != nil {
-				m.proc.kill()
+				m.proc.Kill()
 			}
 			m.mu.Unlock()
 			if t.Failed() {
@@ -170,10 +172,10 @@ func (c *Cluster) Endpoints() []string {
 func (m *Member) start() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.proc != nil && m.proc.running() {
+	if m.proc != nil && m.proc.Running() {
 		return fmt.Errorf("reliability: etcd %s is already running", m.Name)
 	}
-	p, err := startProcess("etcd "+m.Name, m.c.bin, m.args, m.logs, nil)
+	p, err := harness.StartProcess(exec.Command(m.c.bin, m.args...), harness.ProcessConfig{Name: "etcd " + m.Name, Logs: m.logs})
 	if err != nil {
 		return err
 	}
@@ -188,7 +190,7 @@ func (m *Member) Kill() {
 	m.stopped = false
 	m.mu.Unlock()
 	if p != nil {
-		p.kill()
+		p.Kill()
 	}
 }
 
@@ -199,7 +201,7 @@ func (m *Member) Restart() error { return m.start() }
 func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.proc != nil && m.proc.running()
+	return m.proc != nil && m.proc.Running()
 }
 
 // Stop sends SIGSTOP: the process keeps its sockets and answers nothing.
@@ -209,7 +211,7 @@ func (m *Member) Stop() error {
 	if m.proc == nil {
 		return errors.New("reliability: member not started")
 	}
-	if err := m.proc.signal(syscall.SIGSTOP); err != nil {
+	if err := m.proc.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	m.stopped = true
@@ -223,7 +225,7 @@ func (m *Member) Cont() error {
 	if m.proc == nil {
 		return errors.New("reliability: member not started")
 	}
-	if err := m.proc.signal(syscall.SIGCONT); err != nil {
+	if err := m.proc.Signal(syscall.SIGCONT); err != nil {
 		return err
 	}
 	m.stopped = false

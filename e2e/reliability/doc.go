@@ -2,15 +2,15 @@
 // and Jepsen prove theirs: it causes the faults on purpose, records what every
 // client saw, and checks the history.
 //
-// The topology is real processes on loopback: a three-member etcd cluster
-// (bin/etcd, built from tools/go.mod at a pinned version), each member's
-// client port reached through a fault-injecting TCP Proxy (and, to partition
-// members, each member's peer port through a peer Proxy that tells the
-// members apart); one or two intentd
-// processes built from cmd/intentd and pointed at the proxies; worker
-// goroutines, and worker processes (WorkerProcs: the test binary
-// re-executed, so that a worker can be SIGKILLed or SIGSTOPped), that run
-// client.Session.Run against an effect-counting Merchant.
+// The topology is real processes on loopback, started with package
+// harness: a three-member etcd cluster (bin/etcd, built from tools/go.mod at
+// a pinned version), each member's client port reached through a
+// fault-injecting TCP harness.Proxy (and, to partition members, each
+// member's peer port through a peer proxy that tells the members apart); one
+// or two intentd processes built from cmd/intentd and pointed at the
+// proxies; worker goroutines, and worker processes (WorkerProcs: the test
+// binary re-executed, so that a worker can be SIGKILLed or SIGSTOPped), that
+// run client.Session.Run against an effect-counting Merchant.
 // Nothing here imports the server side of intentd: it is a black box reached
 // over gRPC, exactly as a worker fleet reaches it.
 //
@@ -61,6 +61,13 @@
 //	   TestBlackholedEtcdMemberKeepsServing the same with the leader's client link black-holed (packets dropped, no reset)
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
+// The scenarios' files are named by fault family: members_test.go (etcd
+// members killed, paused, partitioned), links_test.go (intentd's links to
+// etcd cut, half-open, slow), replicas_test.go (intentd processes killed),
+// clock_test.go, storage_test.go (compaction, quota, snapshot restore),
+// leases_test.go, stalls_test.go, workers_test.go (worker processes killed
+// and paused) and soak_test.go.
+//
 // The latest figures, and what this package cannot prove, are in
-// e2e/RELIABILITY.md.
+// RELIABILITY.md beside it.
 package reliability

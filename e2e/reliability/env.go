@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,13 +13,22 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 )
+
+// intentdFlags are what every replica here runs with besides the harness's
+// own (harness.StartIntentd).
+var intentdFlags = []string{
+	"--health-interval", "500ms",
+	"--rate-per-principal", "0",
+	"--rate-per-tenant", "0",
+	// The model (model.go) does not count attempts: an intent that
+	// faults sent to NEEDS_REVIEW after too many lapses would read as
+	// a violation. The limit itself is tested in etcdstore.
+	"--max-attempts", "1000",
+}
 
 // EnvConfig shapes a run's topology.
 type EnvConfig struct {
@@ -26,8 +36,10 @@ type EnvConfig struct {
 	Replicas int
 	// Cluster shapes the etcd cluster.
 	Cluster ClusterConfig
-	// Intentd shapes every replica (Endpoints is filled in).
-	Intentd IntentdConfig
+	// Intentd shapes every replica: Endpoints is filled in, and Flags get
+	// the suite's (intentdFlags); RequestTimeout and OperationTimeout
+	// default to 1s and 3s.
+	Intentd harness.IntentdConfig
 	// PrivateLinks gives every replica proxies of its own to the members
 	// (Env.Links), so that one replica can be cut off from etcd while the
 	// others are not. Without it every replica uses the members' Proxy.
@@ -37,14 +49,16 @@ type EnvConfig struct {
 // Env is one run: an etcd cluster behind proxies, intentd replicas, the
 // merchant, and the recorder every client call goes through.
 type Env struct {
-	T        *testing.T
+	T *testing.T
+	// Bins are the binaries the run starts.
+	Bins     harness.Binaries
 	Rec      *Recorder
 	Faults   *FaultLog
 	Cluster  *Cluster
-	Intentds []*Intentd
+	Intentds []*harness.Intentd
 	// Links are each replica's links to the members: the members' own
 	// proxies, or with PrivateLinks proxies of its own.
-	Links    [][]*Proxy
+	Links    [][]*harness.Proxy
 	Merchant *fakes.Merchant
 	// MerchantURL is the merchant's base URL.
 	MerchantURL string
@@ -57,15 +71,21 @@ type Env struct {
 
 // NewEnv starts the topology. Artifacts go to $RELIABILITY_ARTIFACTS, else
 // to a t.TempDir(). The run's figures go to report when it finishes.
-func NewEnv(t *testing.T, bins Binaries, report *Report, cfg EnvConfig) *Env {
+// Under -short it skips the test (harness.Bins).
+func NewEnv(t *testing.T, report *Report, cfg EnvConfig) *Env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("the reliability scenarios run without -short")
-	}
+	bins := harness.Bins(t)
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
-	e := &Env{T: t, report: report, started: time.Now(), Merchant: fakes.NewMerchant()}
+	if cfg.Intentd.RequestTimeout == 0 {
+		cfg.Intentd.RequestTimeout = time.Second
+	}
+	if cfg.Intentd.OperationTimeout == 0 {
+		cfg.Intentd.OperationTimeout = 3 * time.Second
+	}
+	cfg.Intentd.Flags = append(slices.Clone(intentdFlags), cfg.Intentd.Flags...)
+	e := &Env{T: t, Bins: bins, report: report, started: time.Now(), Merchant: fakes.NewMerchant()}
 	e.Artifacts = os.Getenv("RELIABILITY_ARTIFACTS")
 	if e.Artifacts == "" {
 		e.Artifacts = t.TempDir()
@@ -75,12 +95,12 @@ func NewEnv(t *testing.T, bins Binaries, report *Report, cfg EnvConfig) *Env {
 	e.MerchantURL = srv.URL
 	e.Cluster = StartCluster(t, bins.Etcd, cfg.Cluster)
 	for i := range cfg.Replicas {
-		var links []*Proxy
+		var links []*harness.Proxy
 		for _, m := range e.Cluster.Members {
 			p := m.Proxy
 			if cfg.PrivateLinks {
 				var err error
-				if p, err = NewProxy(strings.TrimPrefix(m.ClientURL, "http://")); err != nil {
+				if p, err = harness.NewProxy(strings.TrimPrefix(m.ClientURL, "http://")); err != nil {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = p.Close() })
@@ -92,7 +112,7 @@ func NewEnv(t *testing.T, bins Binaries, report *Report, cfg EnvConfig) *Env {
 		for _, p := range links {
 			rc.Endpoints = append(rc.Endpoints, "http://"+p.Addr())
 		}
-		e.Intentds = append(e.Intentds, StartIntentd(t, bins.Intentd, fmt.Sprintf("r%d", i), rc))
+		e.Intentds = append(e.Intentds, harness.StartIntentd(t, bins.Intentd, fmt.Sprintf("r%d", i), rc))
 	}
 	// The history starts once everything serves.
 	e.Rec = NewRecorder()
@@ -109,39 +129,13 @@ func (e *Env) Addrs() []string {
 	return out
 }
 
-// Dial connects to intentd at addrs, spreading calls over them round robin
-// (a replica that is down is skipped). A lost connection is tried again
-// within a second, as a worker fleet would configure it, rather than after
-// gRPC's default backoff of up to two minutes.
-func Dial(addrs ...string) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-			MinConnectTimeout: time.Second,
-		}),
-	}
-	if len(addrs) == 1 {
-		return grpc.NewClient(addrs[0], opts...)
-	}
-	r := manual.NewBuilderWithScheme("reliability")
-	var state resolver.State
-	for _, a := range addrs {
-		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
-	}
-	r.InitialState(state)
-	return grpc.NewClient(r.Scheme()+":///intentd", append(opts,
-		grpc.WithResolvers(r),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`))...)
-}
-
 // StartLoad starts a workload on every replica (unless cfg.Dial says
 // otherwise); it is stopped when the test ends at the latest.
 func (e *Env) StartLoad(cfg LoadConfig) *Load {
 	e.T.Helper()
 	if cfg.Dial == nil {
 		addrs := e.Addrs()
-		cfg.Dial = func(int) (*grpc.ClientConn, error) { return Dial(addrs...) }
+		cfg.Dial = func(int) (*grpc.ClientConn, error) { return harness.Dial(addrs...) }
 	}
 	if cfg.Name == "" {
 		cfg.Name = sanitize(e.T.Name())
@@ -325,7 +319,7 @@ func (e *Env) keepHint() string {
 // so that the final reads are part of the checked history too.
 func (e *Env) readBack(keys []string) map[string]*intentv1.Intent {
 	t := e.T
-	cc, err := Dial(e.Addrs()...)
+	cc, err := harness.Dial(e.Addrs()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package reliability
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"google.golang.org/grpc"
 )
@@ -22,7 +23,7 @@ import (
 // looks it up there. It counts, per key, the Reconciles (and what they
 // found) and Executes.
 type reconciler struct {
-	shop *Shop
+	shop *harness.Shop
 
 	mu         sync.Mutex
 	reconciled map[string]int
@@ -32,7 +33,7 @@ type reconciler struct {
 
 func newReconciler(merchantURL string) *reconciler {
 	return &reconciler{
-		shop:       &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: merchantURL},
+		shop:       &harness.Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, Merchant: merchantURL},
 		reconciled: map[string]int{}, found: map[string]bool{}, executed: map[string]int{},
 	}
 }
@@ -45,18 +46,18 @@ func (r *reconciler) task(key string) client.Task {
 			r.mu.Lock()
 			r.executed[att.Key]++
 			r.mu.Unlock()
-			o, err := r.shop.Place(ctx, att.OperationKey("create-order"), att.Key)
+			o, err := r.shop.CreateOrder(ctx, att.OperationKey("create-order"), fakes.OrderRequest{Reference: att.Key})
 			if err != nil {
 				return nil, err
 			}
 			return &intentv1.Result{ExternalRefs: map[string]string{RefOrder: o.ID}}, nil
 		},
 		Reconcile: func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
-			o, err := r.shop.Find(ctx, att.OperationKey("create-order"))
+			o, found, err := r.shop.FindOrder(ctx, att.OperationKey("create-order"))
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			switch {
-			case errors.Is(err, ErrNoOrder):
+			case err == nil && !found:
 				r.reconciled[att.Key]++
 				return client.Absent("the merchant has no order under " + att.OperationKey("create-order")), nil
 			case err != nil:
@@ -139,9 +140,9 @@ func (r *reconciler) runAll(t *testing.T, e *Env, addr string, keys []string, wo
 func TestManyLeasesExpireAtOnce(t *testing.T) {
 	const sessions, perSession = 40, 50
 	const n = sessions * perSession
-	e := NewEnv(t, bins, report, EnvConfig{})
+	e := NewEnv(t, report, EnvConfig{})
 	addr := e.Intentds[0].Addr
-	crashLink, err := NewProxy(addr)
+	crashLink, err := harness.NewProxy(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestManyLeasesExpireAtOnce(t *testing.T) {
 
 	// The doomed workers: a session each (TTL 2s) through crashLink, 50
 	// leases each; the even intents' orders are placed, the odd ones' not.
-	shop := &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: e.MerchantURL}
+	shop := &harness.Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, Merchant: e.MerchantURL}
 	start = time.Now()
 	var wg sync.WaitGroup
 	var acquired, placed atomic.Int64
@@ -188,7 +189,7 @@ func TestManyLeasesExpireAtOnce(t *testing.T) {
 				acquired.Add(1)
 				if i%2 == 0 {
 					// The operation key Attempt.OperationKey("create-order") gives.
-					if _, err := shop.Place(ctx, keys[i]+":create-order", keys[i]); err != nil {
+					if _, err := shop.CreateOrder(ctx, keys[i]+":create-order", fakes.OrderRequest{Reference: keys[i]}); err != nil {
 						t.Errorf("place the order of %s: %v", keys[i], err)
 						continue
 					}
@@ -268,7 +269,7 @@ func TestManyLeasesExpireAtOnce(t *testing.T) {
 // mustDial is an unrecorded connection to addr, closed with the test.
 func mustDial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	cc, err := Dial(addr)
+	cc, err := harness.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	"google.golang.org/grpc"
 )
 
@@ -12,7 +13,7 @@ import (
 
 // cutFor cuts links for d, heals them, and returns when the cut ended (as
 // an offset in the history).
-func (e *Env) cutFor(links []*Proxy, d time.Duration) time.Duration {
+func (e *Env) cutFor(links []*harness.Proxy, d time.Duration) time.Duration {
 	for _, p := range links {
 		p.Cut()
 	}
@@ -50,8 +51,8 @@ func noDecisions(t *testing.T, calls []Call, clients map[int]bool, from, to time
 // COMPLETED, with its replay from memory); no lease, report, registration
 // or heartbeat is acknowledged until the links are back.
 func TestEtcdUnreachable(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	ev := e.Faults.Inject("cut-etcd-links", "every link from intentd to etcd cut for 4s")
@@ -72,8 +73,8 @@ func TestEtcdUnreachable(t *testing.T) {
 // reading back — never by issuing a second lease — and the world must
 // still hold one order per intent.
 func TestEtcdRepliesLost(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	m := leader(t, e.Cluster)
@@ -84,8 +85,8 @@ func TestEtcdRepliesLost(t *testing.T) {
 	m.Proxy.Heal()
 	e.Faults.Heal(ev)
 	after := m.Proxy.Stats()
-	sent := after.Forwarded[Upstream] - before.Forwarded[Upstream]
-	dropped := after.Discarded[Downstream] - before.Discarded[Downstream]
+	sent := after.Forwarded[harness.Upstream] - before.Forwarded[harness.Upstream]
+	dropped := after.Discarded[harness.Downstream] - before.Discarded[harness.Downstream]
 	t.Logf("during the fault the link forwarded %d request bytes and dropped %d reply bytes", sent, dropped)
 	if sent == 0 || dropped == 0 {
 		t.Errorf("the half-open link carried %d request bytes and dropped %d reply bytes: no write lost its answer", sent, dropped)
@@ -102,15 +103,15 @@ func TestEtcdRepliesLost(t *testing.T) {
 // reconcile (half the intents are delivered twice). No split brain: one
 // order per intent, no lease taken from a live session, porcupine passes.
 func TestReplicaCutOff(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{Replicas: 2, PrivateLinks: true})
+	e := NewEnv(t, report, EnvConfig{Replicas: 2, PrivateLinks: true})
 	addrs := e.Addrs()
 	load := e.StartLoad(LoadConfig{
-		Workers: 8, Redeliver: 50, Seed: *seedFlag, WaitInProgress: 5 * time.Second,
+		Workers: 8, Redeliver: 50, Seed: harness.Seed(), WaitInProgress: 5 * time.Second,
 		Dial: func(i int) (*grpc.ClientConn, error) {
 			if i < 0 {
-				return Dial(addrs[0])
+				return harness.Dial(addrs[0])
 			}
-			return Dial(addrs[i%2])
+			return harness.Dial(addrs[i%2])
 		},
 	})
 	e.WaitOK(100, 20*time.Second)
@@ -157,8 +158,8 @@ func TestReplicaCutOff(t *testing.T) {
 // Complete, arriving after the heal, is refused as stale. No intent is
 // completed twice; the merchant holds one order per intent.
 func TestSlowLinkLateHeartbeats(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	slow, err := NewProxy(e.Intentds[0].Addr)
+	e := NewEnv(t, report, EnvConfig{})
+	slow, err := harness.NewProxy(e.Intentds[0].Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,13 +168,13 @@ func TestSlowLinkLateHeartbeats(t *testing.T) {
 	var armed atomic.Bool
 	striking := make(chan string, 1)
 	load := e.StartLoad(LoadConfig{
-		Workers: 8, Every: 60 * time.Millisecond, Redeliver: 30, Seed: *seedFlag,
+		Workers: 8, Every: 60 * time.Millisecond, Redeliver: 30, Seed: harness.Seed(),
 		ExecuteDelay: 200 * time.Millisecond, WaitInProgress: 10 * time.Second,
 		Dial: func(i int) (*grpc.ClientConn, error) {
 			if i >= 0 && i < slowWorkers {
-				return Dial(slow.Addr())
+				return harness.Dial(slow.Addr())
 			}
-			return Dial(e.Intentds[0].Addr)
+			return harness.Dial(e.Intentds[0].Addr)
 		},
 		Executed: func(worker int, key string) {
 			if worker < slowWorkers && armed.CompareAndSwap(true, false) {
@@ -185,10 +186,10 @@ func TestSlowLinkLateHeartbeats(t *testing.T) {
 
 	m := e.Cluster.Followers(leader(t, e.Cluster))[0]
 	ev := e.Faults.Inject("slow-link", "etcd %s's client link +100ms each way; workers 0-%d's link to intentd +300ms each way", m.Name, slowWorkers-1)
-	m.Proxy.Set(Upstream, Delay(100*time.Millisecond))
-	m.Proxy.Set(Downstream, Delay(100*time.Millisecond))
-	slow.Set(Upstream, Delay(300*time.Millisecond))
-	slow.Set(Downstream, Delay(300*time.Millisecond))
+	m.Proxy.Set(harness.Upstream, harness.Delay(100*time.Millisecond))
+	m.Proxy.Set(harness.Downstream, harness.Delay(100*time.Millisecond))
+	slow.Set(harness.Upstream, harness.Delay(300*time.Millisecond))
+	slow.Set(harness.Downstream, harness.Delay(300*time.Millisecond))
 	time.Sleep(2 * time.Second)
 	armed.Store(true)
 	var key string
@@ -198,7 +199,7 @@ func TestSlowLinkLateHeartbeats(t *testing.T) {
 		t.Fatal("no slow worker placed an order within 15s")
 	}
 	late := e.Faults.Inject("late-heartbeats", "workers 0-%d's requests to intentd blackholed for 5s (session TTL 3s), while one finishes %s", slowWorkers-1, key)
-	slow.Set(Upstream, Blackhole)
+	slow.Set(harness.Upstream, harness.Blackhole)
 	load.Deliver(key)
 	load.Deliver(key)
 	time.Sleep(5 * time.Second)

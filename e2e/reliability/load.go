@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -374,7 +376,7 @@ func (l *Load) read(c *client.Client, seed uint64) {
 // work is one worker: a session (a new one whenever it is lost), and Run
 // for every delivery until the load stops.
 func (l *Load) work(id int, c *client.Client) {
-	shop := &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: l.cfg.Merchant}
+	shop := &harness.Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, Merchant: l.cfg.Merchant}
 	defer shop.HTTP.CloseIdleConnections()
 	life := 0
 	for l.ctx.Err() == nil {
@@ -414,7 +416,7 @@ func (l *Load) openSession(c *client.Client, worker string) *client.Session {
 // serve runs deliveries on sess until the session is lost or the load
 // stops; with SelfRegister, when no delivery is waiting, an intent it
 // registers itself on c.
-func (l *Load) serve(id int, c *client.Client, sess *client.Session, shop *Shop) {
+func (l *Load) serve(id int, c *client.Client, sess *client.Session, shop *harness.Shop) {
 	for {
 		key, start, ok := l.next(c, sess)
 		if !ok {
@@ -575,7 +577,7 @@ func params(n int) *structpb.Struct {
 // task is orderTask for worker worker of this load: after the merchant
 // answered it calls cfg.Executed, then takes cfg.ExecuteDelay (cut short
 // when the lease is lost: the report is then UNKNOWN).
-func (l *Load) task(worker int, key string, shop *Shop) client.Task {
+func (l *Load) task(worker int, key string, shop *harness.Shop) client.Task {
 	return orderTask(key, shop, l.cfg.WaitInProgress, func(ctx context.Context, att *client.Attempt) error {
 		if l.cfg.Executed != nil {
 			l.cfg.Executed(worker, att.Key)
@@ -595,12 +597,12 @@ func (l *Load) task(worker int, key string, shop *Shop) client.Task {
 // reconciles by asking the merchant for that key. afterEffect, if set,
 // runs once the merchant answered, before the result is reported; its
 // error is Execute's.
-func orderTask(key string, shop *Shop, waitInProgress time.Duration, afterEffect func(context.Context, *client.Attempt) error) client.Task {
+func orderTask(key string, shop *harness.Shop, waitInProgress time.Duration, afterEffect func(context.Context, *client.Attempt) error) client.Task {
 	return client.Task{
 		Key:            key,
 		WaitInProgress: waitInProgress,
 		Execute: func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
-			o, err := shop.Place(ctx, att.OperationKey("create-order"), att.Key)
+			o, err := shop.CreateOrder(ctx, att.OperationKey("create-order"), fakes.OrderRequest{Reference: att.Key})
 			if err != nil {
 				return nil, err
 			}
@@ -612,9 +614,9 @@ func orderTask(key string, shop *Shop, waitInProgress time.Duration, afterEffect
 			return &intentv1.Result{ExternalRefs: map[string]string{RefOrder: o.ID}}, nil
 		},
 		Reconcile: func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
-			o, err := shop.Find(ctx, att.OperationKey("create-order"))
+			o, found, err := shop.FindOrder(ctx, att.OperationKey("create-order"))
 			switch {
-			case errors.Is(err, ErrNoOrder):
+			case err == nil && !found:
 				return client.Absent("the merchant has no order under " + att.OperationKey("create-order")), nil
 			case err != nil:
 				return client.Evidence{}, err

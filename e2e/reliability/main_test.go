@@ -1,53 +1,26 @@
 package reliability
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-var (
-	soakFlag = flag.Bool("soak", false, "run the mixed-fault soak for -soak-duration (default one hour) instead of its short CI form")
-	soakFor  = flag.Duration("soak-duration", time.Hour, "how long -soak runs")
-	seedFlag = flag.Uint64("seed", 1, "seed of the soak's fault plan and of every workload (printed by each run)")
+	"github.com/intentd/intentd/e2e/harness"
 )
-
-// bins are the executables TestMain built or found.
-var bins Binaries
 
 // report gathers every run's figures; TestMain prints it at the end.
 var report = &Report{}
 
-// TestMain builds cmd/intentd, finds or builds etcd, runs the suite and
-// prints the reliability report. A worker process (envWorkerProcess set)
-// builds nothing: it only runs TestWorkerProcess; nor does -short, which
-// skips every scenario (NewEnv).
+// TestMain builds cmd/intentd, finds or builds etcd (Main), runs
+// the suite and prints the reliability report.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if os.Getenv(envWorkerProcess) != "" || testing.Short() {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "intentd-reliability-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reliability:", err)
-		os.Exit(1)
-	}
-	root, err := filepath.Abs("../..")
-	if err == nil {
-		bins, err = BuildBinaries(root, dir)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reliability:", err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	start := time.Now()
-	code := m.Run()
-	if report.Runs() > 0 {
-		text := fmt.Sprintf("%s  suite time                           %v\n", report, time.Since(start).Round(time.Second))
+	os.Exit(harness.Main(m, harness.Want{Etcd: true}, func(took time.Duration) {
+		if report.Runs() == 0 {
+			return
+		}
+		text := fmt.Sprintf("%s  suite time                           %v\n", report, took.Round(time.Second))
 		// go test shows a passing package's output only with -v (or when
 		// run on one directory); $RELIABILITY_ARTIFACTS keeps it anyway.
 		fmt.Print("\n" + text)
@@ -56,9 +29,7 @@ func TestMain(m *testing.M) {
 				fmt.Fprintln(os.Stderr, "reliability: writing the report:", err)
 			}
 		}
-	}
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	}))
 }
 
 // writeReport keeps the report as dir/report.txt.

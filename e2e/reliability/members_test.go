@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	"google.golang.org/grpc/codes"
 )
 
@@ -17,8 +18,8 @@ import (
 // unknown; none of them may cost an intent a second order, a lost
 // acknowledgement or a token that goes backwards.
 func TestEtcdLeaderKilled(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	old := leader(t, e.Cluster)
@@ -43,9 +44,9 @@ func TestEtcdLeaderKilled(t *testing.T) {
 // hang none, although the clients here would wait 20s per attempt; once the
 // two members are back, service returns and every intent completes, once.
 func TestEtcdQuorumLost(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
+	e := NewEnv(t, report, EnvConfig{})
 	cfg := e.Intentds[0].Config
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag, CallTimeout: 20 * time.Second})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed(), CallTimeout: 20 * time.Second})
 	e.WaitOK(100, 20*time.Second)
 
 	old := leader(t, e.Cluster)
@@ -98,8 +99,8 @@ func TestEtcdQuorumLost(t *testing.T) {
 // and answers nothing; then it continues, finds itself deposed, and
 // rejoins. Calls routed to the paused member time out and are retried.
 func TestEtcdMemberPaused(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	old := leader(t, e.Cluster)
@@ -128,8 +129,8 @@ func TestEtcdMemberPaused(t *testing.T) {
 // hear a quorum), and intentd's calls that land on it fail or wait rather
 // than decide anything on a minority. Then the partition heals.
 func TestEtcdLeaderPartitioned(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{Cluster: ClusterConfig{PeerProxies: true}})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{Cluster: ClusterConfig{PeerProxies: true}})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	old := leader(t, e.Cluster)

@@ -3,6 +3,8 @@ package reliability
 import (
 	"testing"
 	"time"
+
+	"github.com/intentd/intentd/e2e/harness"
 )
 
 // intentd processes fail: killed and restarted, one of two replicas killed.
@@ -11,8 +13,8 @@ import (
 // later on the same address: no acknowledged transition is lost, tokens go
 // on increasing, and workers carry on through the restart.
 func TestIntentdKilled(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	d := e.Intentds[0]
@@ -32,8 +34,8 @@ func TestIntentdKilled(t *testing.T) {
 // everything, then comes back. Sessions and leases live in etcd, not in a
 // replica, so nothing is lost and nothing is done twice.
 func TestIntentdReplicaKilled(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{Replicas: 2})
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{Replicas: 2})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	d, other := e.Intentds[0], e.Intentds[1]

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
@@ -36,7 +37,7 @@ func restart(t *testing.T, m *Member) {
 // recordedClient is a recorded client on its own connection to addr.
 func recordedClient(t *testing.T, e *Env, addr string) *client.Client {
 	t.Helper()
-	cc, err := Dial(addr)
+	cc, err := harness.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func registerAll(t *testing.T, c *client.Client, keys []string, paramsOf func(in
 // readAll reads every key with its history through an unrecorded client.
 func readAll(t *testing.T, e *Env, keys []string) map[string]*intentv1.Intent {
 	t.Helper()
-	cc, err := Dial(e.Addrs()...)
+	cc, err := harness.Dial(e.Addrs()...)
 	if err != nil {
 		t.Fatal(err)
 	}

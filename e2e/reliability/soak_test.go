@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	"google.golang.org/grpc"
 )
 
@@ -25,7 +26,7 @@ type soak struct {
 	t       *testing.T
 	e       *Env
 	rng     *rand.Rand
-	workers []*Proxy // the links of the first workers to intentd
+	workers []*harness.Proxy // the links of the first workers to intentd
 	procs   *WorkerProcs
 }
 
@@ -33,7 +34,7 @@ func (s *soak) proc() *WorkerProc { return s.procs.Procs[s.rng.IntN(len(s.procs.
 
 func (s *soak) member() *Member { return s.e.Cluster.Members[s.rng.IntN(len(s.e.Cluster.Members))] }
 
-func (s *soak) worker() (int, *Proxy) {
+func (s *soak) worker() (int, *harness.Proxy) {
 	i := s.rng.IntN(len(s.workers))
 	return i, s.workers[i]
 }
@@ -64,8 +65,8 @@ var soakFaults = []soakFault{
 	{"slow-etcd-link", 2, 0, func(s *soak) (string, func()) {
 		m := s.member()
 		d := time.Duration(50+s.rng.IntN(250)) * time.Millisecond
-		m.Proxy.Set(Upstream, Delay(d))
-		m.Proxy.Set(Downstream, Delay(d))
+		m.Proxy.Set(harness.Upstream, harness.Delay(d))
+		m.Proxy.Set(harness.Downstream, harness.Delay(d))
 		return fmt.Sprintf("etcd %s's client link +%v each way", m.Name, d), m.Proxy.Heal
 	}},
 	{"cut-etcd-link", 2, 0, func(s *soak) (string, func()) {
@@ -86,7 +87,7 @@ var soakFaults = []soakFault{
 		// A stopped worker process: nothing it sends arrives, heartbeats
 		// included, until it continues, past its session TTL.
 		i, p := s.worker()
-		p.Set(Upstream, Blackhole)
+		p.Set(harness.Upstream, harness.Blackhole)
 		return fmt.Sprintf("worker %d's link to intentd", i), p.Heal
 	}},
 	{"worker-lost-replies", 2, 0, func(s *soak) (string, func()) {
@@ -153,16 +154,16 @@ func (s *soak) pick() soakFault {
 func TestSoak(t *testing.T) {
 	duration := 20 * time.Second
 	every := 40 * time.Millisecond
-	if *soakFlag {
-		duration, every = *soakFor, 100*time.Millisecond
+	if harness.Soak() {
+		duration, every = harness.SoakDuration(), 100*time.Millisecond
 	}
-	seed := *seedFlag
+	seed := harness.Seed()
 	t.Logf("soak: seed %d (-seed to repeat), %v of faults", seed, duration)
 	s := &soak{t: t, rng: rand.New(rand.NewPCG(seed, 14))}
-	s.e = NewEnv(t, bins, report, EnvConfig{Replicas: 2})
+	s.e = NewEnv(t, report, EnvConfig{Replicas: 2})
 	addrs := s.e.Addrs()
 	for range 2 {
-		p, err := NewProxy(addrs[len(s.workers)%len(addrs)])
+		p, err := harness.NewProxy(addrs[len(s.workers)%len(addrs)])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,9 +174,9 @@ func TestSoak(t *testing.T) {
 		Workers: 8, Every: every, Redeliver: 33, Seed: seed, ExecuteDelay: 20 * time.Millisecond,
 		Dial: func(i int) (*grpc.ClientConn, error) {
 			if i >= 0 && i < len(s.workers) {
-				return Dial(s.workers[i].Addr())
+				return harness.Dial(s.workers[i].Addr())
 			}
-			return Dial(addrs...)
+			return harness.Dial(addrs...)
 		},
 	})
 	s.procs = s.e.StartWorkerProcs(load, 2)

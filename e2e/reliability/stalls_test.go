@@ -3,6 +3,8 @@ package reliability
 import (
 	"testing"
 	"time"
+
+	"github.com/intentd/intentd/e2e/harness"
 )
 
 // The stalled-member scenarios: one etcd member of three stops answering
@@ -72,8 +74,8 @@ func TestBlackholedEtcdMemberKeepsServing(t *testing.T) {
 	keepsServing(t, stall{
 		kind: "blackhole-member", detail: "client link black-holed both ways", pick: pickLeader,
 		stop: func(m *Member) error {
-			m.Proxy.Set(Upstream, Blackhole)
-			m.Proxy.Set(Downstream, Blackhole)
+			m.Proxy.Set(harness.Upstream, harness.Blackhole)
+			m.Proxy.Set(harness.Downstream, harness.Blackhole)
 			return nil
 		},
 		resume: func(m *Member) error { m.Proxy.Heal(); return nil },
@@ -83,8 +85,8 @@ func TestBlackholedEtcdMemberKeepsServing(t *testing.T) {
 // keepsServing runs one stalled-member scenario and checks the throughput
 // during the stall against the throughput before it.
 func keepsServing(t *testing.T, s stall) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Workers: 8, SelfRegister: true, Redeliver: 10, Seed: *seedFlag})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Workers: 8, SelfRegister: true, Redeliver: 10, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 	time.Sleep(stallBefore)
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/fakes"
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -67,7 +69,7 @@ func compactAndDefrag(t *testing.T, c *Cluster, admin *clientv3.Client) (int64, 
 // a member that does not answer its probe, so the workers' calls may notice
 // nothing.
 func TestEtcdCompactionAndDefrag(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
+	e := NewEnv(t, report, EnvConfig{})
 	admin, err := e.Cluster.Admin()
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +81,11 @@ func TestEtcdCompactionAndDefrag(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 
 	// The watcher is an operator's tool, not part of the checked history.
-	cc, err := Dial(e.Addrs()...)
+	cc, err := harness.Dial(e.Addrs()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +235,7 @@ func dbSizes(ctx context.Context, c *Cluster, admin *clientv3.Client) []string {
 // registers, and every intent caught mid-way completes, once.
 func TestEtcdBackendQuotaExhausted(t *testing.T) {
 	const quota = 16 << 20
-	e := NewEnv(t, bins, report, EnvConfig{})
+	e := NewEnv(t, report, EnvConfig{})
 	ctx := context.Background()
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	if err := e.Cluster.RestartWithFlags(rctx, "--quota-backend-bytes", strconv.Itoa(quota)); err != nil {
@@ -263,7 +265,7 @@ func TestEtcdBackendQuotaExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shop := &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: e.MerchantURL}
+	shop := &harness.Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, Merchant: e.MerchantURL}
 	var full *client.Error
 	var fullAt string
 	fillStart := time.Now()
@@ -289,7 +291,7 @@ func TestEtcdBackendQuotaExhausted(t *testing.T) {
 		if !step("Acquire", err) {
 			break
 		}
-		o, err := shop.Place(ctx, key+":create-order", key)
+		o, err := shop.CreateOrder(ctx, key+":create-order", fakes.OrderRequest{Reference: key})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -402,10 +404,10 @@ func TestEtcdBackendQuotaExhausted(t *testing.T) {
 // the world and the tokens are checked (porcupine's model starts every
 // intent unregistered, which a restored history is not).
 func TestRestoreFromSnapshot(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
+	e := NewEnv(t, report, EnvConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: *seedFlag})
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
 	e.WaitOK(100, 20*time.Second)
 	time.Sleep(2 * time.Second)
 
@@ -436,7 +438,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	// under a running intentd, which must stop serving on its own; and
 	// started again, refuse to.
 	ev := e.Faults.Inject("restore-unbumped", "snapshot at revision %d restored as is; the replica saw %d", snapRev, lastRev)
-	if err := e.Cluster.Restore(ctx, bins.Etcdutl, snapshot, 0); err != nil {
+	if err := e.Cluster.Restore(ctx, e.Bins.Etcdutl, snapshot, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !d.Exited(10 * time.Second) {
@@ -457,7 +459,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	// The documented restore.
 	const bump = 1_000_000_000
 	ev = e.Faults.Inject("restore-bumped", "snapshot at revision %d restored with --bump-revision %d", snapRev, bump)
-	if err := e.Cluster.Restore(ctx, bins.Etcdutl, snapshot, bump); err != nil {
+	if err := e.Cluster.Restore(ctx, e.Bins.Etcdutl, snapshot, bump); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Restart(); err != nil {
@@ -468,7 +470,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	// What the restore lost: registrations (the approver submits them
 	// again, with the same terms, as the business system would) and
 	// transitions (the intents are no longer COMPLETED).
-	cc, err := Dial(e.Addrs()...)
+	cc, err := harness.Dial(e.Addrs()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,8 +505,8 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	// The workers are handed every intent again, as a queue redelivering
 	// unacknowledged messages would.
 	rec := NewRecorder()
-	again, err := StartLoad(rec, LoadConfig{Name: "after-restore", Max: -1, Seed: *seedFlag, Merchant: e.MerchantURL,
-		Dial: func(int) (*grpc.ClientConn, error) { return Dial(e.Addrs()...) }})
+	again, err := StartLoad(rec, LoadConfig{Name: "after-restore", Max: -1, Seed: harness.Seed(), Merchant: e.MerchantURL,
+		Dial: func(int) (*grpc.ClientConn, error) { return harness.Dial(e.Addrs()...) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,12 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/intentd/intentd/client"
+	"github.com/intentd/intentd/e2e/harness"
 )
-
-// envWorkerProcess carries a worker process's workerSpec (JSON): the test
-// binary, re-executed with it set, runs TestWorkerProcess only, which runs
-// runWorkerProcess.
-const envWorkerProcess = "RELIABILITY_WORKER_PROCESS"
 
 // workerSpec is what a worker process needs from its parent.
 type workerSpec struct {
@@ -137,7 +133,7 @@ func (c *reportingConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, me
 // then) and closing its session.
 func runWorkerProcess(spec workerSpec, stdin io.Reader, stdout io.Writer) error {
 	out := &lineWriter{w: stdout}
-	cc, err := Dial(spec.Addrs...)
+	cc, err := harness.Dial(spec.Addrs...)
 	if err != nil {
 		return err
 	}
@@ -146,7 +142,7 @@ func runWorkerProcess(spec workerSpec, stdin io.Reader, stdout io.Writer) error 
 	defer cancel()
 	conn := &reportingConn{cc: cc, out: out, stop: ctx.Done()}
 	c := workerClient(conn, spec.CallTimeout)
-	shop := &Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, URL: spec.Merchant}
+	shop := &harness.Shop{HTTP: &http.Client{Timeout: 5 * time.Second}, Merchant: spec.Merchant}
 	defer shop.HTTP.CloseIdleConnections()
 
 	runs, gates := make(chan string, 64), make(chan string, 64)

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	"github.com/intentd/intentd/internal/testlog"
 )
 
@@ -77,13 +76,13 @@ func (ws *WorkerProcs) shutdown() {
 		}
 		wg.Go(func() {
 			life.end(endClosed)
-			_ = life.p.signal(syscall.SIGCONT)
+			_ = life.p.Signal(syscall.SIGCONT)
 			life.closeStdin()
 			select {
-			case <-life.p.exited:
+			case <-life.p.Exited():
 			case <-time.After(20 * time.Second):
 				life.end(endKilled)
-				life.p.kill()
+				life.p.Kill()
 			}
 		})
 	}
@@ -100,7 +99,7 @@ func (ws *WorkerProcs) kill() {
 	for _, w := range ws.Procs {
 		if life := w.current(); life != nil {
 			life.end(endKilled)
-			life.p.kill()
+			life.p.Kill()
 		}
 	}
 	ws.feeds.Wait()
@@ -185,7 +184,7 @@ const (
 
 // procLife is one run of a worker process.
 type procLife struct {
-	p      *process
+	p      *harness.Process
 	client int
 	// results gets what each Run returned, for the feeder.
 	results chan runReport
@@ -195,7 +194,7 @@ type procLife struct {
 
 	mu      sync.Mutex
 	ending  int   // endKilled, endClosed, or 0: it died by itself
-	waitErr error // set before p.exited is closed
+	waitErr error // set before p.Exited() is closed
 }
 
 func (l *procLife) end(how int) {
@@ -259,42 +258,36 @@ func (w *WorkerProc) Start() error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.life != nil && w.life.p.running() {
+	if w.life != nil && w.life.p.Running() {
 		return fmt.Errorf("reliability: worker process %s is running", w.Name)
 	}
 	spec := w.ws.spec
 	spec.Name = fmt.Sprintf("%s-%s-run%d", spec.Name, w.Name, len(w.clients))
-	b, err := json.Marshal(spec)
+	cmd, err := harness.ChildCommand(spec, 30*time.Minute)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.count=1", "-test.timeout=30m")
-	cmd.Env = append(os.Environ(), envWorkerProcess+"="+string(b))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("reliability: start worker process %s: %w", w.Name, err)
-	}
 	life := &procLife{
-		p:       &process{name: "worker process " + w.Name, cmd: cmd, logs: w.logs, exited: make(chan struct{})},
 		client:  w.ws.rec.Client(),
 		results: make(chan runReport, 1),
 		stdin:   stdin,
 	}
+	var cut int // calls the process died in, counted once its stdout ended
+	life.p, err = harness.StartProcess(cmd, harness.ProcessConfig{
+		Name:   "worker process " + w.Name,
+		Logs:   w.logs,
+		Stdout: func(stdout io.Reader) { cut = w.read(life, stdout) },
+		OnExit: func(err error) { w.exit(life, cut, err) },
+	})
+	if err != nil {
+		return fmt.Errorf("reliability: start worker process %s: %w", w.Name, err)
+	}
 	w.life = life
 	w.clients = append(w.clients, life.client)
-	go w.read(life, stdout, stderr)
 	w.ws.feeds.Go(func() { w.feed(life) })
 	return nil
 }
@@ -305,7 +298,7 @@ func (w *WorkerProc) Start() error {
 func (w *WorkerProc) Kill() {
 	if life := w.current(); life != nil {
 		life.end(endKilled)
-		life.p.kill()
+		life.p.Kill()
 	}
 }
 
@@ -327,7 +320,7 @@ func (w *WorkerProc) signal(sig syscall.Signal) error {
 	if life == nil {
 		return fmt.Errorf("reliability: worker process %s never started", w.Name)
 	}
-	return life.p.signal(sig)
+	return life.p.Signal(sig)
 }
 
 // HoldNextEffect makes the process wait, after the next order it places,
@@ -367,20 +360,10 @@ func (w *WorkerProc) Release(key string) error {
 	return life.send("go " + key)
 }
 
-// read reads the process's stdout until it exits (and its stderr into the
-// logs), records its calls, hands effects and results on, and reports an
-// exit the parent did not cause as a problem of the load.
-func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
-	stderrDone := make(chan struct{})
-	go func() { // exits when the process closes stderr
-		defer close(stderrDone)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			w.logs.Add(sc.Text())
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
+// read reads the process's stdout until it exits, records its calls and
+// hands effects and results on; it returns how many calls the process
+// never saw end (recorded as unknown outcomes).
+func (w *WorkerProc) read(life *procLife, stdout io.Reader) int {
 	calls := &procCalls{rec: w.ws.rec, client: life.client, pending: map[int64]Call{}}
 	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -427,9 +410,12 @@ func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
 		}
 	}
 	_, _ = io.Copy(io.Discard, stdout)
-	cut := calls.cut(w.ws.rec.Since())
-	<-stderrDone
-	err := life.p.cmd.Wait()
+	return calls.cut(w.ws.rec.Since())
+}
+
+// exit counts the calls the process died in and reports an exit the parent
+// did not cause as a problem of the load.
+func (w *WorkerProc) exit(life *procLife, cut int, err error) {
 	life.mu.Lock()
 	life.waitErr = err
 	ending := life.ending
@@ -444,7 +430,6 @@ func (w *WorkerProc) read(life *procLife, stdout, stderr io.Reader) {
 	case ending == endClosed && err != nil:
 		w.ws.problem(fmt.Sprintf("worker process %s ended %v after its stdin closed; its last lines:\n%s", w.Name, err, w.Logs()))
 	}
-	close(life.p.exited)
 }
 
 // effect holds the effect if HoldNextEffect asked for it, else lets the
@@ -472,7 +457,7 @@ func (w *WorkerProc) feed(life *procLife) {
 		select {
 		case <-l.ctx.Done():
 			return
-		case <-life.p.exited:
+		case <-life.p.Exited():
 			return
 		case key = <-l.queue:
 		}
@@ -486,7 +471,7 @@ func (w *WorkerProc) feed(life *procLife) {
 		select {
 		case r := <-life.results:
 			l.account(r)
-		case <-life.p.exited:
+		case <-life.p.Exited():
 			select {
 			case r := <-life.results: // it answered just before it went
 				l.account(r)

@@ -12,20 +12,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
 // TestWorkerProcess is a worker process (runWorkerProcess), run by
-// WorkerProcs as the test binary re-executed. It does nothing unless
-// envWorkerProcess is set.
+// WorkerProcs as the test binary re-executed (harness.ChildCommand). It
+// does nothing in the parent.
 func TestWorkerProcess(t *testing.T) {
-	raw := os.Getenv(envWorkerProcess)
-	if raw == "" {
-		return
-	}
 	var spec workerSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		t.Fatalf("%s: %v", envWorkerProcess, err)
+	if ok, err := harness.ChildSpec(&spec); !ok {
+		return
+	} else if err != nil {
+		t.Fatal(err)
 	}
 	if err := runWorkerProcess(spec, os.Stdin, os.Stdout); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
@@ -72,8 +73,8 @@ func struckBy(key string, token uint64, ev FaultEvent, calls []Call) int {
 // old lease, and that Complete is refused as stale and kept as evidence.
 // Every intent ends with exactly one order.
 func TestWorkerProcessesKilledAndPaused(t *testing.T) {
-	e := NewEnv(t, bins, report, EnvConfig{})
-	load := e.StartLoad(LoadConfig{Workers: 4, Redeliver: 20, Seed: *seedFlag, WaitInProgress: 5 * time.Second})
+	e := NewEnv(t, report, EnvConfig{})
+	load := e.StartLoad(LoadConfig{Workers: 4, Redeliver: 20, Seed: harness.Seed(), WaitInProgress: 5 * time.Second})
 	procs := e.StartWorkerProcs(load, 3)
 	e.WaitOK(100, 20*time.Second)
 	for _, w := range procs.Procs { // every process serves before any fault

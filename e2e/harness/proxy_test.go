@@ -1,4 +1,4 @@
-package reliability
+package harness
 
 import (
 	"bufio"
