@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/intentd/intentd/internal/daemon"
 )
 
 // writeConfig writes a config file and returns its path.
@@ -218,5 +220,25 @@ func TestReadmeFlagTableIsComplete(t *testing.T) {
 	}
 	if len(listed) < 20 {
 		t.Errorf("--help listed %d flags, want all of them (at least 20)", len(listed))
+	}
+}
+
+// TestNextStepsGivesTheConsoleURL: the line intentd prints once it serves
+// names the review console's URL when the HTTP listener is on a known port
+// (a wildcard host is reached on loopback), and nothing when it is off.
+func TestNextStepsGivesTheConsoleURL(t *testing.T) {
+	for _, tc := range []struct{ listen, want string }{
+		{"127.0.0.1:7651", "Review console: http://127.0.0.1:7651/console/"},
+		{":9000", "Review console: http://127.0.0.1:9000/console/"},
+		{"[::1]:7651", "Review console: http://[::1]:7651/console/"},
+		{"", ""},
+		{"127.0.0.1:0", ""},
+	} {
+		cfg := daemon.DefaultConfig()
+		cfg.MetricsListen = tc.listen
+		got := nextSteps("127.0.0.1:7650", cfg)
+		if line, _, _ := strings.Cut(got, "\n"); (tc.want == "" && strings.Contains(line, "console")) || !strings.Contains(line, tc.want) {
+			t.Errorf("--metrics-listen %q: first line %q, want it to hold %q", tc.listen, line, tc.want)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -180,7 +181,14 @@ func nextSteps(addr string, cfg daemon.Config) string {
 	if cfg.TLS() {
 		ctl += " --cacert <ca.pem>"
 	}
-	s := fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s review-queue`.\n", addr, ctl)
+	console := ""
+	if host, port, err := net.SplitHostPort(cfg.MetricsListen); err == nil && port != "0" {
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "127.0.0.1"
+		}
+		console = fmt.Sprintf(" Review console: http://%s/console/", net.JoinHostPort(host, port))
+	}
+	s := fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s review-queue`.%s\n", addr, ctl, console)
 	if exe, err := os.Executable(); err == nil && underGoRun(exe) {
 		s += "intentd: started by `go run`, which does not pass SIGTERM on; beyond a first try, `go build -o bin/ ./cmd/intentd` and run ./bin/intentd.\n"
 	}

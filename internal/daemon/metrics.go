@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/internal/console"
 )
 
 // metrics is what intentd exports to Prometheus: gRPC calls by method and
@@ -196,9 +197,10 @@ func (m *metrics) db(st dbStatus) {
 	m.dbQuota.Set(float64(st.quota))
 }
 
-// serve serves /metrics, /healthz and /readyz on addr until ctx ends.
+// serve serves /metrics, /healthz, /readyz and the review console (if
+// review is not nil) on addr until ctx ends.
 // Exits when ctx ends.
-func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, log *slog.Logger) error {
+func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, review http.Handler, log *slog.Logger) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -207,6 +209,10 @@ func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, log 
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", ready.readyz)
+	if review != nil {
+		mux.Handle(console.Path, review)
+		mux.Handle("GET /console", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { // exits when ctx ends
 		<-ctx.Done()
@@ -215,6 +221,9 @@ func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, log 
 		_ = hs.Shutdown(sctx)
 	}()
 	log.Info("metrics serving", "addr", lis.Addr().String())
+	if review != nil {
+		log.Info("review console serving", "url", "http://"+lis.Addr().String()+console.Path)
+	}
 	if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

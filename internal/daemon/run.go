@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -24,14 +25,17 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/console"
 	"github.com/intentd/intentd/internal/etcdsteer"
 	"github.com/intentd/intentd/internal/netaddr"
 	"github.com/intentd/intentd/internal/tracing"
@@ -78,10 +82,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return err
 	}
-	api, err := newAPI(cfg, store, m, tr, log)
+	activity := console.NewActivity(scfg.Now)
+	api, err := newAPI(cfg, store, m, tr, activity, log)
 	if err != nil {
 		return err
 	}
+	review, closeReview, err := newConsole(cfg, api, activity, scfg.Now, log)
+	if err != nil {
+		return err
+	}
+	defer closeReview()
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("intentd: --listen %s: %w", cfg.Listen, err)
@@ -102,10 +112,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		},
 		janitor(store, cli, lis.Addr().String(), cfg.JanitorInterval, m, log),
 		serveGRPC(api.srv, lis, cfg.ShutdownTimeout, log),
+		serveGRPC(api.inProcess, api.inProcessLis, cfg.ShutdownTimeout, log),
 		keepFloor(store, floors, log),
 		// The metrics listener outlives gRPC: probes read /readyz 503
 		// while in-flight calls finish.
-		serveMetrics(m, cfg.MetricsListen, api.serving, log),
+		serveMetrics(m, cfg.MetricsListen, api.serving, review, log),
 	)
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
 		"installation", floors.installation, "revision", store.HighestRevision())
@@ -197,17 +208,25 @@ func openStore(ctx context.Context, cfg Config, scfg etcdstore.Config, cli *clie
 }
 
 // api is the gRPC side of intentd: the server with its services, the
-// readiness its health service tells, and the credentials it reloads.
+// readiness its health service tells, and the credentials it reloads; and
+// the in-process server the review console calls.
 type api struct {
 	srv     *grpc.Server
 	serving *readiness
 	tokens  *access.Source // nil: authentication is off
 	certs   *certs         // nil: plaintext
+	// inProcess serves the same IntentService, with the same interceptors
+	// (guard, validation, metrics, the console's activity), on an
+	// in-memory listener and without TLS: the review console's calls never
+	// leave the process, and a listener that requires client certificates
+	// would refuse them.
+	inProcess    *grpc.Server
+	inProcessLis *bufconn.Listener
 }
 
 // newAPI builds the gRPC server on store: credentials, guard, TLS, the
-// intent, health and reflection services.
-func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing, log *slog.Logger) (*api, error) {
+// intent, health and reflection services; and the in-process server.
+func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing, activity *console.Activity, log *slog.Logger) (*api, error) {
 	var a api
 	var err error
 	var directory func() *access.Directory
@@ -227,6 +246,13 @@ func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing,
 		return nil, err
 	}
 	opts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize)}, tr.ServerOptions()...)
+	svc, err := server.New(store, log)
+	if err != nil {
+		return nil, err
+	}
+	a.inProcess = newGRPCServer(log, guard, m, activity, cfg.AccessLog, opts...)
+	a.inProcess.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), svc)
+	a.inProcessLis = bufconn.Listen(1 << 20)
 	if cfg.TLS() {
 		if a.certs, err = loadCerts(cfg, log); err != nil {
 			return nil, err
@@ -235,11 +261,7 @@ func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing,
 	} else {
 		log.Warn("serving plaintext gRPC", "listen", cfg.Listen, "loopback_only", netaddr.Loopback(cfg.Listen))
 	}
-	svc, err := server.New(store, log)
-	if err != nil {
-		return nil, err
-	}
-	a.srv = newGRPCServer(log, guard, m, cfg.AccessLog, opts...)
+	a.srv = newGRPCServer(log, guard, m, activity, cfg.AccessLog, opts...)
 	a.srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), svc)
 	hs := health.NewServer()
 	a.srv.RegisterService(server.DecodedService(&healthpb.Health_ServiceDesc), hs)
@@ -249,6 +271,30 @@ func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing,
 	// After every service is registered: it starts their series at zero.
 	m.grpc.InitializeMetrics(a.srv)
 	return &a, nil
+}
+
+// newConsole builds the review console on a client of the in-process
+// server, on the store's clock (nil: the wall clock); closeConn closes
+// that client.
+func newConsole(cfg Config, a *api, activity *console.Activity, now func() time.Time, log *slog.Logger) (h http.Handler, closeConn func(), err error) {
+	conn, err := grpc.NewClient("passthrough:///intentd-console",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return a.inProcessLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxRecvMsgSize)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("intentd: console: %w", err)
+	}
+	ccfg := console.DefaultConfig()
+	ccfg.Service, ccfg.Activity, ccfg.Now, ccfg.Log = intentv1.NewIntentServiceClient(conn), activity, now, log
+	if a.tokens != nil {
+		ccfg.Directory = a.tokens.Directory
+	}
+	c, err := console.New(ccfg)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return c, func() { _ = conn.Close() }, nil
 }
 
 // drain turns the replica not ready for good when it is stopped (first):
@@ -338,15 +384,16 @@ func keepFloor(store *etcdstore.Store, floors *floorKeeper, log *slog.Logger) co
 	}
 }
 
-// serveMetrics serves /metrics and the HTTP health endpoints at addr
-// (empty: off). Its failure is logged, not fatal: gRPC goes on serving.
-func serveMetrics(m *metrics, addr string, serving *readiness, log *slog.Logger) component {
+// serveMetrics serves /metrics, the HTTP health endpoints and the review
+// console at addr (empty: off). Its failure is logged, not fatal: gRPC
+// goes on serving.
+func serveMetrics(m *metrics, addr string, serving *readiness, review http.Handler, log *slog.Logger) component {
 	return func(ctx context.Context) error {
 		if addr == "" {
 			<-ctx.Done()
 			return nil
 		}
-		if err := m.serve(ctx, addr, serving, log); err != nil {
+		if err := m.serve(ctx, addr, serving, review, log); err != nil {
 			log.Error("metrics listener failed; serving gRPC without metrics and HTTP health", "addr", addr, "err", err)
 			<-ctx.Done()
 		}
@@ -486,7 +533,7 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 // level their code calls for, successful ones at DEBUG, health checks and
 // reflection (a grpcurl session makes dozens of calls) not at all. With it,
 // every call is logged.
-func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog bool, opts ...grpc.ServerOption) *grpc.Server {
+func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, activity *console.Activity, accessLog bool, opts ...grpc.ServerOption) *grpc.Server {
 	decodeUnary, decodeStream := server.DecodeInterceptors()
 	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(l), msg, fields...)
@@ -515,6 +562,9 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, accessLog 
 		recovery.UnaryServerInterceptor(onPanic),
 		decodeUnary,
 	}, guard.Unary()...)
+	// Last: the console's activity reads each request's tenant as the
+	// guard settled it.
+	unary = append(unary, activity.Unary())
 	stream := append([]grpc.StreamServerInterceptor{
 		m.grpc.StreamServerInterceptor(),
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(logger, logOpts...), logged),

@@ -136,6 +136,11 @@ var rules = []rule{
 		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/daemon"), pathPrefix("go.etcd.io")),
 	},
 	{
+		name:   "the review console calls the API only: no server, no store",
+		covers: within("internal/console"),
+		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/daemon"), pathPrefix("go.etcd.io")),
+	},
+	{
 		name:   "access depends on no gRPC and no etcd",
 		covers: within("access"),
 		forbid: anyOf(pathPrefix("google.golang.org/grpc"), pathPrefix("go.etcd.io")),

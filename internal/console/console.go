@@ -1,0 +1,387 @@
+// Package console is intentd's review console: web pages, served on the
+// HTTP listener under /console/, for the people who decide what a worker
+// could not — an outcome left UNKNOWN, an intent sent to NEEDS_REVIEW.
+//
+// The console has no state machine and no store of its own: every page is
+// made of IntentService calls (List, Get, Resolve, Watch) on intentd's own
+// gRPC server, in process, carrying the signed-in principal's bearer token.
+// Authentication, roles, tenant isolation, validation, rate limits and the
+// error table therefore apply exactly as they do to any API caller, and a
+// decision made here differs from one made through Resolve only in its
+// history entry's channel ("console").
+//
+// What it does not guarantee: sessions live in this replica's memory (a
+// restart signs everyone out; behind a load balancer, pin browsers to a
+// replica); the HTTP listener is plaintext, so a token typed into the
+// sign-in form crosses the network in the clear unless the listener is on
+// loopback or behind a TLS-terminating proxy; signing in with a client
+// certificate is not offered, since the listener does not serve TLS. The
+// overview's refusals and unknown-outcome chart are what this replica saw
+// since it started (see Activity).
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/intentd/intentd/access"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+)
+
+// Path is where the console is mounted on the HTTP listener.
+const Path = "/console/"
+
+// Channel is what the console's decisions record as their channel.
+const Channel = "console"
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+// Config is what the console is built from.
+type Config struct {
+	// Service is intentd's IntentService, called in process.
+	Service intentv1.IntentServiceClient
+	// Directory returns the principals in force (the tokens file); nil
+	// means authentication is off, and every visitor acts as the
+	// anonymous admin, as every API caller then does.
+	Directory func() *access.Directory
+	// Activity feeds the overview's refusals and chart; nil: none shown.
+	Activity *Activity
+	// IdleTimeout ends a session after this long without a request;
+	// MaxSessionAge ends it this long after it began, however busy.
+	IdleTimeout, MaxSessionAge time.Duration
+	// CallTimeout bounds each API call a page makes.
+	CallTimeout time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+	Log *slog.Logger
+}
+
+// DefaultConfig returns the defaults: sessions end after 30 minutes idle
+// or 8 hours in all, calls time out after 10 seconds.
+func DefaultConfig() Config {
+	return Config{IdleTimeout: 30 * time.Minute, MaxSessionAge: 8 * time.Hour, CallTimeout: 10 * time.Second}
+}
+
+// Validate checks the fields and how they relate.
+func (c Config) Validate() error {
+	switch {
+	case c.Service == nil:
+		return errors.New("console: Service is required")
+	case c.IdleTimeout <= 0 || c.MaxSessionAge <= 0:
+		return fmt.Errorf("console: IdleTimeout %v and MaxSessionAge %v must be positive", c.IdleTimeout, c.MaxSessionAge)
+	case c.IdleTimeout > c.MaxSessionAge:
+		return fmt.Errorf("console: IdleTimeout %v is longer than MaxSessionAge %v", c.IdleTimeout, c.MaxSessionAge)
+	case c.CallTimeout <= 0:
+		return fmt.Errorf("console: CallTimeout %v must be positive", c.CallTimeout)
+	}
+	return nil
+}
+
+// Console serves the review console's pages.
+type Console struct {
+	cfg      Config
+	sessions *sessions
+	pages    map[string]*template.Template
+	handler  http.Handler
+}
+
+// New returns the console for cfg.
+func New(cfg Config) (*Console, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.MaxSessionAge, cfg.Now), pages: map[string]*template.Template{}}
+	for _, p := range []string{"signin", "queue", "intent", "overview", "problem"} {
+		t, err := template.New(p).Funcs(funcs(cfg.Now)).ParseFS(files, "templates/layout.html", "templates/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: template %s: %w", p, err)
+		}
+		c.pages[p] = t
+	}
+	static, err := fs.Sub(files, "static")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET "+Path+"static/", http.StripPrefix(Path+"static/", cacheFor(time.Hour, http.FileServerFS(static))))
+	mux.HandleFunc("GET "+Path+"{$}", c.home)
+	mux.HandleFunc("GET "+Path+"signin", c.signinForm)
+	mux.HandleFunc("POST "+Path+"signin", c.signin)
+	mux.HandleFunc("POST "+Path+"signout", c.signout)
+	mux.HandleFunc("GET "+Path+"t/{tenant}/{$}", c.tenantHome)
+	mux.HandleFunc("GET "+Path+"t/{tenant}/queue", c.signedIn(c.queue))
+	mux.HandleFunc("GET "+Path+"t/{tenant}/overview", c.signedIn(c.overview))
+	mux.HandleFunc("GET "+Path+"t/{tenant}/intents/{key...}", c.signedIn(c.intentPage))
+	mux.HandleFunc("POST "+Path+"t/{tenant}/decide/{key...}", c.signedIn(c.decide))
+	mux.HandleFunc("GET "+Path+"t/{tenant}/live", c.signedIn(c.live))
+	mux.HandleFunc(Path, func(w http.ResponseWriter, r *http.Request) {
+		c.problem(w, r, nil, http.StatusNotFound, "Not found", "There is no such page in the console.")
+	})
+	// Cross-origin POSTs are refused before any handler (Sec-Fetch-Site
+	// and Origin), in addition to each form's CSRF token.
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.problem(w, r, nil, http.StatusForbidden, "Refused: cross-origin request", "The form was not sent from this console's own pages, so it was not acted on.")
+	}))
+	c.handler = securityHeaders(cop.Handler(mux))
+	return c, nil
+}
+
+// ServeHTTP serves the console; mount it at Path.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
+
+// securityHeaders sets what every console response carries: no caching of
+// pages that show intents, no framing, no inline script or style, no
+// referrer leaving the console.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		if !strings.HasPrefix(r.URL.Path, Path+"static/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func cacheFor(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", fmt.Sprintf("private, max-age=%d", int(d/time.Second)))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// viewer is who is looking: the principal (Anonymous without
+// authentication) and the session that carries the token.
+type viewer struct {
+	p  *access.Principal
+	s  *session
+	on bool // authentication is on
+}
+
+// call returns the context of one API call made for v.
+func (c *Console) call(r *http.Request, v *viewer) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.CallTimeout)
+	return withToken(ctx, v), cancel
+}
+
+// withToken makes ctx's calls carry v's bearer token, if v has one.
+func withToken(ctx context.Context, v *viewer) context.Context {
+	if v.s.token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+v.s.token)
+}
+
+// mayDecide reports whether v's roles allow Resolve (the API checks again).
+func (v *viewer) mayDecide() bool { return v.p.Has(access.RoleReviewer) }
+
+// homeTenant is the tenant v lands in: its only tenant, else "default".
+func (v *viewer) homeTenant() string {
+	if len(v.p.Tenants) > 0 && v.p.Tenants[0] != access.AllTenants {
+		return v.p.Tenants[0]
+	}
+	return intent.DefaultTenant
+}
+
+// tenants are the tenants v may switch between; nil when v may name any.
+func (v *viewer) tenants() []string {
+	if v.p.InTenant(access.AllTenants) && len(v.p.Tenants) == 1 && v.p.Tenants[0] == access.AllTenants {
+		return nil
+	}
+	return v.p.Tenants
+}
+
+// who finds the viewer of r. Without authentication every visitor gets a
+// session (for its CSRF token) and acts as access.Anonymous. With it, a
+// session without a token, or whose token the tokens file no longer lists
+// (revoked since), is not signed in: nil.
+func (c *Console) who(w http.ResponseWriter, r *http.Request) *viewer {
+	ss := c.sessions.get(r)
+	if c.cfg.Directory == nil {
+		if ss == nil {
+			if ss = c.sessions.create(w, r, ""); ss == nil {
+				return nil
+			}
+		}
+		return &viewer{p: access.Anonymous, s: ss}
+	}
+	if ss == nil || ss.token == "" {
+		return nil
+	}
+	p, ok := c.cfg.Directory().ByToken(ss.token)
+	if !ok {
+		c.sessions.end(w, r, ss)
+		return nil
+	}
+	return &viewer{p: p, s: ss, on: true}
+}
+
+// signedIn runs h for a signed-in viewer of a tenant it belongs to;
+// others go to the sign-in page (GET) or are refused (POST). A tenant the
+// viewer does not belong to is not found, as if it did not exist: the
+// console says no more of other tenants than the API does.
+func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *viewer, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := c.who(w, r)
+		if v == nil {
+			if r.Method != http.MethodGet || r.URL.Path == Path+"t/"+r.PathValue("tenant")+"/live" {
+				c.problem(w, r, nil, http.StatusUnauthorized, "Signed out", "Your session ended. Sign in again; nothing was changed.")
+				return
+			}
+			http.Redirect(w, r, Path+"signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		tenant := r.PathValue("tenant")
+		if intent.ValidateTenant(tenant) != nil || !v.p.InTenant(tenant) {
+			c.notFound(w, r, v)
+			return
+		}
+		h(w, r, v, tenant)
+	}
+}
+
+// home sends the viewer to a tenant's queue: the one the tenant switch
+// names (?tenant=, without script), else its home tenant.
+func (c *Console) home(w http.ResponseWriter, r *http.Request) {
+	v := c.who(w, r)
+	if v == nil {
+		http.Redirect(w, r, Path+"signin", http.StatusSeeOther)
+		return
+	}
+	tenant := strings.TrimSpace(r.URL.Query().Get("tenant"))
+	if intent.ValidateTenant(tenant) != nil {
+		tenant = v.homeTenant()
+	}
+	http.Redirect(w, r, tenantPath(tenant)+"queue", http.StatusSeeOther)
+}
+
+func (c *Console) tenantHome(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, tenantPath(r.PathValue("tenant"))+"queue", http.StatusSeeOther)
+}
+
+func tenantPath(tenant string) string { return Path + "t/" + url.PathEscape(tenant) + "/" }
+
+// intentPath is the intent page of key; keys may hold '/', which stays
+// as it is (the route takes the rest of the path).
+func intentPath(tenant, key string) string {
+	return tenantPath(tenant) + "intents/" + escapeKey(key)
+}
+
+func decidePath(tenant, key string) string { return tenantPath(tenant) + "decide/" + escapeKey(key) }
+
+func escapeKey(key string) string {
+	parts := strings.Split(key, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
+}
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	Viewer  *viewer
+	Tenant  string
+	Tenants []string
+	Nav     string // which nav entry is current
+	Flash   string
+	Data    any
+}
+
+// Dev reports whether authentication is off.
+func (p page) Dev() bool { return p.Viewer != nil && !p.Viewer.on }
+
+// CSRF is the token every form carries.
+func (p page) CSRF() string {
+	if p.Viewer == nil {
+		return ""
+	}
+	return p.Viewer.s.csrf
+}
+
+// Principal names the viewer.
+func (p page) Principal() string {
+	if p.Viewer == nil {
+		return ""
+	}
+	return p.Viewer.p.Name
+}
+
+// Roles lists the viewer's roles.
+func (p page) Roles() string {
+	if p.Viewer == nil {
+		return ""
+	}
+	var rs []string
+	for _, r := range p.Viewer.p.Roles {
+		rs = append(rs, string(r))
+	}
+	return strings.Join(rs, ", ")
+}
+
+// AnyTenant reports whether the viewer may name any tenant.
+func (p page) AnyTenant() bool { return p.Viewer != nil && p.Viewer.tenants() == nil }
+
+// Base is the tenant's path prefix.
+func (p page) Base() string { return tenantPath(p.Tenant) }
+
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	if p.Viewer != nil && p.Flash == "" {
+		p.Flash = c.sessions.takeFlash(p.Viewer.s)
+	}
+	if p.Viewer != nil && p.Tenant != "" {
+		p.Tenants = p.Viewer.tenants()
+	}
+	var b strings.Builder
+	if err := c.pages[name].ExecuteTemplate(&b, "layout", p); err != nil {
+		c.cfg.Log.Error("console: rendering a page failed", "page", name, "err", err)
+		http.Error(w, "the console could not render this page; see intentd's log", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// problemData is the problem page's content.
+type problemData struct {
+	Heading, Text string
+	Back          string
+}
+
+func (c *Console) problem(w http.ResponseWriter, r *http.Request, v *viewer, status int, heading, text string) {
+	back := ""
+	if v != nil && r.PathValue("tenant") != "" && v.p.InTenant(r.PathValue("tenant")) {
+		back = tenantPath(r.PathValue("tenant")) + "queue"
+	}
+	c.render(w, r, status, "problem", page{Title: heading, Viewer: v, Data: problemData{Heading: heading, Text: text, Back: back}})
+}
+
+// notFound is the one answer for an intent or tenant that is not there or
+// not the viewer's: the two must read the same.
+func (c *Console) notFound(w http.ResponseWriter, r *http.Request, v *viewer) {
+	c.problem(w, r, v, http.StatusNotFound, "Not found", "There is no such intent or tenant, or it is not yours to see.")
+}
