@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 // Under -short it skips the test.
 func startIntentd(t *testing.T) *harness.Intentd {
 	t.Helper()
-	return harness.StartIntentd(t, harness.Bins(t).Intentd, "intentd", harness.IntentdConfig{})
+	return harness.StartIntentd(t, harness.Bins(t), "intentd", harness.IntentdConfig{})
 }
 
 // clientOf returns a client on a fresh connection to d, closed when the

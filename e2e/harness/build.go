@@ -20,6 +20,10 @@ const EtcdVersion = "3.7.3"
 type Binaries struct {
 	// Intentd is cmd/intentd, built from the intentd module as it ships.
 	Intentd string
+	// FaultClockIntentd is the same command with a wall clock a test can
+	// move (e2e/cmd/intentd-faultclock), when the suite asked for it
+	// (Want.FaultClock): StartIntentd runs it for IntentdConfig.InjectedClock.
+	FaultClockIntentd string
 	// Etcd and Etcdutl are the etcd server and its offline tool (restoring
 	// snapshots), when the suite asked for them (Want.Etcd).
 	Etcd, Etcdutl string
@@ -29,6 +33,8 @@ type Binaries struct {
 type Want struct {
 	// Etcd finds or builds etcd and etcdutl at EtcdVersion.
 	Etcd bool
+	// FaultClock builds e2e/cmd/intentd-faultclock.
+	FaultClock bool
 }
 
 // built is what Main built, for Bins.
@@ -91,6 +97,13 @@ func build(dir string, want Want) (Binaries, error) {
 	if err := goBuild(root, b.Intentd, "./cmd/intentd"); err != nil {
 		return Binaries{}, err
 	}
+	if want.FaultClock {
+		// A main of the e2e module: built in it (the test runs in it).
+		b.FaultClockIntentd = filepath.Join(dir, "intentd-faultclock")
+		if err := goBuild("", b.FaultClockIntentd, "github.com/intentd/intentd/e2e/cmd/intentd-faultclock"); err != nil {
+			return Binaries{}, err
+		}
+	}
 	if !want.Etcd {
 		return b, nil
 	}
@@ -135,7 +148,7 @@ func findTool(root, dir, name, pkg, given string) (string, error) {
 	return bin, checkEtcd(bin)
 }
 
-// goBuild runs `go build -o out pkg` in dir.
+// goBuild runs `go build -o out pkg` in dir ("": the test's own directory).
 func goBuild(dir, out, pkg string) error {
 	gobin, err := exec.LookPath("go")
 	if err != nil {

@@ -28,9 +28,11 @@ type IntentdConfig struct {
 	// Flags are added to the ones every intentd here gets (see
 	// StartIntentd).
 	Flags []string
-	// InjectedClock starts intentd with a wall clock the test can move
-	// (Intentd.SetClock).
+	// InjectedClock runs Binaries.FaultClockIntentd instead of intentd: a
+	// wall clock the test can move (Intentd.SetClock), starting ClockOffset
+	// away from the machine's.
 	InjectedClock bool
+	ClockOffset   time.Duration
 }
 
 // Intentd is an intentd process serving on a fixed loopback port, so that
@@ -52,6 +54,7 @@ type Intentd struct {
 
 	bin  string
 	args []string
+	env  []string
 	logs *testlog.Lines
 
 	// served counts the calls it logged as finished, over its restarts.
@@ -65,15 +68,21 @@ type Intentd struct {
 // log lines), over all its runs: proof that it carried load.
 func (d *Intentd) Served() int64 { return d.served.Load() }
 
-// StartIntentd starts intentd from bin and waits until it serves; it is
+// StartIntentd starts intentd from bins and waits until it serves; it is
 // stopped when the test ends (SIGTERM, SIGKILL 5s later). Every intentd
 // here serves on a fixed loopback port (clients find it again after a
 // restart), logs JSON with every call (--access-log: Served counts them),
 // sweeps every 200ms, gives in-flight calls 2s on SIGTERM and leaves the
 // metrics port alone (replicas and concurrent test binaries would collide
 // on it); cfg adds the rest.
-func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
+func StartIntentd(t testing.TB, bins Binaries, name string, cfg IntentdConfig) *Intentd {
 	t.Helper()
+	bin := bins.Intentd
+	if cfg.InjectedClock {
+		if bin = bins.FaultClockIntentd; bin == "" {
+			t.Fatal("harness: an injected clock needs Want.FaultClock")
+		}
+	}
 	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +116,11 @@ func StartIntentd(t testing.TB, bin, name string, cfg IntentdConfig) *Intentd {
 	}
 	d.args = append(d.args, cfg.Flags...)
 	if cfg.InjectedClock {
-		d.args = append(d.args, "--fault-clock-offset-file", d.ClockFile)
+		// See e2e/cmd/intentd-faultclock.
+		d.env = []string{"FAULT_CLOCK_OFFSET_FILE=" + d.ClockFile}
+		if err := d.SetClock(cfg.ClockOffset); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		d.mu.Lock()
@@ -136,7 +149,7 @@ func (d *Intentd) Restart() error {
 	}
 	serving := make(chan struct{})
 	var once sync.Once
-	p, err := StartProcess(exec.Command(d.bin, d.args...), ProcessConfig{Name: "intentd " + d.Name, Logs: d.logs, OnLine: func(line string) {
+	p, err := StartProcess(d.command(), ProcessConfig{Name: "intentd " + d.Name, Logs: d.logs, OnLine: func(line string) {
 		var rec struct {
 			Msg string `json:"msg"`
 		}
@@ -161,6 +174,12 @@ func (d *Intentd) Restart() error {
 		p.Kill()
 		return fmt.Errorf("harness: intentd %s did not serve within 30s:\n%s", d.Name, d.logs.Tail(20))
 	}
+}
+
+func (d *Intentd) command() *exec.Cmd {
+	cmd := exec.Command(d.bin, d.args...)
+	cmd.Env = append(os.Environ(), d.env...)
+	return cmd
 }
 
 // Stop sends SIGTERM and waits until the process is gone (SIGKILL after

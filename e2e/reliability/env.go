@@ -112,7 +112,7 @@ func NewEnv(t *testing.T, report *Report, cfg EnvConfig) *Env {
 		for _, p := range links {
 			rc.Endpoints = append(rc.Endpoints, "http://"+p.Addr())
 		}
-		e.Intentds = append(e.Intentds, harness.StartIntentd(t, bins.Intentd, fmt.Sprintf("r%d", i), rc))
+		e.Intentds = append(e.Intentds, harness.StartIntentd(t, bins, fmt.Sprintf("r%d", i), rc))
 	}
 	// The history starts once everything serves.
 	e.Rec = NewRecorder()

@@ -16,7 +16,7 @@ var report = &Report{}
 // TestMain builds cmd/intentd, finds or builds etcd (Main), runs
 // the suite and prints the reliability report.
 func TestMain(m *testing.M) {
-	os.Exit(harness.Main(m, harness.Want{Etcd: true}, func(took time.Duration) {
+	os.Exit(harness.Main(m, harness.Want{Etcd: true, FaultClock: true}, func(took time.Duration) {
 		if report.Runs() == 0 {
 			return
 		}

@@ -46,7 +46,8 @@ type Config struct {
 	// Store configures the store: the etcd key prefix (--prefix), the
 	// timeouts of etcd calls (--request-timeout, --operation-timeout),
 	// retentions and the attempts limit. Run sets its Logger,
-	// TracerProvider and ObserveTxn, and Now when ClockOffsetFile is set.
+	// TracerProvider and ObserveTxn; Now (nil: the wall clock) is left to
+	// whoever builds the config (a test main shifts it).
 	Store etcdstore.Config
 	// DialTimeout bounds connecting to etcd at start.
 	DialTimeout time.Duration
@@ -104,14 +105,6 @@ type Config struct {
 	// ReloadInterval is how often the tokens and TLS files are checked for
 	// changes (SIGHUP reloads at once).
 	ReloadInterval time.Duration
-
-	// ClockOffsetFile is for testing only (fault injection): a file holding
-	// a Go duration ("5m", "-5m"; missing or empty: 0) added to the wall
-	// clock intentd writes into history timestamps and uses for retention
-	// and lease-expiry estimates. It is re-read every 100 ms, so a test can
-	// jump the clock of a running replica. Lease liveness is etcd's and is
-	// not affected. Empty: the real clock.
-	ClockOffsetFile string
 }
 
 // DefaultDataDir is where the embedded etcd keeps its data unless told

@@ -54,13 +54,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		return err
 	}
 	scfg := cfg.Store
-	if cfg.ClockOffsetFile != "" {
-		clock := newOffsetClock(cfg.ClockOffsetFile, log)
-		log.Warn("fault injection: the wall clock is shifted by the duration in the clock offset file; testing only",
-			"file", cfg.ClockOffsetFile, "offset", time.Duration(clock.offset.Load()))
-		defer goUntilStopped(ctx, clock.run)()
-		scfg.Now = clock.Now
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
 	}

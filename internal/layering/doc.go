@@ -2,7 +2,7 @@
 // intentd may depend on which, so that the layers of STYLE.md ("The house")
 // stay true as the code grows. Dependencies point one way:
 //
-//	cmd/intentd ──► server, etcdstore, fencing, gen   (with internal/daemon, the only code that knows both server and etcdstore)
+//	cmd/intentd ──► server, etcdstore, fencing, gen   (with internal/intentdcmd and internal/daemon, the only code that knows both server and etcdstore)
 //	server      ──► gen, intent, fencing              (declares the Store interface it consumes; no etcd)
 //	etcdstore   ──► intent, fencing, etcd client/v3   (no gRPC codes or status; plain Go domain types at its boundary)
 //	client      ──► gen, intent, fencing, grpc        (no server, no etcdstore)
@@ -26,10 +26,13 @@
 //     depends neither on server nor on the generated API in gen.
 //   - gen depends on nothing of intentd outside gen: it is generated code.
 //   - client depends neither on server nor on etcdstore.
-//   - No package but etcdstore itself, cmd/... and internal/daemon (the
-//     body of cmd/intentd) depends on etcdstore.
-//   - e2e (a module of its own, whose packages the test reads too)
-//     depends on none of server, etcdstore and internal/daemon.
+//   - No package but etcdstore itself, the commands (cmd/..., and
+//     e2e/cmd/..., the intentd mains the e2e module builds with a fault
+//     injected), internal/intentdcmd and internal/daemon (the body of
+//     cmd/intentd) depends on etcdstore.
+//   - e2e (a module of its own, whose packages the test reads too), but
+//     for its commands, depends on none of server, etcdstore and
+//     internal/daemon.
 //   - cmd/intentctl depends on none of server, etcdstore, internal/daemon
 //     and the etcd client.
 //   - access depends on no gRPC and no etcd package.

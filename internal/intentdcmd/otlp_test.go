@@ -1,4 +1,4 @@
-package main
+package intentdcmd
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func TestOTLPEndpointFromOpenTelemetryVariables(t *testing.T) {
 					os.Unsetenv(k)
 				}
 			}
-			cmd := newCommand(&bytes.Buffer{})
+			cmd := newCommand(&bytes.Buffer{}, nil)
 			if err := cmd.ParseFlags(tt.args); err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package daemon
+package main
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 // clockReload is how often an offset clock re-reads its file.
 const clockReload = 100 * time.Millisecond
 
-// offsetClock is the wall clock shifted by a duration read from a file: a
-// fault-injection hook (Config.ClockOffsetFile) that lets a test jump one
-// replica's clock while it runs, as libfaketime would for a C program.
+// offsetClock is the wall clock shifted by a duration read from a file: it
+// lets a test jump one replica's clock while it runs, as libfaketime would
+// for a C program.
 // intentd reads the wall clock only for history timestamps, retention and
 // lease-expiry estimates; lease liveness is decided by etcd, so a jump must
 // change those timestamps and nothing else.

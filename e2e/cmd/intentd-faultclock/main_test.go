@@ -1,16 +1,39 @@
-package daemon_test
+package main
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
+
+// TestMain builds intentd-faultclock (this package) and cmd/intentd.
+func TestMain(m *testing.M) {
+	os.Exit(harness.Main(m, harness.Want{FaultClock: true}, nil))
+}
+
+func call(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func params(t testing.TB, quantity float64) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(map[string]any{"item": "desk lamp", "quantity": quantity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // near reports whether got is want within a minute: far tighter than the
 // 5-minute jumps, loose enough for a slow machine.
@@ -24,15 +47,14 @@ func near(got, want time.Time) bool {
 // across the jump still heartbeats and completes, because lease liveness
 // is etcd's, not the clock's.
 func TestClockOffsetFileJumps(t *testing.T) {
-	dir := t.TempDir()
-	offset := filepath.Join(dir, "clock-offset")
-	if err := os.WriteFile(offset, []byte("5m"), 0o600); err != nil {
+	d := harness.StartIntentd(t, harness.Bins(t), "faultclock", harness.IntentdConfig{InjectedClock: true, ClockOffset: 5 * time.Minute})
+	offset := d.ClockFile
+	conn, err := harness.Dial(d.Addr)
+	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(dir)
-	cfg.ClockOffsetFile = offset
-	in := start(t, cfg)
-	c := intentv1.NewIntentServiceClient(in.conn)
+	t.Cleanup(func() { _ = conn.Close() })
+	c := intentv1.NewIntentServiceClient(conn)
 
 	sess, err := c.OpenSession(call(t), &intentv1.OpenSessionRequest{Worker: "w1", Ttl: durationpb.New(30 * time.Second)})
 	if err != nil {

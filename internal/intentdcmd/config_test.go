@@ -1,4 +1,4 @@
-package main
+package intentdcmd
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ func settled(t *testing.T, args []string, env map[string]string) (map[string]str
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cmd := newCommand(&bytes.Buffer{})
+	cmd := newCommand(&bytes.Buffer{}, nil)
 	if err := cmd.ParseFlags(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
@@ -169,7 +169,7 @@ func TestReadmeFlagTableIsComplete(t *testing.T) {
 		t.Fatalf("intentd --help: %v\n%s", err, out)
 	}
 	rows := flagTable(t)
-	fs := newCommand(&bytes.Buffer{}).Flags()
+	fs := newCommand(&bytes.Buffer{}, nil).Flags()
 	listed := map[string]bool{}
 	var missing []string
 	for _, line := range strings.Split(string(out), "\n") {
