@@ -52,7 +52,11 @@
 //
 // # Transitions
 //
-// Every transition is one etcd transaction on one intent record, guarded by
+// What each call does to an intent is decided by package internal/machine,
+// a pure function of the record read; this package reads the record, turns
+// the decision's guards into compares and its writes into operations, and
+// runs the optimistic loop. Every transition is one etcd transaction on one
+// intent record, guarded by
 // compares: the record's mod revision must equal the one the decision was
 // made from, and where it matters the acquiring session must be alive
 // (create revision equal) or the holder's session must be gone (create

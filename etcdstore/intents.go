@@ -7,11 +7,10 @@ import (
 	"slices"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // Register stores an approved intent in state PENDING. It is idempotent:
@@ -26,30 +25,17 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 	if err := s.checkLimits("", &reg); err != nil {
 		return nil, false, err
 	}
-	load := func(ctx context.Context) (*view, error) {
-		return s.readExtra(ctx, reg.Tenant, reg.Key, s.parentKeys(&reg))
+	load := func(ctx context.Context) (*machine.View, error) {
+		return s.read(ctx, reg.Tenant, reg.Key, parentOf(&reg))
 	}
-	err = s.transition(ctx, reg.Tenant, reg.Key, nil, load, func(v *view) (*change, error) {
-		in, created = nil, false
-		if v.rec != nil {
-			if v.rec.Fingerprint != fp {
-				return nil, &intent.FingerprintMismatchError{Key: reg.Key, Stored: v.rec.Fingerprint, Given: fp}
-			}
-			in = v.rec.toIntent(v.rev(), holderGone)
-			// Our own write, read back after a lost reply, is still ours.
-			first := v.rec.History[0]
-			created = reg.RequestID != "" && first.Kind == intent.EventRegistered && first.RequestID == reg.RequestID
-			return nil, nil
-		}
-		rec, cmps, err := s.newRecord(v, &reg, fp, intent.PrincipalFrom(ctx), s.cfg.Now())
-		if err != nil {
-			return nil, err
-		}
-		return &change{next: rec, cmps: cmps, done: func(committed *record, rev int64) {
-			in, created = committed.toIntent(rev, holderGone), true
-		}}, nil
+	call := machine.RegisterCall{Reg: &reg, Fingerprint: fp, Principal: intent.PrincipalFrom(ctx)}
+	a, err := s.transition(ctx, reg.Tenant, reg.Key, nil, load, func(v *machine.View) machine.Decision {
+		return s.rules.Register(v, call, s.cfg.Now())
 	})
-	return in, created, err
+	if err != nil {
+		return nil, false, err
+	}
+	return a.Intent, a.Created, nil
 }
 
 // checkLimits checks what the store bounds in a registration (under field
@@ -64,54 +50,13 @@ func (s *Store) checkLimits(prefix string, reg *intent.Registration) error {
 	return nil
 }
 
-// parentKeys lists the extra key a registration's decision reads: its
-// parent's record.
-func (s *Store) parentKeys(reg *intent.Registration) []string {
+// parentOf lists the other intent a registration's decision reads: its
+// parent.
+func parentOf(reg *intent.Registration) []string {
 	if reg == nil || reg.ParentKey == "" {
 		return nil
 	}
-	return []string{s.keys.intent(reg.Tenant, reg.ParentKey)}
-}
-
-// newRecord builds the record of a registration whose key is free, and the
-// compares that keep it so until the write: no tombstone appeared, the
-// parent (if any) exists. A view that has not read the tombstone and the
-// parent (an optimistic one) relies on those compares alone.
-func (s *Store) newRecord(v *view, reg *intent.Registration, fp, principal string, now time.Time) (*record, []clientv3.Cmp, error) {
-	if v.tomb != nil {
-		return nil, nil, v.tomb.expired()
-	}
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(reg.Tenant, reg.Key)), "=", 0)}
-	if reg.ParentKey != "" {
-		pk := s.keys.intent(reg.Tenant, reg.ParentKey)
-		if kv, read := v.extra[pk]; v.fresh && read && kv == nil {
-			return nil, nil, intent.Invalid("parent_key", "no intent %q in this tenant", reg.ParentKey)
-		}
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pk), ">", 0))
-	}
-	retention := reg.Retention
-	if retention == 0 {
-		retention = s.cfg.DefaultRetention
-	}
-	maxAttempts := reg.MaxAttempts
-	if maxAttempts == 0 {
-		maxAttempts = s.cfg.MaxAttempts
-	}
-	return &record{
-		Tenant:        reg.Tenant,
-		Key:           reg.Key,
-		State:         intent.StatePending,
-		Params:        reg.Params,
-		ParamsVersion: reg.ParamsVersion,
-		Fingerprint:   fp,
-		Labels:        reg.Labels,
-		ParentKey:     reg.ParentKey,
-		History:       []intent.Event{{Time: now, Kind: intent.EventRegistered, Accepted: true, Principal: principal, RequestID: reg.RequestID}},
-		CreatedAt:     now,
-		UpdatedAt:     now,
-		Retention:     retention,
-		MaxAttempts:   maxAttempts,
-	}, cmps, nil
+	return []string{reg.ParentKey}
 }
 
 // Acquire decides what the caller of session req.SessionID may do with an
@@ -127,147 +72,58 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return nil, err
 		}
 	}
-	if c, ok := s.finalFromCache(req.Tenant, req.Key); ok {
-		if fp != "" && fp != c.rec.Fingerprint {
-			return nil, &intent.FingerprintMismatchError{Key: req.Key, Stored: c.rec.Fingerprint, Given: fp}
+	cached, known := s.cachedView(req.Tenant, req.Key)
+	// A final record is replayed from memory, unless etcd went back: then
+	// nothing is answered, not even from memory.
+	if known && s.floor.refused.Load() == nil {
+		if d, ok := machine.ReplayFinal(cached, fp, s.cfg.Now()); ok {
+			if d.Err != nil {
+				return nil, d.Err
+			}
+			s.stats.replays.Add(1)
+			return acquisition(d.Answer), nil
 		}
-		s.stats.replays.Add(1)
-		return replay(c.rec, c.rev), nil
 	}
 	sess, err := s.session(ctx, req.Tenant, req.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	sessKey := s.keys.session(req.Tenant, sess.id)
-	sessAlive := clientv3.Compare(clientv3.CreateRevision(sessKey), "=", sess.rev)
-
-	var start *view
-	if _, known := s.records.Get(cacheKey(req.Tenant, req.Key)); req.Register != nil && !known {
+	var start *machine.View
+	if req.Register != nil && !known {
 		// Optimistically assume a new intent: register and acquire in one
-		// write, no read. The compares send us to a fresh read otherwise.
-		start = &view{sessions: map[string]*mvccpb.KeyValue{sess.id: {CreateRevision: sess.rev}}}
+		// write, no read. The guards send us to a fresh read otherwise.
+		start = &machine.View{Key: req.Key, Sessions: map[string]int64{sess.id: sess.rev}}
 	}
-	load := func(ctx context.Context) (*view, error) {
-		return s.readWithHolder(ctx, req.Tenant, req.Key, s.parentKeys(req.Register), sess.id)
+	load := func(ctx context.Context) (*machine.View, error) {
+		return s.readWithHolder(ctx, req.Tenant, req.Key, parentOf(req.Register), sess.id)
 	}
-	var out *intent.Acquisition
-	who := intent.PrincipalFrom(ctx)
-	err = s.transition(ctx, req.Tenant, req.Key, start, load, func(v *view) (*change, error) {
-		out = nil
-		if !v.alive(sess.id, sess.rev) {
-			if v.fresh {
-				s.sessions.Remove(sess.id)
-			}
-			return nil, intent.ErrSessionNotFound
-		}
-		now := s.cfg.Now()
-		var next *record
-		var cmps []clientv3.Cmp
-		lapse := lapseNone
-		switch {
-		case v.rec == nil && v.tomb != nil:
-			out = &intent.Acquisition{Outcome: intent.OutcomeExpired, Intent: &intent.Intent{
-				Tenant: req.Tenant, Key: req.Key, State: v.tomb.State, Fingerprint: v.tomb.Fingerprint, CompletedAt: v.tomb.CompletedAt,
-			}}
-			return nil, nil
-		case v.rec == nil && req.Register == nil:
-			return nil, &intent.NotFoundError{Key: req.Key}
-		case v.rec == nil:
-			var err error
-			if next, cmps, err = s.newRecord(v, req.Register, fp, who, now); err != nil {
-				return nil, err
-			}
-			grant(next, intent.ModeExecute, sess, req.RequestID, who, now)
-		case fp != "" && fp != v.rec.Fingerprint:
-			return nil, &intent.FingerprintMismatchError{Key: req.Key, Stored: v.rec.Fingerprint, Given: fp}
-		case v.rec.State == intent.StateInProgress && v.holderAlive():
-			l := v.rec.Lease
-			if l.SessionID == sess.id && l.RequestID == req.RequestID {
-				// A retry of the call that issued this lease, or our
-				// read-back after its commit was ambiguous.
-				out = &intent.Acquisition{Outcome: modeOutcome(l.Mode), Intent: v.rec.toIntent(v.rev(), holderLive), Lease: l.toLease(true)}
-				return nil, nil
-			}
-			out = &intent.Acquisition{Outcome: intent.OutcomeInProgress, Intent: v.rec.toIntent(v.rev(), holderLive), Lease: l.toLease(true)}
-			return nil, nil
-		case v.rec.State == intent.StateInProgress:
-			// The holder's session lapsed: the outcome of its attempt is
-			// unknown. Reconcile under a new token, provided the holder is
-			// still gone when etcd applies the write.
-			next = v.rec.clone()
-			var exhausted bool
-			if cmps, exhausted = s.noteLapse(next, "", now); exhausted {
-				// Too many attempts ended so: a human decides, and
-				// nobody is handed the intent again.
-				return &change{next: next, cmps: cmps, exhausted: true, lapse: lapseByAcquire, done: func(committed *record, rev int64) {
-					out = replay(committed, rev)
-				}}, nil
-			}
-			lapse = lapseByAcquire
-			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
-		case v.rec.State == intent.StateUnknown:
-			next = v.rec.clone()
-			grant(next, intent.ModeReconcile, sess, req.RequestID, who, now)
-		case v.rec.State == intent.StatePending:
-			next = v.rec.clone()
-			grant(next, intent.ModeExecute, sess, req.RequestID, who, now)
-		default:
-			out = replay(v.rec, v.rev())
-			return nil, nil
-		}
-		return &change{next: next, cmps: append(cmps, sessAlive), lapse: lapse, done: func(committed *record, rev int64) {
-			in := committed.toIntent(rev, holderLive)
-			out = &intent.Acquisition{Outcome: modeOutcome(in.Lease.Mode), Intent: in, Lease: in.Lease, Fresh: true}
-		}}, nil
+	call := machine.AcquireCall{Req: &req, Session: sess.machine(), Fingerprint: fp, Principal: intent.PrincipalFrom(ctx)}
+	a, err := s.transition(ctx, req.Tenant, req.Key, start, load, func(v *machine.View) machine.Decision {
+		return s.rules.Acquire(v, call, s.cfg.Now())
 	})
+	if errors.Is(err, intent.ErrSessionNotFound) {
+		s.sessions.Remove(sess.id) // etcd says it is gone
+	}
 	if err != nil {
 		return nil, err
 	}
+	out := acquisition(a)
 	if out.Outcome == intent.OutcomeInProgress {
 		// Tell the waiting caller how long the holder has; the caller's
 		// own lease lives as long as its heartbeats, which it knows best,
 		// so EXECUTE and RECONCILE spend no round trip on this.
 		out.Lease.ExpiresAt = s.sessionExpiry(ctx, out.Lease.SessionID)
-		out.Intent.Lease = out.Lease
 	}
 	return out, nil
 }
 
-// grant issues a lease on next to sess. The token is left 0: it becomes the
-// revision of the write (see decodeRecord).
-func grant(next *record, mode intent.Mode, sess session, requestID, principal string, now time.Time) {
-	next.State = intent.StateInProgress
-	next.Lease = &leaseRecord{
-		Mode:       mode,
-		SessionID:  sess.id,
-		SessionRev: sess.rev,
-		Worker:     sess.rec.Worker,
-		RequestID:  requestID,
-		AcquiredAt: now,
+// acquisition is Acquire's answer.
+func acquisition(a machine.Answer) *intent.Acquisition {
+	out := &intent.Acquisition{Outcome: a.Outcome, Intent: a.Intent, Fresh: a.Fresh}
+	if a.Lease {
+		out.Lease = a.Intent.Lease
 	}
-	next.UpdatedAt = now
-	next.appendEvent(intent.Event{Time: now, Kind: intent.EventAcquired, Mode: mode, SessionID: sess.id, Worker: sess.rec.Worker, Accepted: true, Issued: true, Principal: principal})
-}
-
-func modeOutcome(m intent.Mode) intent.Outcome {
-	if m == intent.ModeReconcile {
-		return intent.OutcomeReconcile
-	}
-	return intent.OutcomeExecute
-}
-
-// replay answers Acquire for an intent no one may act on now.
-func replay(rec *record, rev int64) *intent.Acquisition {
-	o := intent.OutcomeNeedsReview
-	switch rec.State {
-	case intent.StateCompleted:
-		o = intent.OutcomeCompleted
-	case intent.StateFailed:
-		o = intent.OutcomeFailed
-	case intent.StateCancelled:
-		o = intent.OutcomeCancelled
-	}
-	return &intent.Acquisition{Outcome: o, Intent: rec.toIntent(rev, holderGone)}
+	return out
 }
 
 // sessionExpiry estimates when a session lapses, from the TTL etcd reports
@@ -284,27 +140,6 @@ func (s *Store) sessionExpiry(ctx context.Context, id string) time.Time {
 		return time.Time{}
 	}
 	return s.cfg.Now().Add(time.Duration(resp.TTL) * time.Second)
-}
-
-// currentToken is the newest token issued for the intent, 0 if none.
-func currentToken(rec *record) fencing.Token {
-	if rec.Lease == nil {
-		return 0
-	}
-	return rec.Lease.Token
-}
-
-func reportEvent(k intent.ReportKind) intent.EventKind {
-	switch k {
-	case intent.ReportComplete:
-		return intent.EventCompleted
-	case intent.ReportMarkUnknown:
-		return intent.EventMarkedUnknown
-	case intent.ReportRelease:
-		return intent.EventReleased
-	default:
-		return intent.EventFailed
-	}
 }
 
 // Report applies a fenced report (Complete, MarkUnknown, Release, Fail).
@@ -324,7 +159,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		return nil, intent.Invalid("children", "only Complete registers children")
 	}
 	children := make([]intent.Registration, len(r.Children))
-	var extra []string
+	others := make([]string, len(r.Children)) // the children's keys, read with the record
 	for i, c := range r.Children {
 		c.Tenant, c.ParentKey = r.Tenant, r.Key
 		if c.Key == r.Key || slices.ContainsFunc(children[:i], func(o intent.Registration) bool { return o.Key == c.Key }) {
@@ -333,182 +168,22 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		if err := s.checkLimits(fmt.Sprintf("children[%d].", i), &c); err != nil {
 			return nil, err
 		}
-		children[i] = c
-		extra = append(extra, s.keys.intent(r.Tenant, c.Key), s.keys.tombstone(r.Tenant, c.Key))
+		children[i], others[i] = c, c.Key
 	}
-	var start *view
-	if c, ok := s.records.Get(cacheKey(r.Tenant, r.Key)); ok && len(children) == 0 {
-		start = &view{kv: &mvccpb.KeyValue{ModRevision: c.rev}, rec: c.rec}
+	r.Children = children
+	var start *machine.View
+	if v, ok := s.cachedView(r.Tenant, r.Key); ok && len(children) == 0 {
+		start = v // optimistic: the guards send us to a fresh read if it changed
 	}
-	load := func(ctx context.Context) (*view, error) { return s.readExtra(ctx, r.Tenant, r.Key, extra) }
-	kind := reportEvent(r.Kind)
-	var out *intent.ReportOutcome
-	var refusal error       // returned after its evidence is recorded
-	var holder *leaseRecord // set when a replay finds the intent held again
-	err := s.transition(ctx, r.Tenant, r.Key, start, load, func(v *view) (*change, error) {
-		out, refusal, holder = nil, nil, nil
-		if v.rec == nil {
-			return nil, missing(v)
-		}
-		rec := v.rec
-		cur := currentToken(rec)
-		if rec.hasEvent(kind, r.Token, true) {
-			// Already applied: a retry, or our read-back after an
-			// ambiguous commit.
-			if r.Kind == intent.ReportComplete && !sameResult(rec.Result, r.Result) {
-				return nil, fmt.Errorf("%w: %q was completed under token %s with another result", intent.ErrResultMismatch, r.Key, r.Token)
-			}
-			out = &intent.ReportOutcome{Intent: rec.toIntent(v.rev(), holderLive), Replayed: true}
-			if rec.State == intent.StateInProgress {
-				holder = rec.Lease
-			}
-			return nil, nil
-		}
-		now := s.cfg.Now()
-		ev := intent.Event{Time: now, Kind: kind, Token: r.Token, Failure: r.Failure, Reason: r.Reason, Principal: intent.PrincipalFrom(ctx)}
-		ev.Result, ev.PayloadSHA256 = digest(r.Result)
-		switch {
-		case r.Token < cur:
-			refusal = &intent.StaleTokenError{Key: r.Key, Token: r.Token, Current: cur, Intent: rec.toIntent(v.rev(), holderLive)}
-			if rec.State == intent.StateInProgress {
-				holder = rec.Lease
-			}
-			return s.evidence(rec, ev), nil
-		case r.Token > cur:
-			return nil, intent.Invalid("token", "token %s was never issued for %q", r.Token, r.Key)
-		case rec.State == intent.StateNeedsReview:
-			refusal = &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), holderGone), Evidence: true}
-			return s.evidence(rec, ev), nil
-		case rec.State == intent.StateCompleted && r.Kind == intent.ReportComplete:
-			return nil, fmt.Errorf("%w: %q is already completed", intent.ErrResultMismatch, r.Key)
-		case rec.State != intent.StateInProgress && rec.State != intent.StateUnknown:
-			return nil, &intent.TransitionError{Key: r.Key, State: rec.State, Call: r.Kind.String(), Intent: rec.toIntent(v.rev(), holderGone)}
-		}
-		next := rec.clone()
-		ev.Accepted = true
-		ev.SessionID, ev.Worker = rec.Lease.SessionID, rec.Lease.Worker
-		next.appendEvent(ev)
-		next.UpdatedAt = now
-		var cmps []clientv3.Cmp
-		var ops []clientv3.Op
-		exhausted := false
-		switch r.Kind {
-		case intent.ReportComplete:
-			next.State, next.Result = intent.StateCompleted, r.Result
-			next.finalize(now)
-			var err error
-			if cmps, ops, err = s.outbox(v, next, children, intent.PrincipalFrom(ctx), now); err != nil {
-				return nil, err
-			}
-		case intent.ReportFail:
-			next.State, next.Failure = intent.StateFailed, r.Failure
-			next.finalize(now)
-		case intent.ReportMarkUnknown:
-			next.State = intent.StateUnknown
-			exhausted = endAttempt(next, s.cfg.MaxAttempts, endedMarkedUnknown, now)
-		case intent.ReportRelease:
-			next.State = intent.StatePending
-		}
-		return &change{next: next, cmps: cmps, ops: ops, exhausted: exhausted, markedUnknown: r.Kind == intent.ReportMarkUnknown, done: func(committed *record, rev int64) {
-			out = &intent.ReportOutcome{Intent: committed.toIntent(rev, holderGone)}
-		}}, nil
+	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, r.Tenant, r.Key, others) }
+	call := machine.ReportCall{Report: &r, Principal: intent.PrincipalFrom(ctx)}
+	a, err := s.transition(ctx, r.Tenant, r.Key, start, load, func(v *machine.View) machine.Decision {
+		return s.rules.Report(v, call, s.cfg.Now())
 	})
 	if err != nil {
 		return nil, err
 	}
-	// A replay or a refusal shows the intent as it is now; if another
-	// worker holds it, tell whether that holder is alive, as Get does.
-	var stale *intent.StaleTokenError
-	switch {
-	case holder != nil && errors.As(refusal, &stale):
-		if err := s.settle(ctx, stale.Intent, holder); err != nil {
-			return nil, err
-		}
-	case holder != nil && out != nil:
-		if err := s.settle(ctx, out.Intent, holder); err != nil {
-			return nil, err
-		}
-	}
-	if refusal != nil {
-		return nil, refusal
-	}
-	return out, nil
-}
-
-// settle reads whether the holder l of an intent shown as IN_PROGRESS is
-// alive, and shows a lapsed one as UNKNOWN.
-func (s *Store) settle(ctx context.Context, in *intent.Intent, l *leaseRecord) error {
-	kv, err := s.getSession(ctx, in.Tenant, l.SessionID)
-	if err != nil {
-		return unavailable(err)
-	}
-	if kv == nil || kv.CreateRevision != l.SessionRev {
-		in.State = intent.StateUnknown
-		in.Lease.Live = false
-	}
-	return nil
-}
-
-// missing explains an absent record: expired (a tombstone remains) or
-// never registered.
-func missing(v *view) error {
-	if v.tomb != nil {
-		return v.tomb.expired()
-	}
-	return &intent.NotFoundError{Key: v.key}
-}
-
-// evidence keeps a refused report in the history (once: a retried refusal
-// adds nothing), changing nothing else.
-func (s *Store) evidence(rec *record, ev intent.Event) *change {
-	if rec.hasEvent(ev.Kind, ev.Token, false) {
-		return nil
-	}
-	next := rec.clone()
-	next.appendEvent(ev)
-	return &change{next: next}
-}
-
-// outbox registers a completing intent's children in the completion's
-// transaction. A child that already exists with the same params and parent
-// is left alone; with other params, or expired, the completion is refused.
-func (s *Store) outbox(v *view, parent *record, children []intent.Registration, principal string, now time.Time) ([]clientv3.Cmp, []clientv3.Op, error) {
-	var cmps []clientv3.Cmp
-	var ops []clientv3.Op
-	for i, c := range children {
-		fp := intent.Fingerprint(c.Params)
-		key := s.keys.intent(c.Tenant, c.Key)
-		if kv := v.extra[key]; kv != nil {
-			existing, err := decodeRecord(kv.Value, kv.ModRevision)
-			if err != nil {
-				return nil, nil, err
-			}
-			if existing.Fingerprint != fp || existing.ParentKey != parent.Key {
-				return nil, nil, &intent.FingerprintMismatchError{Key: c.Key, Stored: existing.Fingerprint, Given: fp}
-			}
-			continue
-		}
-		if v.extra[s.keys.tombstone(c.Tenant, c.Key)] != nil {
-			return nil, nil, intent.Invalid(fmt.Sprintf("children[%d].key", i), "%q expired after its retention; register the child under a new key", c.Key)
-		}
-		// The parent's view read its children: its compares already guard
-		// the tombstone and the parent; add the child's own absence.
-		rec, _, err := s.newRecord(&view{fresh: true, extra: map[string]*mvccpb.KeyValue{}}, &c, fp, principal, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		rec.History[0].Reason = "registered by the completion of " + parent.Key
-		val, err := encodeRecord(rec)
-		if err != nil {
-			return nil, nil, err
-		}
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(c.Tenant, c.Key)), "=", 0))
-		ops = append(ops, clientv3.OpPut(key, string(val)))
-		ops = append(ops, s.keys.indexOps(nil, rec)...)
-		parent.appendEvent(intent.Event{Time: now, Kind: intent.EventChildRegistered, Accepted: true, Reason: c.Key, Principal: principal})
-	}
-	return cmps, ops, nil
+	return &intent.ReportOutcome{Intent: a.Intent, Replayed: a.Replayed}, nil
 }
 
 // maxChildren bounds the children Get lists.
@@ -523,11 +198,11 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, er
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if v.rec == nil {
-		return nil, missing(v)
+	if v.Rec == nil {
+		return nil, v.Missing()
 	}
-	live := v.holderAlive()
-	in := v.rec.toIntentWithHistory(v.rev(), holder(live))
+	live := v.HolderAlive()
+	in := v.Rec.ToIntentWithHistory(v.Rev, machine.Holder(live))
 	if live {
 		in.Lease.ExpiresAt = s.sessionExpiry(ctx, in.Lease.SessionID)
 	}

@@ -2,14 +2,13 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // SweepReport is what one janitor pass did and saw.
@@ -105,20 +104,13 @@ func (s *Store) sweepLapsed(ctx context.Context) (int, error) {
 }
 
 // markLapsed turns an IN_PROGRESS intent whose holder session lapsed into
-// UNKNOWN (or NEEDS_REVIEW, past its attempts limit), provided the holder is still gone when etcd applies the write.
+// UNKNOWN (or NEEDS_REVIEW, past its attempts limit), provided the holder
+// is still gone when etcd applies the write.
 func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (marked bool, err error) {
-	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, tenant, key, nil) }
-	err = s.transition(ctx, tenant, key, nil, load, func(v *view) (*change, error) {
-		marked = false
-		rec := v.rec
-		if rec == nil || rec.State != intent.StateInProgress || rec.Lease.SessionID != session || v.holderAlive() {
-			return nil, nil
-		}
-		next := rec.clone()
-		cmps, exhausted := s.noteLapse(next, "janitor", s.cfg.Now())
-		return &change{next: next, cmps: cmps, exhausted: exhausted, lapse: lapseByJanitor, done: func(*record, int64) { marked = true }}, nil
+	a, err := s.transition(ctx, tenant, key, nil, s.loadWithHolder(tenant, key), func(v *machine.View) machine.Decision {
+		return s.rules.MarkLapsed(v, session, s.cfg.Now())
 	})
-	return marked, err
+	return a.Written, err
 }
 
 // sweepRetained removes final records whose retention ended, each with its
@@ -157,51 +149,11 @@ func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 // ambiguous commit it reads back: a record gone with its tombstone in place
 // is done.
 func (s *Store) remove(ctx context.Context, tenant, key string, now time.Time) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		v, err := s.read(ctx, tenant, key)
-		if errors.Is(err, errCorrupt) {
-			return false, err
-		}
-		if err == nil {
-			if v.rec == nil || !v.rec.State.Final() || now.Before(v.rec.RetainUntil) {
-				return false, nil // gone already, or not due
-			}
-			var resp *clientv3.TxnResponse
-			if resp, err = s.commitRemoval(ctx, v, now); err == nil && resp.Succeeded {
-				s.records.Remove(cacheKey(tenant, key))
-				return true, nil
-			}
-			if err == nil {
-				continue // the record changed (stale evidence arrived): decide again
-			}
-		}
-		if werr := s.backoff(ctx, attempt, err); werr != nil {
-			return false, werr
-		}
-	}
-}
-
-func (s *Store) commitRemoval(ctx context.Context, v *view, now time.Time) (*clientv3.TxnResponse, error) {
-	rec := v.rec
-	until := now.Add(s.cfg.TombstoneRetention)
-	tomb, err := encodeTombstone(&tombstone{Key: rec.Key, State: rec.State, Fingerprint: rec.Fingerprint, CompletedAt: rec.CompletedAt, RemovedAt: now, Until: until})
-	if err != nil {
-		return nil, err
-	}
-	ops := []clientv3.Op{
-		clientv3.OpDelete(s.keys.intent(rec.Tenant, rec.Key)),
-		clientv3.OpPut(s.keys.tombstone(rec.Tenant, rec.Key), string(tomb)),
-		clientv3.OpPut(s.keys.tombRetentions()+timeKey(until)+"/"+rec.Tenant+"/"+rec.Key, rec.Key),
-	}
-	ops = append(ops, s.keys.indexOps(rec, nil)...)
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	return s.kv.Txn(cctx).
-		If(clientv3.Compare(clientv3.ModRevision(s.keys.intent(rec.Tenant, rec.Key)), "=", v.rev())).
-		Then(ops...).
-		Commit()
+	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, tenant, key, nil) }
+	a, err := s.transition(ctx, tenant, key, nil, load, func(v *machine.View) machine.Decision {
+		return s.rules.Remove(v, now)
+	})
+	return a.Written, err
 }
 
 // sweepTombstones removes tombstones past their own retention. After that

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // Page sizes of List.
@@ -58,7 +59,7 @@ var allStates = []intent.State{
 }
 
 // matches reports whether a record passes a filter.
-func matches(r *record, f *intent.Filter) bool {
+func matches(r *machine.Record, f *intent.Filter) bool {
 	if len(f.States) > 0 && !slices.Contains(f.States, r.State) {
 		return false
 	}
@@ -152,7 +153,7 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 			after = c.order
 			examined++
 			if r := recs[i]; r != nil && matches(r.rec, &q.Filter) {
-				page.Intents = append(page.Intents, r.rec.toIntent(r.rev, holderLive))
+				page.Intents = append(page.Intents, r.rec.ToIntent(r.rev, machine.HolderLive))
 			}
 		}
 	}
@@ -352,7 +353,7 @@ func watchEvent(ev *clientv3.Event, f *intent.Filter) (intent.WatchEvent, bool, 
 	if err != nil || !matches(rec, f) {
 		return intent.WatchEvent{}, false, err
 	}
-	return intent.WatchEvent{Revision: ev.Kv.ModRevision, Intent: rec.toIntent(ev.Kv.ModRevision, holderLive)}, true, nil
+	return intent.WatchEvent{Revision: ev.Kv.ModRevision, Intent: rec.ToIntent(ev.Kv.ModRevision, machine.HolderLive)}, true, nil
 }
 
 // Depths is how many intents wait in the review queue, by state, and how

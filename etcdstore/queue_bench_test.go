@@ -10,6 +10,7 @@ import (
 
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // BenchmarkReviewQueuePage measures one page of the review queue —
@@ -32,7 +33,7 @@ func BenchmarkReviewQueuePage(b *testing.B) {
 	ctx := context.Background()
 	now := time.Now()
 	// The queue: 10 UNKNOWN and 10 NEEDS_REVIEW intents.
-	var queue []*record
+	var queue []*machine.Record
 	for i := range 20 {
 		st := intent.StateUnknown
 		if i%2 == 1 {
@@ -60,7 +61,7 @@ func BenchmarkReviewQueuePage(b *testing.B) {
 	page(b, 0)
 
 	const unrelated = 100_000
-	batch := make([]*record, 0, 40)
+	batch := make([]*machine.Record, 0, 40)
 	for i := range unrelated {
 		// Registered before and after the queue, so both ends of the
 		// index are crowded.
@@ -75,8 +76,8 @@ func BenchmarkReviewQueuePage(b *testing.B) {
 	page(b, unrelated)
 }
 
-func benchRecord(key string, st intent.State, created time.Time) *record {
-	r := &record{
+func benchRecord(key string, st intent.State, created time.Time) *machine.Record {
+	r := &machine.Record{
 		Tenant: "default", Key: key, State: st,
 		Params: []byte(`{"item":"desk lamp","quantity":1}`), Fingerprint: "f",
 		History:   []intent.Event{{Time: created, Kind: intent.EventRegistered, Accepted: true}},
@@ -84,14 +85,14 @@ func benchRecord(key string, st intent.State, created time.Time) *record {
 	}
 	if st.Final() {
 		r.Result = &intent.Result{ExternalRefs: map[string]string{"supplier_order_id": "SO-" + key}}
-		r.finalize(created)
+		r.CompletedAt, r.RetainUntil = created, created.Add(r.Retention)
 	}
 	return r
 }
 
 // seed writes records with their index keys, several per transaction, as
 // the store's own transitions would have left them.
-func seed(b *testing.B, s *Store, cli *clientv3.Client, recs []*record) {
+func seed(b *testing.B, s *Store, cli *clientv3.Client, recs []*machine.Record) {
 	b.Helper()
 	var ops []clientv3.Op
 	for _, r := range recs {

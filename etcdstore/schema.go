@@ -7,6 +7,7 @@ import (
 
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // The storage schema: the JSON values intentd keeps in etcd. These types are
@@ -109,7 +110,7 @@ type sessionRecord struct {
 }
 
 // toStored is a record's stored form.
-func toStored(r *record) *storedRecord {
+func toStored(r *machine.Record) *storedRecord {
 	s := &storedRecord{
 		Tenant:        r.Tenant,
 		Key:           r.Key,
@@ -149,8 +150,8 @@ func toStored(r *record) *storedRecord {
 }
 
 // fromStored is the record a stored form holds.
-func fromStored(s *storedRecord) *record {
-	r := &record{
+func fromStored(s *storedRecord) *machine.Record {
+	r := &machine.Record{
 		Tenant:        s.Tenant,
 		Key:           s.Key,
 		State:         intent.State(s.State),
@@ -171,7 +172,7 @@ func fromStored(s *storedRecord) *record {
 		EndedToken:    s.EndedToken,
 	}
 	if l := s.Lease; l != nil {
-		r.Lease = &leaseRecord{Token: l.Token, Mode: intent.Mode(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
+		r.Lease = &machine.Lease{Token: l.Token, Mode: intent.Mode(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
 			Worker: l.Worker, RequestID: l.RequestID, AcquiredAt: l.AcquiredAt}
 	}
 	if s.History != nil {
@@ -216,7 +217,7 @@ func (s *storedFailure) domain() *intent.Failure {
 	return &intent.Failure{Code: s.Code, Message: s.Message}
 }
 
-func encodeRecord(r *record) ([]byte, error) {
+func encodeRecord(r *machine.Record) ([]byte, error) {
 	b, err := json.Marshal(toStored(r))
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: encode record: %w", err)
@@ -226,24 +227,17 @@ func encodeRecord(r *record) ([]byte, error) {
 
 // decodeRecord decodes a stored record and materializes the token of a
 // lease issued by this very version (stored as 0) from its mod revision.
-func decodeRecord(b []byte, modRev int64) (*record, error) {
+func decodeRecord(b []byte, modRev int64) (*machine.Record, error) {
 	var s storedRecord
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
 	}
 	r := fromStored(&s)
-	if r.Lease != nil && r.Lease.Token == 0 {
-		r.Lease.Token = fencing.Token(modRev)
-		for i := range r.History {
-			if r.History[i].Issued && r.History[i].Token == 0 {
-				r.History[i].Token = r.Lease.Token
-			}
-		}
-	}
+	r.Materialize(modRev)
 	return r, nil
 }
 
-func encodeTombstone(t *tombstone) ([]byte, error) {
+func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 	b, err := json.Marshal(storedTombstone{Key: t.Key, State: int(t.State), Fingerprint: t.Fingerprint,
 		CompletedAt: t.CompletedAt, RemovedAt: t.RemovedAt, Until: t.Until})
 	if err != nil {
@@ -252,12 +246,12 @@ func encodeTombstone(t *tombstone) ([]byte, error) {
 	return b, nil
 }
 
-func decodeTombstone(b []byte) (*tombstone, error) {
+func decodeTombstone(b []byte) (*machine.Tombstone, error) {
 	var s storedTombstone
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, err
 	}
-	return &tombstone{Key: s.Key, State: intent.State(s.State), Fingerprint: s.Fingerprint,
+	return &machine.Tombstone{Key: s.Key, State: intent.State(s.State), Fingerprint: s.Fingerprint,
 		CompletedAt: s.CompletedAt, RemovedAt: s.RemovedAt, Until: s.Until}, nil
 }
 

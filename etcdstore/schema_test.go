@@ -15,6 +15,7 @@ import (
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // updateGolden rewrites testdata/records from the cases below. The files
@@ -35,13 +36,13 @@ func at(minute int) time.Time {
 var recordCases = []struct {
 	name   string
 	modRev int64
-	stored record
-	want   *record
+	stored machine.Record
+	want   *machine.Record
 }{
 	{
 		name:   "pending",
 		modRev: 7,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-1", State: intent.StatePending,
 			Params: json.RawMessage(`{"item":"desk lamp","quantity":1}`), ParamsVersion: "v2",
 			Fingerprint: "fp-order-1", Labels: map[string]string{"merchant": "M", "team": "shop"},
@@ -52,20 +53,20 @@ var recordCases = []struct {
 	{
 		name:   "in_progress_issued_by_this_version",
 		modRev: 42,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-2", State: intent.StateInProgress,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-2",
-			Lease: &leaseRecord{Mode: intent.ModeExecute, SessionID: "s-1", SessionRev: 40, Worker: "w-1", RequestID: "req-1", AcquiredAt: at(1)},
+			Lease: &machine.Lease{Mode: intent.ModeExecute, SessionID: "s-1", SessionRev: 40, Worker: "w-1", RequestID: "req-1", AcquiredAt: at(1)},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
 				{Time: at(1), Kind: intent.EventAcquired, Mode: intent.ModeExecute, SessionID: "s-1", Worker: "w-1", Accepted: true, RequestID: "req-1", Issued: true},
 			},
 			CreatedAt: at(0), UpdatedAt: at(1), Retention: time.Hour, MaxAttempts: 3,
 		},
-		want: &record{
+		want: &machine.Record{
 			Tenant: "default", Key: "order-2", State: intent.StateInProgress,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-2",
-			Lease: &leaseRecord{Token: 42, Mode: intent.ModeExecute, SessionID: "s-1", SessionRev: 40, Worker: "w-1", RequestID: "req-1", AcquiredAt: at(1)},
+			Lease: &machine.Lease{Token: 42, Mode: intent.ModeExecute, SessionID: "s-1", SessionRev: 40, Worker: "w-1", RequestID: "req-1", AcquiredAt: at(1)},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
 				{Time: at(1), Kind: intent.EventAcquired, Token: 42, Mode: intent.ModeExecute, SessionID: "s-1", Worker: "w-1", Accepted: true, RequestID: "req-1", Issued: true},
@@ -76,10 +77,10 @@ var recordCases = []struct {
 	{
 		name:   "in_progress_reconcile_with_evidence",
 		modRev: 60,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "acme", Key: "order-3", State: intent.StateInProgress,
 			Params: json.RawMessage(`{"n":3}`), Fingerprint: "fp-order-3",
-			Lease: &leaseRecord{Token: 55, Mode: intent.ModeReconcile, SessionID: "s-2", SessionRev: 50, Worker: "w-2", AcquiredAt: at(5)},
+			Lease: &machine.Lease{Token: 55, Mode: intent.ModeReconcile, SessionID: "s-2", SessionRev: 50, Worker: "w-2", AcquiredAt: at(5)},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
 				{Time: at(1), Kind: intent.EventAcquired, Token: 20, Mode: intent.ModeExecute, SessionID: "s-1", Worker: "w-1", Accepted: true, Issued: true},
@@ -95,10 +96,10 @@ var recordCases = []struct {
 	{
 		name:   "unknown",
 		modRev: 80,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-4", State: intent.StateUnknown,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-4",
-			Lease: &leaseRecord{Token: 70, Mode: intent.ModeExecute, SessionID: "s-3", SessionRev: 66, Worker: "w-3", AcquiredAt: at(1)},
+			Lease: &machine.Lease{Token: 70, Mode: intent.ModeExecute, SessionID: "s-3", SessionRev: 66, Worker: "w-3", AcquiredAt: at(1)},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
 				{Time: at(1), Kind: intent.EventAcquired, Token: 70, Mode: intent.ModeExecute, SessionID: "s-3", Worker: "w-3", Accepted: true, Issued: true},
@@ -110,10 +111,10 @@ var recordCases = []struct {
 	{
 		name:   "completed_parent_with_child",
 		modRev: 99,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-5", State: intent.StateCompleted,
 			Params: json.RawMessage(`{"item":"chair"}`), Fingerprint: "fp-order-5", Labels: map[string]string{"merchant": "M"},
-			Lease:  &leaseRecord{Token: 90, Mode: intent.ModeExecute, SessionID: "s-4", SessionRev: 88, Worker: "w-4", AcquiredAt: at(1)},
+			Lease:  &machine.Lease{Token: 90, Mode: intent.ModeExecute, SessionID: "s-4", SessionRev: 88, Worker: "w-4", AcquiredAt: at(1)},
 			Result: &intent.Result{Payload: []byte(`{"order":"SO-1"}`), ExternalRefs: map[string]string{"supplier_order_id": "SO-1", "invoice": "INV-7"}},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
@@ -130,7 +131,7 @@ var recordCases = []struct {
 	{
 		name:   "pending_child",
 		modRev: 99,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-5/ship", State: intent.StatePending,
 			Params: json.RawMessage(`{"carrier":"X"}`), Fingerprint: "fp-ship", ParentKey: "order-5",
 			History:   []intent.Event{{Time: at(3), Kind: intent.EventRegistered, Accepted: true, Reason: "registered by the completion of order-5"}},
@@ -140,10 +141,10 @@ var recordCases = []struct {
 	{
 		name:   "failed",
 		modRev: 120,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-6", State: intent.StateFailed,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-6",
-			Lease:   &leaseRecord{Token: 110, Mode: intent.ModeExecute, SessionID: "s-5", SessionRev: 100, AcquiredAt: at(1)},
+			Lease:   &machine.Lease{Token: 110, Mode: intent.ModeExecute, SessionID: "s-5", SessionRev: 100, AcquiredAt: at(1)},
 			Failure: &intent.Failure{Code: "OUT_OF_STOCK", Message: "no lamps left"},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
@@ -157,10 +158,10 @@ var recordCases = []struct {
 	{
 		name:   "needs_review_escalated",
 		modRev: 140,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-7", State: intent.StateNeedsReview,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-7",
-			Lease: &leaseRecord{Token: 130, Mode: intent.ModeReview, Worker: "alice", AcquiredAt: at(4)},
+			Lease: &machine.Lease{Token: 130, Mode: intent.ModeReview, Worker: "alice", AcquiredAt: at(4)},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
 				{Time: at(1), Kind: intent.EventAcquired, Token: 125, Mode: intent.ModeExecute, SessionID: "s-6", Accepted: true, Issued: true},
@@ -173,10 +174,10 @@ var recordCases = []struct {
 	{
 		name:   "completed_by_review",
 		modRev: 160,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-8", State: intent.StateCompleted,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-8",
-			Lease:  &leaseRecord{Token: 150, Mode: intent.ModeReview, Worker: "bob", AcquiredAt: at(5)},
+			Lease:  &machine.Lease{Token: 150, Mode: intent.ModeReview, Worker: "bob", AcquiredAt: at(5)},
 			Result: &intent.Result{Payload: []byte(`"done by hand"`)},
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
@@ -189,7 +190,7 @@ var recordCases = []struct {
 	{
 		name:   "cancelled",
 		modRev: 170,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "order-9", State: intent.StateCancelled,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-9",
 			History: []intent.Event{
@@ -203,7 +204,7 @@ var recordCases = []struct {
 		// Stored before intentd had an attempts limit: no max_attempts.
 		name:   "pending_without_attempts_limit",
 		modRev: 3,
-		stored: record{
+		stored: machine.Record{
 			Tenant: "default", Key: "old", State: intent.StatePending,
 			Params: json.RawMessage(`{}`), Fingerprint: "fp-old",
 			History:   []intent.Event{{Time: at(0), Kind: intent.EventRegistered, Accepted: true}},
@@ -214,10 +215,10 @@ var recordCases = []struct {
 
 var tombstoneCases = []struct {
 	name string
-	tomb tombstone
+	tomb machine.Tombstone
 }{
-	{"tombstone_completed", tombstone{Key: "order-5", State: intent.StateCompleted, Fingerprint: "fp-order-5", CompletedAt: at(3), RemovedAt: at(50), Until: at(59)}},
-	{"tombstone_without_completion", tombstone{Key: "old", State: intent.StateCancelled, Fingerprint: "fp-old", RemovedAt: at(50), Until: at(59)}},
+	{"tombstone_completed", machine.Tombstone{Key: "order-5", State: intent.StateCompleted, Fingerprint: "fp-order-5", CompletedAt: at(3), RemovedAt: at(50), Until: at(59)}},
+	{"tombstone_without_completion", machine.Tombstone{Key: "old", State: intent.StateCancelled, Fingerprint: "fp-old", RemovedAt: at(50), Until: at(59)}},
 }
 
 var sessionCases = []struct {
@@ -341,16 +342,16 @@ func BenchmarkRecordCodec(b *testing.B) {
 func TestStorageSchemaRoundTrip(t *testing.T) {
 	cases := []struct {
 		name string
-		rec  record
+		rec  machine.Record
 	}{
-		{"zero", record{}},
-		{"empty history", record{Key: "k", History: []intent.Event{}}},
-		{"empty result in an event", record{Key: "k", History: []intent.Event{{Kind: intent.EventResolved, Result: &intent.Result{}, Failure: &intent.Failure{}}}}},
+		{"zero", machine.Record{}},
+		{"empty history", machine.Record{Key: "k", History: []intent.Event{}}},
+		{"empty result in an event", machine.Record{Key: "k", History: []intent.Event{{Kind: intent.EventResolved, Result: &intent.Result{}, Failure: &intent.Failure{}}}}},
 	}
 	for _, tc := range recordCases {
 		cases = append(cases, struct {
 			name string
-			rec  record
+			rec  machine.Record
 		}{tc.name, tc.stored})
 	}
 	for _, tc := range cases {
@@ -384,7 +385,7 @@ func TestStoredRecordsServeFromEtcd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := tc.stored.clone()
+			want := tc.stored.Clone()
 			if l := want.Lease; l != nil && l.Token == 0 { // issued by the version just put
 				l.Token = fencing.Token(rev)
 				for i := range want.History {
@@ -394,7 +395,7 @@ func TestStoredRecordsServeFromEtcd(t *testing.T) {
 				}
 			}
 			// No session key exists: an IN_PROGRESS record reads as lapsed.
-			if w := want.toIntentWithHistory(rev, holderGone); !reflect.DeepEqual(got, w) {
+			if w := want.ToIntentWithHistory(rev, machine.HolderGone); !reflect.DeepEqual(got, w) {
 				t.Errorf("Get =\n%+v\nwant\n%+v", got, w)
 			}
 		})

@@ -11,8 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // OpenSession starts a worker session backed by one etcd lease of the given
@@ -159,30 +159,31 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 		return 0, err
 	}
 	ttl := time.Duration(ka.TTL) * time.Second
-	current, err := s.currentTokens(ctx, tenant, held)
+	if len(held) == 0 {
+		return ttl, nil
+	}
+	views, err := s.heldViews(ctx, tenant, held)
 	if err != nil {
 		return ttl, err
 	}
 	for i, h := range held {
-		if h.Token == current[i] {
-			continue
+		call := machine.HeldCall{Held: h, Index: i, Session: sess.machine(), Principal: intent.PrincipalFrom(ctx)}
+		decide := func(v *machine.View) machine.Decision { return machine.CheckHeld(v, call, s.cfg.Now()) }
+		if d := decide(views[i]); !d.Writes() && d.Err == nil && d.NeedSession == "" {
+			continue // the current token: the common case, decided on the one read
 		}
 		// Rare: a superseded (or never issued) token. Decide it on its own
-		// record, keeping the evidence.
-		if err := s.checkHeld(ctx, tenant, sess, i, h); err != nil {
+		// record, with its holder, keeping the evidence.
+		if _, err := s.transition(ctx, tenant, h.Key, nil, s.loadWithHolder(tenant, h.Key), decide); err != nil {
 			return ttl, err
 		}
 	}
 	return ttl, nil
 }
 
-// currentTokens reads the current token of every named intent in one
-// transaction, so that a heartbeat costs one read however many leases the
-// worker holds; a missing record reads as token 0.
-func (s *Store) currentTokens(ctx context.Context, tenant string, held []intent.HeldLease) ([]fencing.Token, error) {
-	if len(held) == 0 {
-		return nil, nil
-	}
+// heldViews reads the records of every named intent in one transaction, so
+// that a heartbeat costs one read however many leases the worker holds.
+func (s *Store) heldViews(ctx context.Context, tenant string, held []intent.HeldLease) ([]*machine.View, error) {
 	ops := make([]clientv3.Op, len(held))
 	for i, h := range held {
 		ops[i] = clientv3.OpGet(s.keys.intent(tenant, h.Key))
@@ -193,46 +194,16 @@ func (s *Store) currentTokens(ctx context.Context, tenant string, held []intent.
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	out := make([]fencing.Token, len(held))
+	out := make([]*machine.View, len(held))
 	for i, r := range resp.Responses {
+		v := &machine.View{Key: held[i].Key, Fresh: true}
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
-			rec, err := decodeRecord(kvs[0].Value, kvs[0].ModRevision)
-			if err != nil {
+			if v.Rec, err = decodeRecord(kvs[0].Value, kvs[0].ModRevision); err != nil {
 				return nil, err
 			}
-			out[i] = currentToken(rec)
+			v.Rev = kvs[0].ModRevision
 		}
+		out[i] = v
 	}
 	return out, nil
-}
-
-// checkHeld checks one lease named in a heartbeat against the record.
-func (s *Store) checkHeld(ctx context.Context, tenant string, sess session, i int, h intent.HeldLease) error {
-	var stale *intent.StaleTokenError
-	load := func(ctx context.Context) (*view, error) { return s.readWithHolder(ctx, tenant, h.Key, nil) }
-	err := s.transition(ctx, tenant, h.Key, nil, load, func(v *view) (*change, error) {
-		stale = nil
-		if v.rec == nil {
-			return nil, missing(v)
-		}
-		cur := currentToken(v.rec)
-		switch {
-		case h.Token > cur:
-			return nil, intent.Invalid(fmt.Sprintf("leases[%d].token", i), "token %s was never issued for %q", h.Token, h.Key)
-		case h.Token == cur:
-			return nil, nil
-		}
-		stale = &intent.StaleTokenError{Key: h.Key, Token: h.Token, Current: cur, Intent: v.rec.toIntent(v.rev(), v.holder())}
-		return s.evidence(v.rec, intent.Event{
-			Time: s.cfg.Now(), Kind: intent.EventHeartbeat, Token: h.Token,
-			SessionID: sess.id, Worker: sess.rec.Worker, Principal: intent.PrincipalFrom(ctx),
-		}), nil
-	})
-	if err != nil {
-		return err
-	}
-	if stale != nil {
-		return stale
-	}
-	return nil
 }

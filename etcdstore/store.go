@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // Config configures a Store. Start from DefaultConfig.
@@ -43,8 +44,8 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// MaxAttempts is how many attempts of an intent may end without a
 	// report (a lease lapsed, or MarkUnknown) before the intent goes to
-	// NEEDS_REVIEW, unless its registration names its own limit. See
-	// endAttempt.
+	// NEEDS_REVIEW, unless its registration names its own limit (see
+	// package machine).
 	MaxAttempts int
 	// Now tells the time written into history entries and used for
 	// retention. Never used to decide lease expiry.
@@ -191,6 +192,9 @@ type Store struct {
 	// once opened, it only ends.
 	sessions *lru.Cache[string, session]
 
+	// rules are the state diagram's settings (package machine).
+	rules machine.Rules
+
 	stats  stats
 	tracer trace.Tracer
 	// floor refuses etcd answers below the highest revision seen: see
@@ -201,18 +205,8 @@ type Store struct {
 // stats counts what the store did, for metrics.
 type stats struct {
 	commits, conflicts, ambiguous, replays, exhausted atomic.Int64
-	markedUnknown                                     atomic.Int64
-	lapses                                            [lapseByJanitor + 1]atomic.Int64
+	markedUnknown, lapsesByAcquire, lapsesByJanitor   atomic.Int64
 }
-
-// lapseSeen is which path noticed that a lease lapsed without a report.
-type lapseSeen int
-
-const (
-	lapseNone lapseSeen = iota
-	lapseByAcquire
-	lapseByJanitor
-)
 
 // Stats is a snapshot of the store's counters since it started.
 type Stats struct {
@@ -246,13 +240,13 @@ func (s *Store) Stats() Stats {
 		Commits: s.stats.commits.Load(), Conflicts: s.stats.conflicts.Load(),
 		Ambiguous: s.stats.ambiguous.Load(), Replays: s.stats.replays.Load(),
 		AttemptsExhausted: s.stats.exhausted.Load(), MarkedUnknown: s.stats.markedUnknown.Load(),
-		LapsesByAcquire: s.stats.lapses[lapseByAcquire].Load(), LapsesByJanitor: s.stats.lapses[lapseByJanitor].Load(),
+		LapsesByAcquire: s.stats.lapsesByAcquire.Load(), LapsesByJanitor: s.stats.lapsesByJanitor.Load(),
 	}
 }
 
 // cached is a record and the mod revision it was read or written at.
 type cached struct {
-	rec *record
+	rec *machine.Record
 	rev int64
 }
 
@@ -263,6 +257,11 @@ type session struct {
 	rev    int64 // create revision of the session key
 	lease  clientv3.LeaseID
 	rec    sessionRecord
+}
+
+// machine is the session as the state diagram sees it.
+func (s session) machine() machine.Session {
+	return machine.Session{ID: s.id, Rev: s.rev, Worker: s.rec.Worker}
 }
 
 // New returns a Store on the client's cluster.
@@ -283,6 +282,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
 	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions,
+		rules:  machine.Rules{DefaultRetention: cfg.DefaultRetention, TombstoneRetention: cfg.TombstoneRetention, MaxAttempts: cfg.MaxAttempts},
 		tracer: newTracer(cfg.TracerProvider)}
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
@@ -300,62 +300,16 @@ func (s *Store) Ping(ctx context.Context) error {
 
 func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
 
-// view is what one decision about an intent is made from.
-type view struct {
-	key string           // the intent's key, for errors
-	kv  *mvccpb.KeyValue // nil when the record is absent
-	rec *record          // decoded kv
-	// fresh is false when the view came from the cache: a decision not to
-	// write must then be confirmed by a fresh read, and a write is guarded
-	// by its compare anyway.
-	fresh bool
-	// sessions holds the sessions read with the record, by id; a missing
-	// entry's value is nil.
-	sessions map[string]*mvccpb.KeyValue
-	// tomb is the record's tombstone, when it was removed after retention.
-	tomb *tombstone
-	// extra holds other keys read with the record (a parent, children), by
-	// etcd key; a missing entry's value is nil.
-	extra map[string]*mvccpb.KeyValue
-}
-
-func (v *view) rev() int64 {
-	if v.kv == nil {
-		return 0
-	}
-	return v.kv.ModRevision
-}
-
-// alive reports whether the session id exists with create revision rev in
-// the view.
-func (v *view) alive(id string, rev int64) bool {
-	kv := v.sessions[id]
-	return kv != nil && kv.CreateRevision == rev
-}
-
-// holderAlive reports whether the record's lease holder is alive.
-func (v *view) holderAlive() bool {
-	l := v.rec.Lease
-	return l != nil && v.alive(l.SessionID, l.SessionRev)
-}
-
-// holder is holderAlive in toIntent's terms.
-func (v *view) holder() holder { return holder(v.holderAlive()) }
-
-// read returns a fresh view of an intent, its tombstone and the given
-// sessions, in one linearizable read.
-func (s *Store) read(ctx context.Context, tenant, key string, sessionIDs ...string) (*view, error) {
-	return s.readExtra(ctx, tenant, key, nil, sessionIDs...)
-}
-
-// readExtra is read with other etcd keys read in the same transaction.
-func (s *Store) readExtra(ctx context.Context, tenant, key string, extra []string, sessionIDs ...string) (*view, error) {
+// read returns a fresh view of an intent and its tombstone, of the other
+// intents named (records and tombstones) and of the given sessions, in one
+// linearizable read.
+func (s *Store) read(ctx context.Context, tenant, key string, others []string, sessionIDs ...string) (*machine.View, error) {
 	ops := []clientv3.Op{clientv3.OpGet(s.keys.intent(tenant, key)), clientv3.OpGet(s.keys.tombstone(tenant, key))}
+	for _, k := range others {
+		ops = append(ops, clientv3.OpGet(s.keys.intent(tenant, k)), clientv3.OpGet(s.keys.tombstone(tenant, k)))
+	}
 	for _, id := range sessionIDs {
 		ops = append(ops, clientv3.OpGet(s.keys.session(tenant, id)))
-	}
-	for _, k := range extra {
-		ops = append(ops, clientv3.OpGet(k))
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
@@ -371,45 +325,67 @@ func (s *Store) readExtra(ctx context.Context, tenant, key string, extra []strin
 		}
 		return nil
 	}
-	v := &view{key: key, fresh: true, sessions: map[string]*mvccpb.KeyValue{}, extra: map[string]*mvccpb.KeyValue{}}
-	if v.kv = first(0); v.kv != nil {
-		if v.rec, err = decodeRecord(v.kv.Value, v.kv.ModRevision); err != nil {
+	v := &machine.View{Key: key, Fresh: true, Sessions: map[string]int64{}, Others: map[string]machine.Other{}}
+	if v.Rec, v.Rev, v.Tomb, err = decodeAt(key, first(0), first(1)); err != nil {
+		return nil, err
+	}
+	for i, k := range others {
+		var o machine.Other
+		if o.Rec, _, o.Tomb, err = decodeAt(k, first(2+2*i), first(3+2*i)); err != nil {
 			return nil, err
 		}
-	}
-	if kv := first(1); kv != nil {
-		if v.tomb, err = decodeTombstone(kv.Value); err != nil {
-			return nil, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
-		}
+		v.Others[k] = o
 	}
 	for i, id := range sessionIDs {
-		v.sessions[id] = first(2 + i)
+		v.Sessions[id] = createRevision(first(2 + 2*len(others) + i))
 	}
-	for i, k := range extra {
-		v.extra[k] = first(2 + len(sessionIDs) + i)
-	}
-	if v.rec != nil {
-		s.remember(tenant, key, v.rec, v.kv.ModRevision)
+	if v.Rec != nil {
+		s.remember(tenant, key, v.Rec, v.Rev)
 	}
 	return v, nil
 }
 
+// decodeAt decodes an intent's record and tombstone as read (nil when
+// absent), and the record's mod revision.
+func decodeAt(key string, rkv, tkv *mvccpb.KeyValue) (rec *machine.Record, rev int64, tomb *machine.Tombstone, err error) {
+	if rkv != nil {
+		if rec, err = decodeRecord(rkv.Value, rkv.ModRevision); err != nil {
+			return nil, 0, nil, err
+		}
+		rev = rkv.ModRevision
+	}
+	if tkv != nil {
+		if tomb, err = decodeTombstone(tkv.Value); err != nil {
+			return nil, 0, nil, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
+		}
+	}
+	return rec, rev, tomb, nil
+}
+
+// createRevision is a session key's create revision, 0 when absent.
+func createRevision(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.CreateRevision
+}
+
 // readWithHolder reads an intent and the sessions, then, if the record is
 // held by a session not read yet, that session too.
-func (s *Store) readWithHolder(ctx context.Context, tenant, key string, extra []string, sessionIDs ...string) (*view, error) {
-	v, err := s.readExtra(ctx, tenant, key, extra, sessionIDs...)
-	if err != nil || v.rec == nil || v.rec.Lease == nil || v.rec.State != intent.StateInProgress {
-		return v, err
+func (s *Store) readWithHolder(ctx context.Context, tenant, key string, others []string, sessionIDs ...string) (*machine.View, error) {
+	v, err := s.read(ctx, tenant, key, others, sessionIDs...)
+	if err != nil {
+		return nil, err
 	}
-	holder := v.rec.Lease.SessionID
-	if _, ok := v.sessions[holder]; ok {
+	holder := v.HolderUnread()
+	if holder == "" {
 		return v, nil
 	}
 	kv, err := s.getSession(ctx, tenant, holder)
 	if err != nil {
 		return nil, err
 	}
-	v.sessions[holder] = kv
+	v.Sessions[holder] = createRevision(kv)
 	return v, nil
 }
 
@@ -427,7 +403,7 @@ func (s *Store) getSession(ctx context.Context, tenant, id string) (*mvccpb.KeyV
 }
 
 // remember caches the newest version seen of a record.
-func (s *Store) remember(tenant, key string, rec *record, rev int64) {
+func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 	k := cacheKey(tenant, key)
 	if old, ok := s.records.Get(k); ok && old.rev >= rev {
 		return
@@ -435,48 +411,27 @@ func (s *Store) remember(tenant, key string, rec *record, rev int64) {
 	s.records.Add(k, cached{rec: rec, rev: rev})
 }
 
-// finalFromCache returns a cached final record: final records never change
-// state or result, so a replay needs no etcd round trip.
-func (s *Store) finalFromCache(tenant, key string) (*cached, bool) {
-	if s.floor.refused.Load() != nil {
-		return nil, false // etcd went back: answer nothing, not even from memory
-	}
+// cachedView is a view of the remembered version of a record, if any: not
+// fresh (see machine.View).
+func (s *Store) cachedView(tenant, key string) (*machine.View, bool) {
 	c, ok := s.records.Get(cacheKey(tenant, key))
-	if !ok || !c.rec.State.Final() || !s.cfg.Now().Before(c.rec.RetainUntil) {
-		// Past its retention the record may be gone: ask etcd.
+	if !ok {
 		return nil, false
 	}
-	return &c, true
+	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}, true
 }
 
-// change is a decided transition of one intent.
-type change struct {
-	next *record        // the record to write
-	cmps []clientv3.Cmp // compares beyond the record's own revision
-	ops  []clientv3.Op  // writes beyond the record
-	// exhausted is set when the change moves a poison intent to
-	// NEEDS_REVIEW (see endAttempt): counted and logged once committed.
-	exhausted bool
-	// markedUnknown and lapse say how the change ends an attempt without
-	// a report, if it does: counted once committed.
-	markedUnknown bool
-	lapse         lapseSeen
-	// done is called on success with the record as committed (tokens
-	// materialized) and the commit revision.
-	done func(committed *record, rev int64)
-}
+// decideFunc is one call's decide function of package machine, bound to
+// its call and clock. It may be called several times, once per attempt.
+type decideFunc func(v *machine.View) machine.Decision
 
-// decideFunc decides a transition from a view: a change to commit, nil when
-// no write is needed (the answer is in the view), or a refusal. It may be
-// called several times, once per attempt.
-type decideFunc func(v *view) (*change, error)
-
-// transition runs decide on a view of the intent and commits its change
-// with compare-and-swap, deciding again on a fresh read whenever the compare
-// fails or the outcome of a commit is ambiguous. It never writes without
-// comparing the revision the decision was made from, so a retried write can
-// never apply twice.
-func (s *Store) transition(ctx context.Context, tenant, key string, start *view, load func(context.Context) (*view, error), decide decideFunc) error {
+// transition decides on a view of the intent and commits the decision's
+// writes with compare-and-swap, deciding again on a fresh read whenever a
+// guard fails or the outcome of a commit is ambiguous. It never writes
+// without comparing the revision the decision was made from, so a retried
+// write can never apply twice. It returns the decision's answer, or its
+// refusal (after writing the evidence the decision keeps, if any).
+func (s *Store) transition(ctx context.Context, tenant, key string, start *machine.View, load func(context.Context) (*machine.View, error), decide decideFunc) (machine.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
 	defer cancel()
 	v := start
@@ -491,30 +446,46 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			var err error
 			if v, err = load(ctx); err != nil {
 				if errors.Is(err, errCorrupt) {
-					return err
+					return machine.Answer{}, err
 				}
 				if werr := s.backoff(ctx, attempt, err); werr != nil {
-					return werr
+					return machine.Answer{}, werr
 				}
 				continue
 			}
 		}
-		ch, err := decide(v)
-		if (err != nil || ch == nil) && !v.fresh {
+		d := decide(v)
+		if id := d.NeedSession; id != "" {
+			// The decision shows a holder the view did not read: read
+			// it, then decide again on the same view.
+			kv, err := s.getSession(ctx, tenant, id)
+			if err != nil {
+				if werr := s.backoff(ctx, attempt, err); werr != nil {
+					return machine.Answer{}, werr
+				}
+				continue
+			}
+			if v.Sessions == nil {
+				v.Sessions = map[string]int64{}
+			}
+			v.Sessions[id] = createRevision(kv)
+			continue
+		}
+		if (d.Err != nil || !d.Writes()) && !v.Fresh {
 			v = nil // confirm a refusal or a no-op on a fresh read
 			continue
 		}
-		if err != nil || ch == nil {
-			return err
+		if !d.Writes() {
+			return answered(d.Answer, d.Err)
 		}
 		if full {
-			return fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
+			return machine.Answer{}, fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
 		}
 		cctx, span := s.startSpan(ctx, "etcd txn", tenant, key)
-		resp, err := s.commit(cctx, tenant, key, v, ch)
-		endCommit(span, attempt, ch, resp, err)
+		resp, err := s.commit(cctx, tenant, v, &d)
+		endCommit(span, attempt, &d, resp, err)
 		if errors.Is(err, intent.ErrTooLarge) {
-			return err
+			return machine.Answer{}, err
 		}
 		if errors.Is(err, rpctypes.ErrNoSpace) {
 			full, v = true, nil // reads are still served
@@ -524,21 +495,21 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			// Refused, not ambiguous: the write may have been applied by
 			// the etcd that went back, but nothing of it reaches the
 			// caller, and trying again would be refused the same way.
-			return err
+			return machine.Answer{}, err
 		}
 		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
 			// etcd refused the request whole: nothing was written, and
 			// sending it again would fail the same way.
-			return fmt.Errorf("%w: etcd refused it: %v", intent.ErrTooLarge, err)
+			return machine.Answer{}, fmt.Errorf("%w: etcd refused it: %v", intent.ErrTooLarge, err)
 		}
 		if err != nil {
 			// The write may or may not have committed: read back and
 			// decide again. The compare keeps a committed write from
-			// applying twice; decide recognizes its own effect.
+			// applying twice; the decision recognizes its own effect.
 			s.stats.ambiguous.Add(1)
 			s.cfg.Logger.Debug("etcdstore: ambiguous commit, reading back", "tenant", tenant, "key", key, "err", err)
 			if werr := s.backoff(ctx, attempt, err); werr != nil {
-				return werr
+				return machine.Answer{}, werr
 			}
 			v = nil
 			continue
@@ -549,47 +520,93 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *view,
 			continue
 		}
 		s.stats.commits.Add(1)
-		rev := resp.Header.Revision
-		// Decode our own write so that the cache and the caller see
-		// exactly what a reader would (tokens materialized).
-		b, _ := encodeRecord(ch.next)
-		committed, err := decodeRecord(b, rev)
+		committed, err := s.committed(tenant, key, &d, resp.Header.Revision)
 		if err != nil {
-			return err
+			return machine.Answer{}, err
+		}
+		return answered(d.Finish(committed, resp.Header.Revision), d.Err)
+	}
+}
+
+// answered is a decision's answer, or its refusal and no answer.
+func answered(a machine.Answer, refusal error) (machine.Answer, error) {
+	if refusal != nil {
+		return machine.Answer{}, refusal
+	}
+	return a, nil
+}
+
+// committed updates the cache and the counters after d committed at
+// revision rev, and returns the record as a reader now sees it (tokens
+// materialized; nil when the record was removed).
+func (s *Store) committed(tenant, key string, d *machine.Decision, rev int64) (*machine.Record, error) {
+	var committed *machine.Record
+	if d.Next != nil {
+		// Decode our own write so that the cache and the caller see
+		// exactly what a reader would.
+		b, _ := encodeRecord(d.Next)
+		var err error
+		if committed, err = decodeRecord(b, rev); err != nil {
+			return nil, err
 		}
 		s.remember(tenant, key, committed, rev)
-		if ch.markedUnknown {
-			s.stats.markedUnknown.Add(1)
-		}
-		if ch.lapse != lapseNone {
-			s.stats.lapses[ch.lapse].Add(1)
-		}
-		if ch.exhausted {
-			s.stats.exhausted.Add(1)
-			s.cfg.Logger.Warn("etcdstore: intent needs review: too many attempts ended without a report",
-				"tenant", tenant, "key", key, "attempts", committed.Attempts, "max_attempts", attemptLimit(committed, s.cfg.MaxAttempts))
-		}
-		if ch.done != nil {
-			ch.done(committed, rev)
-		}
-		return nil
+	} else {
+		s.records.Remove(cacheKey(tenant, key))
 	}
+	switch d.Ended {
+	case machine.EndedMarkedUnknown:
+		s.stats.markedUnknown.Add(1)
+	case machine.EndedLapsedAtAcquire:
+		s.stats.lapsesByAcquire.Add(1)
+	case machine.EndedLapsedAtSweep:
+		s.stats.lapsesByJanitor.Add(1)
+	}
+	if d.Exhausted {
+		s.stats.exhausted.Add(1)
+		s.cfg.Logger.Warn("etcdstore: intent needs review: too many attempts ended without a report",
+			"tenant", tenant, "key", key, "attempts", committed.Attempts, "max_attempts", machine.AttemptLimit(committed, s.cfg.MaxAttempts))
+	}
+	return committed, nil
 }
 
 // maxTxnOps is etcd's default limit of operations in one transaction.
 const maxTxnOps = 128
 
-// commit writes a change guarded by the record's revision, with the index
-// keys the change gains and loses.
-func (s *Store) commit(ctx context.Context, tenant, key string, v *view, ch *change) (*clientv3.TxnResponse, error) {
-	k := s.keys.intent(tenant, key)
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k), "=", v.rev())}, ch.cmps...)
-	val, err := encodeRecord(ch.next)
-	if err != nil {
-		return nil, err
+// commit writes a decision: its guards become the transaction's compares,
+// its writes the operations, with the index keys each written record gains
+// and loses.
+func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (*clientv3.TxnResponse, error) {
+	cmps := make([]clientv3.Cmp, len(d.Guards))
+	for i, g := range d.Guards {
+		cmps[i] = s.compare(tenant, g)
 	}
-	ops := append([]clientv3.Op{clientv3.OpPut(k, string(val))}, s.keys.indexOps(v.rec, ch.next)...)
-	ops = append(ops, ch.ops...)
+	k := s.keys.intent(tenant, v.Key)
+	var ops []clientv3.Op
+	if d.Next != nil {
+		val, err := encodeRecord(d.Next)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, clientv3.OpPut(k, string(val)))
+		ops = append(ops, s.keys.indexOps(v.Rec, d.Next)...)
+	}
+	if t := d.Tombstone; t != nil {
+		tomb, err := encodeTombstone(t)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
+			clientv3.OpPut(s.keys.tombRetentions()+timeKey(t.Until)+"/"+tenant+"/"+v.Key, v.Key))
+		ops = append(ops, s.keys.indexOps(v.Rec, nil)...)
+	}
+	for _, c := range d.Create {
+		val, err := encodeRecord(c)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, clientv3.OpPut(s.keys.intent(tenant, c.Key), string(val)))
+		ops = append(ops, s.keys.indexOps(nil, c)...)
+	}
 	if len(ops) > maxTxnOps || len(cmps) > maxTxnOps {
 		return nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(ops), maxTxnOps)
 	}
@@ -599,6 +616,23 @@ func (s *Store) commit(ctx context.Context, tenant, key string, v *view, ch *cha
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	return s.kv.Txn(cctx).If(cmps...).Then(ops...).Commit()
+}
+
+// compare is a guard as an etcd compare.
+func (s *Store) compare(tenant string, g machine.Guard) clientv3.Cmp {
+	switch g.Kind {
+	case machine.RecordAt:
+		return clientv3.Compare(clientv3.ModRevision(s.keys.intent(tenant, g.Key)), "=", g.Rev)
+	case machine.SessionAlive:
+		return clientv3.Compare(clientv3.CreateRevision(s.keys.session(tenant, g.Session)), "=", g.Rev)
+	case machine.SessionGone:
+		return clientv3.Compare(clientv3.CreateRevision(s.keys.session(tenant, g.Session)), "!=", g.Rev)
+	case machine.NoTombstone:
+		return clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(tenant, g.Key)), "=", 0)
+	case machine.Exists:
+		return clientv3.Compare(clientv3.CreateRevision(s.keys.intent(tenant, g.Key)), ">", 0)
+	}
+	panic(fmt.Sprintf("etcdstore: guard kind %d has no compare", g.Kind))
 }
 
 // maxTxnBytes bounds what one transaction writes, well under etcd's default

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 	"github.com/intentd/intentd/internal/traceattr"
 )
 
@@ -53,9 +54,9 @@ func endRead(span trace.Span, err error) {
 	span.End()
 }
 
-// endCommit ends the span of a write of ch, classifying its outcome the way
+// endCommit ends the span of a write of d, classifying its outcome the way
 // transition acts on it. Error texts are not recorded: they may quote keys.
-func endCommit(span trace.Span, attempt int, ch *change, resp *clientv3.TxnResponse, err error) {
+func endCommit(span trace.Span, attempt int, d *machine.Decision, resp *clientv3.TxnResponse, err error) {
 	defer span.End()
 	if !span.IsRecording() {
 		return
@@ -63,8 +64,12 @@ func endCommit(span trace.Span, attempt int, ch *change, resp *clientv3.TxnRespo
 	span.SetAttributes(traceattr.TxnAttempt.Int(attempt))
 	switch {
 	case err == nil && resp.Succeeded:
-		span.SetAttributes(traceattr.TxnOutcome.String("committed"), traceattr.State.String(ch.next.State.String()))
-		if l := ch.next.Lease; l != nil {
+		span.SetAttributes(traceattr.TxnOutcome.String("committed"))
+		if d.Next == nil {
+			return // a removal
+		}
+		span.SetAttributes(traceattr.State.String(d.Next.State.String()))
+		if l := d.Next.Lease; l != nil {
 			token := int64(l.Token)
 			if token == 0 { // issued by this write: its revision
 				token = resp.Header.Revision

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // BenchmarkUntracedSpan is what the store's spans cost a write when tracing
@@ -17,7 +18,7 @@ import (
 //
 //	go test -run '^$' -bench UntracedSpan ./etcdstore
 func BenchmarkUntracedSpan(b *testing.B) {
-	ch := &change{next: &record{State: intent.StateInProgress, Lease: &leaseRecord{}}}
+	d := &machine.Decision{Next: &machine.Record{State: intent.StateInProgress, Lease: &machine.Lease{}}}
 	resp := &clientv3.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 7}}
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -28,7 +29,7 @@ func BenchmarkUntracedSpan(b *testing.B) {
 			s := &Store{tracer: newTracer(tc.tp)}
 			for b.Loop() {
 				_, span := s.startSpan(ctx, "etcd txn", "default", "order-1")
-				endCommit(span, 0, ch, resp, nil)
+				endCommit(span, 0, d, resp, nil)
 			}
 		})
 	}

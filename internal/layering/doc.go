@@ -7,6 +7,7 @@
 //	etcdstore   ──► intent, fencing, etcd client/v3   (no gRPC codes or status; plain Go domain types at its boundary)
 //	client      ──► gen, intent, fencing, grpc        (no server, no etcdstore)
 //	intent      ──► fencing, standard library         (the domain model every layer speaks)
+//	machine     ──► intent, fencing, standard library (internal/machine: the state diagram, pure; etcdstore runs it)
 //	fencing     ──► standard library only             (a downstream resource imports it without etcd or gRPC)
 //	e2e         ──► client, gen, fencing, fakes       (black box: no server, etcdstore or daemon)
 //	intentctl   ──► client, gen, intent, access       (an operator's tool: talks to intentd only over gRPC)
@@ -19,6 +20,9 @@
 //
 //   - fencing depends on the standard library only.
 //   - intent depends on the standard library and fencing only.
+//   - internal/machine depends on intent, fencing and the standard library
+//     only: no etcd, no gRPC, no clock, so that every transition is tested
+//     without them.
 //   - server depends on no go.etcd.io package and not on etcdstore.
 //   - etcdstore does not import google.golang.org/grpc/codes or
 //     google.golang.org/grpc/status itself (the etcd client does, inside; a

@@ -101,6 +101,13 @@ var rules = []rule{
 		forbid: func(g graph, q string) bool { return nonStandard(g, q) && !under(q, "fencing") },
 	},
 	{
+		name:   "machine depends on intent, fencing and the standard library only",
+		covers: within("internal/machine"),
+		forbid: func(g graph, q string) bool {
+			return nonStandard(g, q) && !under(q, "intent") && !under(q, "fencing") && !under(q, "internal/machine")
+		},
+	},
+	{
 		name:   "server depends on no etcd package",
 		covers: within("server"),
 		forbid: pathPrefix("go.etcd.io"),
@@ -404,6 +411,33 @@ func TestRulesCatchForbiddenEdges(t *testing.T) {
 			},
 			std:  []string{"errors"},
 			want: []string{"intent → fencing → google.golang.org/grpc/metadata"},
+		},
+		{
+			name: "machine reaching etcd through a helper",
+			rule: "machine depends on intent, fencing and the standard library only",
+			root: m + "internal/machine",
+			edges: map[string][]string{
+				m + "internal/machine":      {m + "intent", m + "internal/traceattr", "time"},
+				m + "intent":                {m + "fencing"},
+				m + "internal/traceattr":    {"go.etcd.io/etcd/client/v3"},
+				"go.etcd.io/etcd/client/v3": {"time"},
+			},
+			std:  []string{"time"},
+			want: []string{"internal/machine → internal/traceattr"},
+		},
+		{
+			name:  "machine importing gRPC",
+			rule:  "machine depends on intent, fencing and the standard library only",
+			root:  m + "internal/machine",
+			edges: map[string][]string{m + "internal/machine": {m + "intent", "google.golang.org/grpc/status"}},
+			want:  []string{"internal/machine → google.golang.org/grpc/status"},
+		},
+		{
+			name:  "machine on intent and fencing",
+			rule:  "machine depends on intent, fencing and the standard library only",
+			root:  m + "internal/machine",
+			edges: map[string][]string{m + "internal/machine": {m + "intent", m + "fencing", "time"}, m + "intent": {m + "fencing"}},
+			std:   []string{"time"},
 		},
 		{
 			name: "server reaching etcd through a helper",

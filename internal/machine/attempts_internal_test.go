@@ -1,4 +1,4 @@
-package etcdstore
+package machine
 
 import (
 	"strings"
@@ -12,16 +12,16 @@ import (
 // endAttempt is pure: every case of the rule runs without etcd.
 func TestEndAttemptRule(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	unknown := func(attempts, maxAttempts int, ended, token fencing.Token) *record {
-		return &record{
+	unknown := func(attempts, maxAttempts int, ended, token fencing.Token) *Record {
+		return &Record{
 			State: intent.StateUnknown, Attempts: attempts, MaxAttempts: maxAttempts, EndedToken: ended,
-			Lease:   &leaseRecord{Token: token},
+			Lease:   &Lease{Token: token},
 			History: []intent.Event{{Kind: intent.EventRegistered}},
 		}
 	}
 	for _, tc := range []struct {
 		name          string
-		rec           *record
+		rec           *Record
 		defaultMax    int
 		wantExhausted bool
 		wantAttempts  int
@@ -36,7 +36,7 @@ func TestEndAttemptRule(t *testing.T) {
 		{"a limit of 1 sends the first end to review", unknown(0, 1, 0, 10), 5, true, 1, intent.StateNeedsReview},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			next := tc.rec.clone()
+			next := tc.rec.Clone()
 			got := endAttempt(next, tc.defaultMax, endedLapsed, now)
 			if got != tc.wantExhausted || next.Attempts != tc.wantAttempts || next.State != tc.wantState {
 				t.Fatalf("endAttempt = %t, attempts %d, state %v; want %t, %d, %v", got, next.Attempts, next.State, tc.wantExhausted, tc.wantAttempts, tc.wantState)

@@ -1,4 +1,4 @@
-package etcdstore
+package machine
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 // A poison intent is one whose workers keep dying on it: each Acquire after
 // a lapse is rightly RECONCILE under a higher token, and without a limit the
-// intent would be handed out for ever with nobody told. So the store counts,
+// intent would be handed out for ever with nobody told. So the machine counts,
 // per intent, the attempts that ended without a report of their outcome,
 // and past the intent's limit hands it to a human instead.
 //
@@ -42,14 +42,14 @@ const attemptsPrincipal = "intentd"
 // entry a reviewer can read, and returns true. next is the version being
 // written, already in the state the attempt's end left it in (UNKNOWN). It
 // is pure: no etcd, no clock but now.
-func endAttempt(next *record, defaultMax int, how string, now time.Time) (exhausted bool) {
-	token := currentToken(next)
+func endAttempt(next *Record, defaultMax int, how string, now time.Time) (exhausted bool) {
+	token := next.CurrentToken()
 	if token != 0 && token == next.EndedToken {
 		return false // this lease's end was counted already
 	}
 	next.Attempts++
 	next.EndedToken = token
-	limit := attemptLimit(next, defaultMax)
+	limit := AttemptLimit(next, defaultMax)
 	if next.Attempts < limit {
 		return false
 	}
@@ -62,9 +62,9 @@ func endAttempt(next *record, defaultMax int, how string, now time.Time) (exhaus
 	return true
 }
 
-// attemptLimit is rec's limit: its own, or defaultMax for a record stored
+// AttemptLimit is rec's limit: its own, or defaultMax for a record stored
 // before records had one.
-func attemptLimit(rec *record, defaultMax int) int {
+func AttemptLimit(rec *Record, defaultMax int) int {
 	if rec.MaxAttempts > 0 {
 		return rec.MaxAttempts
 	}
