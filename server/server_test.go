@@ -6,9 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"math"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +24,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/intentdtest"
 	"github.com/intentd/intentd/server"
 )
 
@@ -61,40 +59,8 @@ func serveStore(t *testing.T, e *etcdtest.Server, cfg etcdstore.Config, opts ...
 // tests that send raw bytes.
 func serveConn(t testing.TB, e *etcdtest.Server, cfg etcdstore.Config, opts ...grpc.ServerOption) (*etcdstore.Store, *grpc.ClientConn) {
 	t.Helper()
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	store, err := etcdstore.New(e.Client(t), cfg)
-	if err != nil {
-		t.Fatalf("etcdstore.New: %v", err)
-	}
-	decodeUnary, decodeStream := server.DecodeInterceptors()
-	opts = append([]grpc.ServerOption{
-		server.RequestCodec(),
-		grpc.ChainUnaryInterceptor(decodeUnary), grpc.ChainStreamInterceptor(decodeStream),
-	}, opts...)
-	svc, err := server.New(store, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	srv := grpc.NewServer(opts...)
-	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }() // returns when srv.Stop runs in cleanup
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc.NewClient: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return store, conn
+	in := intentdtest.Serve(t, e, cfg, opts...)
+	return in.Store, in.Dial(t)
 }
 
 // newClient starts a fresh embedded etcd and one intentd replica on it.

@@ -2,10 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +24,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/intentdtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run's output")
@@ -337,26 +338,21 @@ func TestCompletion(t *testing.T) {
 // was had and a rerun is safe, with the last attempt's error on stderr.
 func TestEtcdGoneExitsUnreachable(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	cfg := testConfig(t.TempDir())
+	cfg := intentdtest.Config(t.TempDir())
 	cfg.EtcdEndpoints = etcd.Endpoints
 	cfg.HealthInterval = 100 * time.Millisecond
 	cfg.ShutdownTimeout = time.Second // etcd is gone: nothing to wait for
-	ctx, stop := context.WithCancel(context.Background())
-	exited := make(chan error, 1)
-	a, err := startIntentd(ctx, cfg, exited)
+	in, err := intentdtest.Run(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		stop()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stop()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
+		in.Shutdown()
+		if _, ok := in.Wait(30 * time.Second); !ok {
 			t.Error("intentd did not stop")
 		}
 	})
-	env := []string{envName("addr") + "=" + a, envName("timeout") + "=2s"}
+	env := []string{envName("addr") + "=" + in.Addr, envName("timeout") + "=2s"}
 	if r := runBinary(t, env, "register", "gone-1", "--params", `{"item": "lamp"}`); r.code != exitOK {
 		t.Fatalf("register: exit %d\n%s", r.code, r.stderr)
 	}

@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,58 +14,14 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/daemon"
+	"github.com/intentd/intentd/internal/intentdtest"
 )
 
 // addr is the intentd every test talks to unless it starts its own: a real
 // one, with an embedded etcd and no authentication, started by TestMain.
 var addr string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "intentctl-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	exited := make(chan error, 1)
-	a, err := startIntentd(ctx, testConfig(dir), exited)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "intentd:", err)
-		os.Exit(1)
-	}
-	addr = a
-	code := m.Run()
-	stop()
-	<-exited
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-func testConfig(dataDir string) daemon.Config {
-	cfg := daemon.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = dataDir
-	cfg.EmbedClientURL = "http://127.0.0.1:0"
-	cfg.EmbedPeerURL = "http://127.0.0.1:0"
-	return cfg
-}
-
-// startIntentd runs intentd in-process until ctx ends; Run's result goes to
-// exited.
-func startIntentd(ctx context.Context, cfg daemon.Config, exited chan error) (string, error) {
-	ready := make(chan string, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { exited <- daemon.Run(ctx, cfg, log, func(a string) { ready <- a }) }() // exits when ctx ends
-	select {
-	case a := <-ready:
-		return a, nil
-	case err := <-exited:
-		return "", err
-	case <-time.After(60 * time.Second):
-		return "", fmt.Errorf("not ready after 60s")
-	}
-}
+func TestMain(m *testing.M) { intentdtest.Main(m, &addr, nil) }
 
 // result is what one intentctl run printed and returned.
 type result struct {

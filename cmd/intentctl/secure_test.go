@@ -1,12 +1,13 @@
 package main
 
 import (
-	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/intentd/intentd/internal/intentdtest"
 )
 
 // secured is an intentd serving TLS with optional client certificates and
@@ -32,29 +33,20 @@ func startSecured(t *testing.T) *secured {
 		t.Fatal(err)
 	}
 
-	cfg := testConfig(t.TempDir())
+	cfg := intentdtest.Config(t.TempDir())
 	cfg.TLSCert = filepath.Join(s.pki, "server.pem")
 	cfg.TLSKey = filepath.Join(s.pki, "server-key.pem")
 	cfg.TLSClientCA = filepath.Join(s.pki, "ca.pem")
 	cfg.TLSClientAuth = "optional" // a token suffices; a certificate, if given, must verify
 	cfg.TokensFile = tokensFile
-	ctx, stop := context.WithCancel(context.Background())
-	exited := make(chan error, 1)
-	a, err := startIntentd(ctx, cfg, exited)
+	in, err := intentdtest.Run(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		stop()
 		t.Fatalf("secured intentd: %v", err)
 	}
-	s.addr = a
+	s.addr = in.Addr
 	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("secured intentd exited with %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("secured intentd did not stop within 30s")
+		if err := in.Stop(); err != nil {
+			t.Errorf("secured intentd exited with %v", err)
 		}
 	})
 	return s

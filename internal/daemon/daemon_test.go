@@ -10,73 +10,40 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
+	"github.com/intentd/intentd/internal/intentdtest"
 )
 
-// instance is one intentd run in-process.
+// instance is one intentd run in-process, with a plaintext connection.
 type instance struct {
-	addr   string
-	conn   *grpc.ClientConn
-	stop   context.CancelFunc
-	exited chan error
+	*intentdtest.Intentd
+	addr string
+	conn *grpc.ClientConn
 }
 
 func testConfig(dataDir string) daemon.Config {
-	cfg := daemon.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = dataDir
-	cfg.EmbedClientURL = "http://127.0.0.1:0"
-	cfg.EmbedPeerURL = "http://127.0.0.1:0"
+	cfg := intentdtest.Config(dataDir)
 	cfg.HealthInterval = 100 * time.Millisecond
-	cfg.MetricsListen = "127.0.0.1:0"
 	return cfg
 }
 
 func start(t testing.TB, cfg daemon.Config) *instance {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{stop: cancel, exited: make(chan error, 1)}
-	ready := make(chan string, 1)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { in.exited <- daemon.Run(ctx, cfg, log, func(addr string) { ready <- addr }) }()
-	select {
-	case in.addr = <-ready:
-	case err := <-in.exited:
-		t.Fatalf("intentd exited at start: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("intentd not ready after 60s")
-	}
-	conn, err := grpc.NewClient(in.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.conn = conn
-	t.Cleanup(func() { in.shutdown(t) })
-	return in
+	in := intentdtest.Start(t, cfg, slog.New(slog.DiscardHandler))
+	return &instance{Intentd: in, addr: in.Addr, conn: in.Dial(t)}
 }
 
 // shutdown stops intentd as SIGTERM does and waits for Run to return.
 func (in *instance) shutdown(t testing.TB) {
 	t.Helper()
-	if in.stop == nil {
-		return
-	}
-	in.stop()
-	in.stop = nil
 	_ = in.conn.Close()
-	select {
-	case err := <-in.exited:
-		if err != nil {
-			t.Errorf("intentd exited with %v, want a clean stop", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("intentd did not stop within 30s")
+	if err := in.Stop(); err != nil {
+		t.Errorf("intentd exited with %v, want a clean stop", err)
 	}
 }
 
@@ -188,14 +155,13 @@ func TestHealthAndReflection(t *testing.T) {
 	if first, err := watch.Recv(); err != nil || first.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health watch: %v %v, want SERVING", first.GetStatus(), err)
 	}
-	in.stop()
-	in.stop = nil
+	in.Shutdown()
 	// The watcher must hear NOT_SERVING before the connection goes.
 	got, err := watch.Recv()
 	if err != nil || got.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("during shutdown: %v %v, want NOT_SERVING", got.GetStatus(), err)
 	}
-	if err := <-in.exited; err != nil {
+	if err := in.Stop(); err != nil {
 		t.Fatalf("Run returned %v", err)
 	}
 }

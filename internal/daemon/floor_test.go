@@ -80,16 +80,12 @@ func runToExit(t *testing.T, cfg daemon.Config) (error, string) {
 // error.
 func (in *instance) waitExit(t *testing.T, within time.Duration) error {
 	t.Helper()
-	select {
-	case err := <-in.exited:
-		in.stop()
-		in.stop = nil
-		_ = in.conn.Close()
-		return err
-	case <-time.After(within):
+	err, ok := in.Wait(within)
+	if !ok {
 		t.Fatalf("intentd still running after %v", within)
-		return nil
 	}
+	_ = in.conn.Close()
+	return err
 }
 
 // readFloorFile returns the floor file's only installation and revision.

@@ -1,19 +1,18 @@
 package daemon_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
+	"github.com/intentd/intentd/internal/intentdtest"
 	"github.com/intentd/intentd/internal/testlog"
 )
 
@@ -86,29 +85,5 @@ func TestDefaultLogIsNotAnAccessLog(t *testing.T) {
 // returns a connection to it. It stops when the test ends.
 func startLogged(t *testing.T, cfg daemon.Config, w *testlog.Buffer) *grpc.ClientConn {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	exited := make(chan error, 1)
-	ready := make(chan string, 1)
-	log := slog.New(slog.NewTextHandler(w, nil))
-	go func() { exited <- daemon.Run(ctx, cfg, log, func(addr string) { ready <- addr }) }() // exits when ctx ends
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-exited:
-		t.Fatalf("intentd exited at start: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("intentd not ready after 60s")
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		if err := <-exited; err != nil {
-			t.Errorf("intentd exited with %v, want a clean stop", err)
-		}
-	})
-	return conn
+	return intentdtest.Start(t, cfg, slog.New(slog.NewTextHandler(w, nil))).Dial(t)
 }

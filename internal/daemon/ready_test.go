@@ -130,8 +130,7 @@ func TestReadyzGoesDownBeforeGRPCStops(t *testing.T) {
 		}
 	}()
 
-	in.stop()
-	in.stop = nil
+	in.Shutdown()
 	_, body := waitHTTP(t, addr, "/readyz", "503 shutting down", func(code int, _ string) bool { return code == http.StatusServiceUnavailable })
 	select {
 	case <-ended:
@@ -144,7 +143,7 @@ func TestReadyzGoesDownBeforeGRPCStops(t *testing.T) {
 	if code, _ := get(t, addr, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz during shutdown: %d, want 200", code)
 	}
-	if err := <-in.exited; err != nil {
+	if err := in.Stop(); err != nil {
 		t.Fatalf("Run returned %v", err)
 	}
 	<-ended

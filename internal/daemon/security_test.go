@@ -34,6 +34,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
 	"github.com/intentd/intentd/internal/devcerts"
+	"github.com/intentd/intentd/internal/intentdtest"
 	"github.com/intentd/intentd/internal/testlog"
 )
 
@@ -42,34 +43,7 @@ import (
 func runLogged(t *testing.T, cfg daemon.Config) (string, *testlog.Buffer) {
 	t.Helper()
 	logs := &testlog.Buffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	exited := make(chan error, 1)
-	ready := make(chan string, 1)
-	go func() {
-		exited <- daemon.Run(ctx, cfg, slog.New(slog.NewTextHandler(logs, nil)), func(addr string) { ready <- addr })
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-exited:
-		cancel()
-		t.Fatalf("intentd exited at start: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("intentd not ready after 60s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("intentd exited with %v, want a clean stop", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("intentd did not stop within 30s")
-		}
-	})
-	return addr, logs
+	return intentdtest.Start(t, cfg, slog.New(slog.NewTextHandler(logs, nil))).Addr, logs
 }
 
 // writeTokensFile writes a tokens file of entries to path.

@@ -33,7 +33,12 @@
 //   - No package but etcdstore itself, the commands (cmd/..., and
 //     e2e/cmd/..., the intentd mains the e2e module builds with a fault
 //     injected), internal/intentdcmd and internal/daemon (the body of
-//     cmd/intentd) depends on etcdstore.
+//     cmd/intentd) depends on etcdstore; nor does any but
+//     internal/intentdtest, which composes an intentd in-process for the
+//     unit tests as internal/daemon does.
+//   - No product package depends on internal/etcdtest or
+//     internal/intentdtest, the helpers that start etcd and intentd in
+//     tests (they import package testing).
 //   - e2e (a module of its own, whose packages the test reads too), but
 //     for its commands, depends on none of server, etcdstore and
 //     internal/daemon.

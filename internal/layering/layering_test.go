@@ -158,12 +158,20 @@ var rules = []rule{
 		forbid: anyOf(pathPrefix("google.golang.org/grpc"), pathPrefix("go.etcd.io")),
 	},
 	{
-		name: "only cmd and internal/daemon depend on etcdstore",
+		name: "only commands, internal/daemon, internal/intentdcmd and internal/intentdtest depend on etcdstore",
 		covers: func(p string) bool {
 			_, mine := local(p)
-			return mine && !under(p, "etcdstore") && !isMain(p) && !under(p, "internal/daemon") && !under(p, "internal/intentdcmd")
+			return mine && !under(p, "etcdstore") && !isMain(p) && !under(p, "internal/daemon") && !under(p, "internal/intentdcmd") && !under(p, "internal/intentdtest")
 		},
 		forbid: pkgUnder("etcdstore"),
+	},
+	{
+		name: "no product package depends on the test helpers etcdtest and intentdtest",
+		covers: func(p string) bool {
+			_, mine := local(p)
+			return mine && !under(p, "e2e") && !under(p, "internal/etcdtest") && !under(p, "internal/intentdtest")
+		},
+		forbid: anyOf(pkgUnder("internal/etcdtest"), pkgUnder("internal/intentdtest")),
 	},
 	{
 		name:   "e2e is a black box",
@@ -509,10 +517,17 @@ func TestRulesCatchForbiddenEdges(t *testing.T) {
 		},
 		{
 			name:  "a CLI importing etcdstore",
-			rule:  "only cmd and internal/daemon depend on etcdstore",
+			rule:  "only commands, internal/daemon, internal/intentdcmd and internal/intentdtest depend on etcdstore",
 			root:  m + "internal/admin",
 			edges: map[string][]string{m + "internal/admin": {m + "etcdstore"}},
 			want:  []string{"internal/admin → etcdstore"},
+		},
+		{
+			name:  "the daemon starting intentd as a test does",
+			rule:  "no product package depends on the test helpers etcdtest and intentdtest",
+			root:  m + "internal/daemon",
+			edges: map[string][]string{m + "internal/daemon": {m + "internal/intentdtest"}, m + "internal/intentdtest": {m + "internal/etcdtest"}},
+			want:  []string{"internal/daemon → internal/intentdtest"},
 		},
 	}
 	for _, tc := range tests {
