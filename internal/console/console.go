@@ -373,9 +373,12 @@ type problemData struct {
 }
 
 func (c *Console) problem(w http.ResponseWriter, r *http.Request, v *viewer, status int, heading, text string) {
+	// The way back is the viewer's own queue, whatever the URL named: a
+	// link that followed the URL's tenant would tell a foreign tenant's
+	// not-found from a missing intent's.
 	back := ""
-	if v != nil && r.PathValue("tenant") != "" && v.p.InTenant(r.PathValue("tenant")) {
-		back = tenantPath(r.PathValue("tenant")) + "queue"
+	if v != nil {
+		back = tenantPath(v.homeTenant()) + "queue"
 	}
 	c.render(w, r, status, "problem", page{Title: heading, Viewer: v, Data: problemData{Heading: heading, Text: text, Back: back}})
 }
