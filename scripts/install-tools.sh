@@ -55,9 +55,11 @@ build_tool go.etcd.io/etcd/etcdutl/v3 "$ETCD_VERSION" etcdutl
 # Debian packages for the Python stubs and the Python suite: protoc and
 # grpc_python_plugin generate gen/python; the runtimes run it as
 # /usr/bin/python3. Pinned to exact versions: the generated code must match the
-# runtime it imports into. Installed only when a version differs (quiet and
+# runtime it imports into. chromium runs the review console's browser tests
+# (e2e/console, headless). Installed only when a version differs (quiet and
 # idempotent), and checked afterwards.
 DEBIAN_PACKAGES=(
+  chromium=156.0.8078.114-1~deb12u1
   protobuf-compiler=3.21.12-3+deb12u1
   protobuf-compiler-grpc=1.51.1-3+b1
   python3-grpcio=1.51.1-3+b1
