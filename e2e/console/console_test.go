@@ -218,6 +218,33 @@ func (p *person) text(sel string) string {
 	return s
 }
 
+// accessible checks what a keyboard or screen-reader user relies on in
+// the current page: a language, one h1, a label for every control, a name
+// for every chart, and the skip link first in the tab order.
+func (p *person) accessible(what string) {
+	p.t.Helper()
+	problems, err := chromedp.Run(p.ctx, chromedp.Evaluate[[]string](`(() => {
+		const out = [];
+		if (!document.documentElement.lang) out.push("no lang on <html>");
+		if (document.querySelectorAll("h1").length !== 1) out.push(document.querySelectorAll("h1").length + " h1 elements");
+		for (const el of document.querySelectorAll("input:not([type=hidden]), select, textarea")) {
+			if (el.labels.length === 0 && !el.getAttribute("aria-label")) out.push("no label for " + (el.id || el.name));
+		}
+		for (const svg of document.querySelectorAll("svg")) {
+			if (svg.getAttribute("role") !== "img" || !svg.querySelector("title")) out.push("svg without role=img and a title");
+		}
+		const first = document.querySelector("a[href], button, input:not([type=hidden]), select, textarea");
+		if (!first || !first.classList.contains("skip")) out.push("the skip link is not first in the tab order");
+		return out;
+	})()`))
+	if err != nil {
+		p.t.Fatalf("%s: accessibility checks on %s: %v", p.name, what, err)
+	}
+	for _, pr := range problems {
+		p.t.Errorf("%s page: %s", what, pr)
+	}
+}
+
 // shot saves a full-page screenshot as <test>-<name>.png.
 func (p *person) shot(name string) {
 	p.t.Helper()
@@ -238,6 +265,7 @@ func (p *person) shot(name string) {
 func (p *person) signIn(m member) {
 	p.t.Helper()
 	p.do("open the console", chromedp.Navigate(p.w.console), chromedp.WaitVisible(chromedp.CSS("#token")))
+	p.accessible("sign-in")
 	p.shot("0-sign-in")
 	p.do("sign in", chromedp.SendKeys(chromedp.CSS("#token"), m.token), chromedp.Submit(chromedp.CSS("#token")),
 		chromedp.WaitVisible(chromedp.CSS("div.who")))
@@ -266,6 +294,7 @@ func TestReviewerDecidesInTheBrowser(t *testing.T) {
 		t.Errorf("queue row %q, want refund-1 with its amount and why", got)
 	}
 	p.poll("live count 1", `document.getElementById("live-count").textContent === "1"`)
+	p.accessible("queue")
 	p.shot("1-queue")
 
 	p.do("open the intent", chromedp.Click(chromedp.CSS(`table.queue a.key`)), chromedp.WaitVisible(chromedp.CSS("ol.timeline")))
@@ -275,6 +304,7 @@ func TestReviewerDecidesInTheBrowser(t *testing.T) {
 			t.Errorf("timeline lacks %q:\n%s", want, timeline)
 		}
 	}
+	p.accessible("intent")
 	p.shot("2-intent")
 
 	p.do("decide", chromedp.Click(chromedp.CSS("#d-completed")), chromedp.WaitVisible(chromedp.CSS("#ref-value")))
@@ -303,6 +333,7 @@ func TestReviewerDecidesInTheBrowser(t *testing.T) {
 	if got := strings.Join(strings.Fields(p.text("ul.counts")), " "); !strings.Contains(got, "1 COMPLETED") {
 		t.Errorf("overview counts %q, want 1 COMPLETED", got)
 	}
+	p.accessible("overview")
 	p.shot("6-overview")
 
 	a, err := w.api.Acquire(w.ctx(worker), &intentv1.AcquireRequest{Tenant: "acme", Key: "refund-1", SessionId: session, RequestId: "after-review"})

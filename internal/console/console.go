@@ -94,6 +94,7 @@ func (c Config) Validate() error {
 type Console struct {
 	cfg      Config
 	sessions *sessions
+	failures *signinFailures
 	pages    map[string]*template.Template
 	handler  http.Handler
 }
@@ -109,7 +110,7 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.MaxSessionAge, cfg.Now), pages: map[string]*template.Template{}}
+	c := &Console{cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.MaxSessionAge, cfg.Now), failures: newSigninFailures(), pages: map[string]*template.Template{}}
 	for _, p := range []string{"signin", "queue", "intent", "overview", "problem"} {
 		t, err := template.New(p).Funcs(funcs(cfg.Now)).ParseFS(files, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {

@@ -89,6 +89,27 @@ func TestSignInSetsASecureSession(t *testing.T) {
 	}
 }
 
+// TestWrongTokensAreSlowedDown: after five wrong tokens from one address
+// the sign-in form refuses even the right one for a while (429), so that
+// guessing through the form is slow.
+func TestWrongTokensAreSlowedDown(t *testing.T) {
+	e := newEnv(t, true)
+	b := e.browser()
+	form := b.get("/console/signin")
+	try := func(token string) page {
+		return b.post("/console/signin", url.Values{"csrf": {form.field(t, "csrf")}, "token": {token}})
+	}
+	for i := range 5 {
+		if p := try("wrong-" + itoa(uint64(i))); p.code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i, p.code)
+		}
+	}
+	p := try(alice.token)
+	if p.code != http.StatusTooManyRequests || !strings.Contains(p.body, "Too many wrong tokens") {
+		t.Errorf("right token after five wrong ones: %d, want 429:\n%s", p.code, p.body)
+	}
+}
+
 // TestSessionsExpire: a session ends after the idle timeout, and at once
 // when the tokens file no longer lists its token.
 func TestSessionsExpire(t *testing.T) {

@@ -69,9 +69,17 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostFormValue("next"), "")
+	failures := c.failures.of(r)
+	if failures.Tokens() < 1 {
+		c.cfg.Log.Warn("console: sign-in refused: too many wrong tokens from this address", "peer", r.RemoteAddr)
+		c.render(w, r, http.StatusTooManyRequests, "signin", page{Title: "Sign in", Viewer: &viewer{p: signingIn, s: ss, on: true},
+			Data: signinData{Next: next, Error: "Too many wrong tokens from your address: wait a minute, then try again."}})
+		return
+	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	p, ok := c.cfg.Directory().ByToken(token)
 	if token == "" || !ok {
+		failures.Allow() // spends one: only wrong tokens count
 		c.cfg.Log.Warn("console: sign-in refused: bearer token not recognized", "peer", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Viewer: &viewer{p: signingIn, s: ss, on: true},
 			Data: signinData{Next: next, Error: "That token is not recognized. Check it, or ask whoever keeps intentd's tokens file."}})

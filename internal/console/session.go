@@ -4,9 +4,13 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/time/rate"
 )
 
 // cookieName is the session cookie. Its value is the session's id: a
@@ -139,6 +143,38 @@ func (s *sessions) setActor(ss *session, actor string) {
 	s.mu.Lock()
 	ss.actor = actor
 	s.mu.Unlock()
+}
+
+// signinFailures limits wrong tokens per client address: signInBurst at
+// once, then one per signInEvery, so that guessing tokens through the form
+// is slow (the tokens themselves are long and random; this is against
+// their leaking in part). The most recent maxSessions addresses are kept.
+type signinFailures struct {
+	byAddr *lru.Cache[string, *rate.Limiter]
+}
+
+const (
+	signInBurst = 5
+	signInEvery = 12 * time.Second
+)
+
+func newSigninFailures() *signinFailures {
+	c, _ := lru.New[string, *rate.Limiter](maxSessions) // fails only for a size <= 0
+	return &signinFailures{byAddr: c}
+}
+
+// of returns the limiter of r's client address (without its port).
+func (f *signinFailures) of(r *http.Request) *rate.Limiter {
+	addr, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		addr = r.RemoteAddr
+	}
+	l, ok := f.byAddr.Get(addr)
+	if !ok {
+		l = rate.NewLimiter(rate.Every(signInEvery), signInBurst)
+		f.byAddr.Add(addr, l)
+	}
+	return l
 }
 
 // checkCSRF reports whether the form carries the session's CSRF token.
