@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,8 +11,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
+	"github.com/intentd/intentd/internal/embedetcd"
 	"github.com/intentd/intentd/internal/netaddr"
 )
 
@@ -114,11 +113,8 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	if err := privateDir(cfg.DataDir, log); err != nil {
 		return nil, err
 	}
-	ec := embed.NewConfig()
-	ec.Name = "intentd"
-	ec.Dir = filepath.Join(cfg.DataDir, "etcd")
-	ec.LogLevel = "error"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	pu, _ := url.Parse(cfg.EmbedPeerURL)
+	ec := embedetcd.Config("intentd", filepath.Join(cfg.DataDir, "etcd"), *pu)
 	sock := url.URL{Scheme: "unix", Path: cfg.EmbedSocket()}
 	// etcd removes a socket file before it listens: a second intentd on
 	// the same data directory would take the socket from the first one.
@@ -132,9 +128,7 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 		ec.ListenClientUrls = append(ec.ListenClientUrls, *cu)
 	}
 	ec.AdvertiseClientUrls = []url.URL{sock}
-	pu, _ := url.Parse(cfg.EmbedPeerURL)
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = nil, []url.URL{*pu}
-	ec.InitialCluster = ec.Name + "=" + pu.String()
+	ec.ListenPeerUrls = nil // a single member: no peer listener (see above)
 	ec.QuotaBackendBytes = cfg.EmbedQuotaBytes
 	ec.AutoCompactionMode = cfg.EmbedCompaction.Mode
 	ec.AutoCompactionRetention = cfg.EmbedCompaction.Retention
@@ -148,14 +142,8 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("intentd: embedded etcd socket %s: %w", sock.Path, err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
+	if err := embedetcd.WaitReady(e, cfg.DialTimeout+30*time.Second); err != nil {
 		return nil, fmt.Errorf("intentd: embedded etcd: %w", err)
-	case <-time.After(cfg.DialTimeout + 30*time.Second):
-		e.Close()
-		return nil, errors.New("intentd: embedded etcd did not become ready")
 	}
 	attrs := []any{"dir", ec.Dir, "socket", sock.Path, "quota_bytes", cfg.EmbedQuotaBytes,
 		"compaction", cfg.EmbedCompaction.Mode + " " + cfg.EmbedCompaction.Retention}

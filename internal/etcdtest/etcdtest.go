@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/intentd/intentd/internal/embedetcd"
 )
 
 // Server is a running embedded etcd member.
@@ -40,18 +42,11 @@ func StartDir(t testing.TB, dir string) *Server {
 // (a small backend quota, say) before it starts.
 func StartWith(t testing.TB, dir string, configure func(*embed.Config)) *Server {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "etcdtest"
-	cfg.Dir = dir
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	lc, _ := url.Parse("http://127.0.0.1:0")
-	lp, _ := url.Parse("http://127.0.0.1:0")
-	cfg.ListenClientUrls = []url.URL{*lc}
-	cfg.AdvertiseClientUrls = []url.URL{*lc}
-	cfg.ListenPeerUrls = []url.URL{*lp}
-	cfg.AdvertisePeerUrls = []url.URL{*lp}
-	cfg.InitialCluster = cfg.Name + "=" + lp.String()
+	loopback := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg := embedetcd.Config("etcdtest", dir, loopback)
+	cfg.ListenClientUrls = []url.URL{loopback}
+	cfg.AdvertiseClientUrls = []url.URL{loopback}
+	cfg.ListenPeerUrls = []url.URL{loopback}
 	if configure != nil {
 		configure(cfg)
 	}
@@ -59,11 +54,8 @@ func StartWith(t testing.TB, dir string, configure func(*embed.Config)) *Server 
 	if err != nil {
 		t.Fatalf("etcdtest: start: %v", err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		t.Fatal("etcdtest: etcd not ready after 30s")
+	if err := embedetcd.WaitReady(e, 30*time.Second); err != nil {
+		t.Fatalf("etcdtest: %v", err)
 	}
 	s := &Server{Etcd: e, Endpoints: []string{"http://" + e.Clients[0].Addr().String()}}
 	t.Cleanup(s.Stop)
