@@ -54,11 +54,24 @@ step "go vet"
 go vet ./...
 (cd e2e && go vet ./...)
 
-step "go test -race"
-go test -race -count=1 -timeout 15m ./...
-
+step "go test -race (the product module; the e2e module's black-box suites alongside)"
+# The e2e module's suites (the reliability suite takes about 5 minutes) run
+# while the product module's tests do, as they did when they were packages
+# of one module; their output follows.
+e2e_log="$(mktemp)"
+(cd e2e && go test -race -count=1 -timeout 20m ./...) >"$e2e_log" 2>&1 &
+e2e_pid=$!
+product_status=0
+go test -race -count=1 -timeout 15m ./... || product_status=$?
+e2e_status=0
+wait "$e2e_pid" || e2e_status=$?
 step "e2e module: the black-box suites against the built binaries"
-(cd e2e && go test -race -count=1 -timeout 20m ./...)
+cat "$e2e_log"
+rm -f "$e2e_log"
+if [[ $product_status -ne 0 || $e2e_status -ne 0 ]]; then
+  echo "go test failed: product module exit $product_status, e2e module exit $e2e_status" >&2
+  exit 1
+fi
 
 step "deploy/: release build (static, version stamped) and the deployment files' tests (own module)"
 release_dir="$(mktemp -d)"
@@ -94,8 +107,9 @@ step "Node suite on the TypeScript stubs against a live intentd"
 (cd typescript && INTENTD_BIN="$intentd_bin" npm test --silent)
 
 step "fuzz targets, briefly (seed corpora also run as part of go test)"
-# Every Fuzz function in the module, a few seconds each.
-grep -rl --include='*_test.go' '^func Fuzz' . | while read -r file; do
+# Every Fuzz function in the module, a few seconds each (e2e/ and deploy/
+# are modules of their own).
+grep -rl --include='*_test.go' --exclude-dir=e2e --exclude-dir=deploy '^func Fuzz' . | while read -r file; do
   pkg="./$(dirname "${file#./}")"
   for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | sed 's/^func //'); do
     echo "-- $pkg $target"
