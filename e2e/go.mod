@@ -1,6 +1,6 @@
-// The black-box suites: they build intentd's binaries and drive them as
-// processes, over gRPC only. Their dependencies stay out of the product's
-// go.mod.
+// The black-box suites: they build intentd's binaries (and the test-only
+// intentd mains of e2e/cmd) and drive them as processes, over gRPC only.
+// Their dependencies stay out of the product's go.mod.
 module github.com/intentd/intentd/e2e
 
 go 1.26.0
