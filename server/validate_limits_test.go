@@ -1,9 +1,11 @@
 package server_test
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -202,6 +204,32 @@ func TestServerWritesNoFieldLimit(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// The README's list of limits says what the rules say: each phrase is
+// built from the compiled rules (and, for params, from package intent's
+// canonical limits), so changing a rule without the README fails here.
+func TestReadmeLimitsAreTheRules(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(b)), " ")
+	for _, phrase := range []string{
+		fmt.Sprintf("key 1–%d bytes", server.MaxKeyLen),
+		fmt.Sprintf("tenant 1–%d of", intent.MaxTenantLen),
+		fmt.Sprintf("params ≤ %d KiB canonical, nesting ≤ %d", intent.MaxParamsBytes>>10, intent.MaxDepth),
+		fmt.Sprintf("≤ %d labels (name ≤ %d, value ≤ %d bytes)", server.MaxLabels, server.MaxLabelKeyLen, server.MaxLabelValueLen),
+		fmt.Sprintf("result payload ≤ %d KiB, ≤ %d external refs", server.MaxPayloadBytes>>10, server.MaxExternalRefs),
+		fmt.Sprintf("≤ %d outbox children", server.MaxChildren),
+		fmt.Sprintf("session TTL %d s–%d min", int(server.MinSessionTTL.Seconds()), int(server.MaxSessionTTL.Minutes())),
+		fmt.Sprintf("page size ≤ %d", server.FieldRules("ListRequest", "page_size").GetInt32().GetLte()),
+		fmt.Sprintf("reasons ≤ %d bytes", server.MaxReasonLen),
+	} {
+		if !strings.Contains(readme, phrase) {
+			t.Errorf("README.md does not say %q, which is what intent.proto's rules say", phrase)
 		}
 	}
 }
