@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -27,6 +25,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/console"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/intentdtest"
 	"github.com/intentd/intentd/server"
 )
 
@@ -98,14 +97,6 @@ func newEnv(t *testing.T, auth bool, configure ...func(*console.Config)) *env {
 	t.Helper()
 	e := &env{t: t, clock: &clock{}, auth: auth}
 	log := slog.New(slog.DiscardHandler)
-	store, err := etcdstore.New(etcdtest.Start(t).Client(t), func() etcdstore.Config {
-		c := etcdstore.DefaultConfig()
-		c.Logger = log
-		return c
-	}())
-	if err != nil {
-		t.Fatalf("etcdstore.New: %v", err)
-	}
 	var dirFn func() *access.Directory
 	if auth {
 		e.dir = directory(t, alice, bob, rita, gina, ops, worker)
@@ -115,28 +106,11 @@ func newEnv(t *testing.T, auth bool, configure ...func(*console.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decodeUnary, decodeStream := server.DecodeInterceptors()
 	activity := console.NewActivity(nil)
-	srv := grpc.NewServer(server.RequestCodec(),
-		grpc.ChainUnaryInterceptor(append(append([]grpc.UnaryServerInterceptor{decodeUnary}, guard.Unary()...), activity.Unary())...),
-		grpc.ChainStreamInterceptor(append([]grpc.StreamServerInterceptor{decodeStream}, guard.Stream()...)...))
-	svc, err := server.New(store, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.RegisterService(server.DecodedService(&intentv1.IntentService_ServiceDesc), svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }() // returns when srv.Stop runs in cleanup
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	e.api = intentv1.NewIntentServiceClient(conn)
+	in := intentdtest.Serve(t, etcdtest.Start(t), etcdstore.DefaultConfig(),
+		grpc.ChainUnaryInterceptor(append(guard.Unary(), activity.Unary())...),
+		grpc.ChainStreamInterceptor(guard.Stream()...))
+	e.api = intentv1.NewIntentServiceClient(in.Dial(t))
 	cfg := console.DefaultConfig()
 	cfg.Service, cfg.Directory, cfg.Activity, cfg.Now, cfg.Log = e.api, dirFn, activity, e.clock.Now, log
 	for _, f := range configure {
