@@ -224,7 +224,9 @@ func (c *Console) who(w http.ResponseWriter, r *http.Request) *viewer {
 	if c.cfg.Directory == nil {
 		if ss == nil {
 			if ss = c.sessions.create(w, r, ""); ss == nil {
-				return nil
+				// The store is full: pages still show, but with no CSRF
+				// token a form is refused until sessions expire.
+				ss = &session{}
 			}
 		}
 		return &viewer{p: access.Anonymous, s: ss}
