@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/intentd/intentd/internal/periodic"
 )
 
 // Source holds the current Directory of a tokens file and reloads it when
@@ -71,21 +73,14 @@ func (s *Source) changed() bool {
 // Watch reloads the file whenever it changes, checking every interval,
 // until ctx ends.
 func (s *Source) Watch(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, every, func() {
 		if !s.changed() {
-			continue
+			return
 		}
 		if err := s.Reload(); err != nil {
 			s.log.Error("tokens file changed but does not load; keeping the previous one", "err", err)
-			continue
+			return
 		}
 		s.log.Info("tokens file reloaded", "path", s.path, "principals", s.Directory().Len())
-	}
+	})
 }

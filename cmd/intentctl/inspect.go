@@ -29,16 +29,25 @@ fencing token, and whether it was accepted. A report under a superseded
 token is kept with accepted "no": it changed nothing, and is evidence.
 -o json and -o yaml print the whole GetResponse.`,
 		Args: cobra.ExactArgs(1),
-		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			resp, err := g.get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, wide bool) error {
-				return printHistory(w, resp.GetIntent().GetHistory(), wide)
-			})
+		RunE: g.showIntent(func(w io.Writer, in *intentv1.Intent, wide bool) error {
+			return printHistory(w, in.GetHistory(), wide)
 		}),
 	}
+}
+
+// showIntent is the action of get and history: read the intent the one
+// argument names and print it with text, or, with -o json or yaml, the
+// whole GetResponse.
+func (g *globals) showIntent(text func(w io.Writer, in *intentv1.Intent, wide bool) error) func(*cobra.Command, []string) error {
+	return g.action(func(cmd *cobra.Command, args []string) error {
+		resp, err := g.get(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, wide bool) error {
+			return text(w, resp.GetIntent(), wide)
+		})
+	})
 }
 
 // get reads one intent within --timeout.

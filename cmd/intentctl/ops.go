@@ -22,15 +22,7 @@ func newGetCommand(g *globals) *cobra.Command {
 		Use:   "get KEY",
 		Short: "Print an intent: a summary (state, fingerprint, lease, result, attempts), then its history as a timeline",
 		Args:  cobra.ExactArgs(1),
-		RunE: g.action(func(cmd *cobra.Command, args []string) error {
-			resp, err := g.get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return g.out.print(cmd.OutOrStdout(), resp, func(w io.Writer, wide bool) error {
-				return printIntent(w, resp.GetIntent(), wide)
-			})
-		}),
+		RunE:  g.showIntent(printIntent),
 	}
 }
 

@@ -440,16 +440,10 @@ func (l *Load) serve(id int, c *client.Client, sess *client.Session, shop *harne
 // registers (the cycle then begins with the registration). false when the
 // session is lost or the load stops.
 func (l *Load) next(c *client.Client, sess *client.Session) (string, time.Duration, bool) {
-	if l.cfg.SelfRegister {
-		select {
-		case <-l.ctx.Done():
-			return "", 0, false
-		case <-sess.Done():
-			return "", 0, false
-		case key := <-l.queue:
-			return key, l.rec.Since(), true
-		default:
-		}
+	// A self-registering worker registers its own only when nothing else
+	// is to be done: the load has not stopped, the session lives and no
+	// key is queued.
+	if l.cfg.SelfRegister && l.ctx.Err() == nil && !ended(sess.Done()) && len(l.queue) == 0 {
 		start := l.rec.Since()
 		if key, ok := l.registerOwn(c); ok {
 			return key, start, true
@@ -462,6 +456,16 @@ func (l *Load) next(c *client.Client, sess *client.Session) (string, time.Durati
 		return "", 0, false
 	case key := <-l.queue:
 		return key, l.rec.Since(), true
+	}
+}
+
+// ended reports whether done is closed, without waiting.
+func ended(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
 	}
 }
 

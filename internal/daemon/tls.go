@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/intentd/intentd/internal/periodic"
 )
 
 // certs holds intentd's serving certificate and client CA, reloaded from
@@ -72,26 +74,19 @@ func (c *certs) stat() [3]time.Time {
 
 // watch reloads when a file's modification time changes, until ctx ends.
 func (c *certs) watch(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, every, func() {
 		c.mu.Lock()
 		changed := c.stat() != c.mtimes
 		c.mu.Unlock()
 		if !changed {
-			continue
+			return
 		}
 		if err := c.reload(); err != nil {
 			c.log.Error("TLS files changed but do not load; keeping the previous ones", "err", err)
-			continue
+			return
 		}
 		c.log.Info("TLS certificate reloaded", "cert", c.certFile)
-	}
+	})
 }
 
 // config is the server's TLS configuration: TLS 1.2 at least, the current

@@ -42,6 +42,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/intentd/intentd/internal/periodic"
 )
 
 // Config configures a Steerer.
@@ -156,16 +158,7 @@ func (s *Steerer) Close() {
 
 // Run steers every Interval until ctx ends.
 func (s *Steerer) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.Steer(ctx)
-	}
+	periodic.Every(ctx, s.cfg.Interval, func() { s.Steer(ctx) })
 }
 
 // Steer asks every member once, at the same time, and sets the client's

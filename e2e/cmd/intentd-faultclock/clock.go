@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/intentd/intentd/internal/periodic"
 )
 
 // clockReload is how often an offset clock re-reads its file.
@@ -57,16 +59,7 @@ func (c *offsetClock) load() {
 
 // run re-reads the file every clockReload until ctx ends.
 func (c *offsetClock) run(ctx context.Context) {
-	t := time.NewTicker(clockReload)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.load()
-		}
-	}
+	periodic.Every(ctx, clockReload, c.load)
 }
 
 func readOffset(path string) (time.Duration, error) {
