@@ -97,6 +97,9 @@ type Config struct {
 	BurstPerPrincipal, BurstPerTenant int
 	// MetricsListen serves Prometheus metrics at /metrics; empty: off.
 	MetricsListen string
+	// PprofListen serves Go's profiles (net/http/pprof) at /debug/pprof/;
+	// empty: off, the default. Loopback only: see servePprof.
+	PprofListen string
 	// Tracing exports spans over OTLP when Tracing.Endpoint is set
 	// (--otlp-endpoint, --trace-sample-ratio); see package tracing.
 	Tracing tracing.Config
@@ -229,6 +232,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			bad("--metrics-listen %q: %v", c.MetricsListen, err)
 		}
+	}
+	if c.PprofListen != "" && !netaddr.Loopback(c.PprofListen) {
+		bad("--pprof-listen %q: want a loopback host:port (127.0.0.1, [::1] or localhost): profiles show the process's code paths and stacks, and serve without authentication", c.PprofListen)
 	}
 	if c.Tracing.Endpoint != "" {
 		if err := tracing.ParseEndpoint(c.Tracing.Endpoint); err != nil {

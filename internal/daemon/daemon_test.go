@@ -189,6 +189,11 @@ func TestConfigValidate(t *testing.T) {
 			c.EtcdProbeTimeout = 3 * time.Second
 		}, "--etcd-probe-timeout 3s: must be below --request-timeout 3s"},
 		{"probe timeout unused with one endpoint", func(c *daemon.Config) { c.Store.RequestTimeout = 200 * time.Millisecond }, ""},
+		{"pprof on loopback", func(c *daemon.Config) { c.PprofListen = "127.0.0.1:7652" }, ""},
+		{"pprof on localhost", func(c *daemon.Config) { c.PprofListen = "localhost:0" }, ""},
+		{"pprof on every interface", func(c *daemon.Config) { c.PprofListen = ":7652" }, `--pprof-listen ":7652": want a loopback host:port`},
+		{"pprof on a routable address", func(c *daemon.Config) { c.PprofListen = "10.0.0.1:7652" }, `--pprof-listen "10.0.0.1:7652": want a loopback host:port`},
+		{"pprof without a port", func(c *daemon.Config) { c.PprofListen = "127.0.0.1" }, `--pprof-listen "127.0.0.1"`},
 		{"log level", func(c *daemon.Config) { c.LogLevel = "loud" }, "--log-level"},
 		{"log format", func(c *daemon.Config) { c.LogFormat = "xml" }, "--log-format"},
 		{"no attempts", func(c *daemon.Config) { c.Store.MaxAttempts = 0 }, "--max-attempts 0: want 1 to 1000"},

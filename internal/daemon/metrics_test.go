@@ -82,3 +82,24 @@ func TestGRPCMetricsExistBeforeTheFirstCall(t *testing.T) {
 		}
 	}
 }
+
+// --pprof-listen serves Go's profiles; without it nothing serves them, the
+// metrics listener neither.
+func TestPprofListen(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.MetricsListen = freeAddr(t)
+	cfg.PprofListen = freeAddr(t)
+	start(t, cfg)
+	for path, want := range map[string]string{
+		"/debug/pprof/goroutine?debug=1": "goroutine profile:",
+		"/debug/pprof/heap?debug=1":      "heap profile:",
+	} {
+		code, body := waitHTTP(t, cfg.PprofListen, path, "200", func(code int, _ string) bool { return code != 0 })
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s = %d %.200q, want 200 and %q", path, code, body, want)
+		}
+	}
+	if code, _ := get(t, cfg.MetricsListen, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("GET /debug/pprof/ on the metrics listener: %d, want 404", code)
+	}
+}

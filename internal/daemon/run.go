@@ -46,7 +46,7 @@ import (
 // etcd's revision goes back, then shuts down in order: /readyz 503 and
 // health NOT_SERVING, the background parts stop, in-flight calls finish
 // within ShutdownTimeout (then connections are cut), the revision floor is
-// persisted, the metrics listener closes, the etcd client closes, the
+// persisted, the metrics and pprof listeners close, the etcd client closes, the
 // embedded etcd stops. ready, if not nil, is called with the gRPC address
 // once it accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr string)) error {
@@ -110,6 +110,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		// The metrics listener outlives gRPC: probes read /readyz 503
 		// while in-flight calls finish.
 		serveMetrics(m, cfg.MetricsListen, api.serving, review, log),
+		servePprof(cfg.PprofListen, log),
 	)
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
 		"installation", floors.installation, "revision", store.HighestRevision())
