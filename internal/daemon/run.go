@@ -10,15 +10,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -529,30 +525,15 @@ func reload(ctx context.Context, tokens *access.Source, serverCerts *certs, ever
 // every call is logged.
 func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, activity *console.Activity, accessLog bool, opts ...grpc.ServerOption) *grpc.Server {
 	decodeUnary, decodeStream := server.DecodeInterceptors()
-	logger := logging.LoggerFunc(func(ctx context.Context, l logging.Level, msg string, fields ...any) {
-		log.Log(ctx, slog.Level(l), msg, fields...)
-	})
 	onPanic := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
 		return status.Error(codes.Internal, "internal error")
 	})
-	logOpts := []logging.Option{logging.WithLogOnEvents(logging.FinishCall)}
-	logged := selector.MatchFunc(func(context.Context, interceptors.CallMeta) bool { return true })
-	if !accessLog {
-		logOpts = append(logOpts, logging.WithLevels(func(c codes.Code) logging.Level {
-			if c == codes.OK {
-				return logging.LevelDebug
-			}
-			return logging.DefaultServerCodeToLevel(c)
-		}))
-		logged = selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-			return c.Service != healthpb.Health_ServiceDesc.ServiceName && !strings.HasPrefix(c.Service, "grpc.reflection.")
-		})
-	}
+	calls := callLog{log: log, all: accessLog}
 	unary := append([]grpc.UnaryServerInterceptor{
 		m.grpc.UnaryServerInterceptor(),
 		m.answers.unary(),
-		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(logger, logOpts...), logged),
+		calls.unary(),
 		recovery.UnaryServerInterceptor(onPanic),
 		decodeUnary,
 	}, guard.Unary()...)
@@ -561,7 +542,7 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, activity *
 	unary = append(unary, activity.Unary())
 	stream := append([]grpc.StreamServerInterceptor{
 		m.grpc.StreamServerInterceptor(),
-		selector.StreamServerInterceptor(logging.StreamServerInterceptor(logger, logOpts...), logged),
+		calls.stream(),
 		recovery.StreamServerInterceptor(onPanic),
 		decodeStream,
 	}, guard.Stream()...)
