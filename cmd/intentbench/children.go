@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/intentd/intentd/internal/embedetcd"
+	"github.com/intentd/intentd/internal/intentdcmd"
+)
+
+// childEnv tells a copy of this binary which server it is. Every server
+// the benchmark measures runs in a process of its own, so that its CPU
+// time and memory can be read from /proc and the clients' work is not
+// counted in it.
+const childEnv = "INTENTBENCH_CHILD"
+
+// runChild runs the server named by childEnv, if any, and reports whether
+// it did; its exit status is then the process's.
+func runChild() (int, bool) {
+	switch os.Getenv(childEnv) {
+	case "intentd":
+		// intentd's own command, flags and all: what cmd/intentd runs.
+		return intentdcmd.Main(os.Args[1:], os.Stderr, nil), true
+	case "etcd":
+		return childMain(serveEtcd), true
+	case "echo":
+		return childMain(serveEcho), true
+	}
+	return 0, false
+}
+
+func childMain(serve func(args []string) error) int {
+	if err := serve(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "intentbench child:", err)
+		return 1
+	}
+	return 0
+}
+
+// serveEtcd runs an embedded etcd with its defaults (fsync on), as
+// intentd's embedded one, in data directory args[0], serving clients on
+// args[1], until SIGTERM.
+func serveEtcd(args []string) error {
+	if len(args) != 2 {
+		return errors.New("etcd: want a data directory and a client URL")
+	}
+	client, err := url.Parse(args[1])
+	if err != nil {
+		return err
+	}
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	cfg := embedetcd.Config("raw", args[0], *peer)
+	cfg.ListenPeerUrls = []url.URL{*peer}
+	cfg.ListenClientUrls = []url.URL{*client}
+	cfg.AdvertiseClientUrls = []url.URL{*client}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if err := embedetcd.WaitReady(e, time.Minute); err != nil {
+		return err
+	}
+	return waitTerm(e.Err())
+}
+
+// serveEcho serves the gRPC health service on args[0]: the cheapest unary
+// call a gRPC server here can answer, the floor of any service.
+func serveEcho(args []string) error {
+	if len(args) != 1 {
+		return errors.New("echo: want a listen address")
+	}
+	l, err := net.Listen("tcp", args[0])
+	if err != nil {
+		return err
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(l) }()
+	defer s.Stop()
+	return waitTerm(errc)
+}
+
+// waitTerm returns when SIGTERM arrives (nil) or errc yields.
+func waitTerm(errc <-chan error) error {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	select {
+	case <-sig:
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// child is a server process started by the benchmark.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// startChild starts this binary as the server kind with args, its output
+// in dir/<name>.log. The child dies with the benchmark (Pdeathsig).
+func startChild(dir, name, kind string, args ...string) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), childEnv+"="+kind)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { c.err = cmd.Wait(); close(c.done) }() // exits with the child
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// exited returns an error with the tail of its log if the child has
+// exited, nil while it runs.
+func (c *child) exited() error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("%s exited (%v): %s", c.name, c.err, c.tail())
+	default:
+		return nil
+	}
+}
+
+func (c *child) tail() string {
+	b, _ := os.ReadFile(c.log)
+	b = bytes.TrimSpace(b)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// stop sends SIGTERM and waits for the exit, then kills after 15 s.
+func (c *child) stop() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(15 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// waitServing polls the gRPC health service on conn until it answers
+// SERVING, the child exits, or a minute passes.
+func waitServing(ctx context.Context, c *child, conn *grpc.ClientConn) error {
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if c != nil {
+			if err := c.exited(); err != nil {
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not serving within a minute (last: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+func etcdClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's CPU
+// times: 100 on every Linux architecture Go runs on.
+const clockTicks = 100
+
+// proc reads a server process's CPU time and memory from /proc. A zero
+// pid (a server the benchmark did not start) reads as unknown.
+type proc struct{ pid int }
+
+// cpu is the process's user plus system time; negative when unknown.
+func (p proc) cpu() time.Duration {
+	if p.pid == 0 {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
+	if err != nil {
+		return -1
+	}
+	// Fields after the command name (which may hold spaces) start with the
+	// state, field 3; utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(u+s) * time.Second / clockTicks
+}
+
+// memory is the resident set size now and at its peak, in bytes; zero
+// when unknown.
+func (p proc) memory() (rss, peak int64) {
+	if p.pid == 0 {
+		return 0, 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		if name == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	return rss, peak
+}

@@ -1,0 +1,327 @@
+// Command intentbench measures intentd against the raw etcd writes beneath
+// it, in one run, on one machine: every server in a process of its own,
+// every comparison in interleaved rounds (A, B, A, B …), each figure the
+// median of its rounds with their minimum and maximum.
+//
+//	go run ./cmd/intentbench
+//
+// It starts intentd (intentd's own command, as cmd/intentd runs it, with
+// its default embedded etcd, fsync on, rate limits off), a bare embedded
+// etcd with its defaults as the raw peer, and a gRPC server answering
+// health checks as the floor of any gRPC service, then runs the workloads
+// named by --workloads:
+//
+//   - cycle: a fresh intent, Acquire with register (EXECUTE) then Complete,
+//     against two raw CAS transactions on the raw etcd (create if absent,
+//     update if unchanged; same payload), at each --levels concurrency;
+//   - replay: Acquire of a COMPLETED intent, against a raw linearizable Get
+//     of the same record and against the health check;
+//   - contention: --contention-workers workers on --contention-intents
+//     intents at a time (every intent must be executed exactly once);
+//   - heartbeat: --heartbeat-intents intents held by --heartbeat-workers
+//     workers for --heartbeat-duration: the etcd writes per second that
+//     keeping them alive causes;
+//   - scale: Acquire and review-queue page latency with --scale-small
+//     against --scale-large stored intents (two intentds of their own);
+//     then, on the large one, bytes in use per retained intent after
+//     compaction and defragmentation and intentd's peak RSS.
+//
+// CPU time per operation of each server process comes from
+// /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per
+// workload and ends with one line:
+//
+//	RESULT cycle_ratio=… cycle_ratio_c1=… replay_ratio=… replay_vs_echo=… writes_per_intent=… heartbeat_writes_per_s=… acquire_p99_1m_vs_1k=… queue_page_1m_vs_1k=… bytes_per_intent=… rss_mb=…
+//
+// (n/a for a figure not measured). docs/PERFORMANCE.md says what each
+// figure means. --intentd-addr and --etcd-endpoints measure running
+// servers instead (their CPU and memory are then unknown); the scale
+// workload always starts its own. Exit status: 0 after a full run, 1 when
+// a server or a call fails, 2 for a bad flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/intentd/intentd/internal/cliflag"
+)
+
+// workloads in the order they run.
+var workloads = []string{"replay", "cycle", "contention", "heartbeat", "scale"}
+
+// config is the run's settings, from the flags.
+type config struct {
+	duration          time.Duration
+	rounds            int
+	levels            []int
+	replayLevels      []int
+	payload           int
+	workloads         []string
+	contentionWorkers int
+	contentionIntents int
+	hbWorkers         int
+	hbIntents         int
+	hbDuration        time.Duration
+	hbTTL             time.Duration
+	scaleSmall        int
+	scaleLarge        int
+	scaleWorkers      int
+	intentdAddr       string
+	intentdEtcd       []string
+	etcdEndpoints     []string
+}
+
+func (c config) runs(w string) bool { return slices.Contains(c.workloads, w) }
+
+// usageError is a bad flag: nothing was started, exit 2.
+type usageError struct{ err error }
+
+func (u *usageError) Error() string { return u.err.Error() }
+
+func bad(format string, args ...any) error { return &usageError{fmt.Errorf(format, args...)} }
+
+// parseFlags reads and validates the flags; every error names its flag.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := pflag.NewFlagSet("intentbench", pflag.ContinueOnError)
+	// pflag would print its own error and the usage; Main prints one line.
+	fs.SetOutput(io.Discard)
+	fs.DurationVar(&c.duration, "duration", 1500*time.Millisecond, "length of one peer's share of one round")
+	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds per comparison")
+	levels := fs.String("levels", "1,16,64,256", "cycle concurrency levels, comma-separated, ascending")
+	replayLevels := fs.String("replay-levels", "1,64", "replay concurrency levels, comma-separated, ascending")
+	fs.IntVar(&c.payload, "payload", 300, "bytes of params and of result per intent (the raw peer writes as many)")
+	list := fs.String("workloads", strings.Join(workloads, ","), "workloads to run, comma-separated: "+strings.Join(workloads, ", "))
+	fs.IntVar(&c.contentionWorkers, "contention-workers", 64, "workers in the contention workload")
+	fs.IntVar(&c.contentionIntents, "contention-intents", 8, "intents they contend for at a time")
+	fs.IntVar(&c.hbWorkers, "heartbeat-workers", 50, "workers in the heartbeat workload, one session each")
+	fs.IntVar(&c.hbIntents, "heartbeat-intents", 1000, "intents they hold")
+	fs.DurationVar(&c.hbDuration, "heartbeat-duration", 30*time.Second, "how long the heartbeat workload counts etcd writes")
+	fs.DurationVar(&c.hbTTL, "session-ttl", 15*time.Second, "TTL of the heartbeat workload's sessions; they heartbeat every TTL/3")
+	fs.IntVar(&c.scaleSmall, "scale-small", 1000, "completed intents stored in the small store of the scale workload")
+	fs.IntVar(&c.scaleLarge, "scale-large", 100000, "completed intents stored in the large store (the figures' '1m'; 1000000 takes a few minutes to seed)")
+	fs.IntVar(&c.scaleWorkers, "scale-workers", 16, "concurrent Acquires in the scale workload")
+	fs.StringVar(&c.intentdAddr, "intentd-addr", "", "measure a running intentd at this gRPC address instead of starting one (plaintext, no authentication)")
+	intentdEtcd := fs.String("intentd-etcd", "", "with --intentd-addr: its etcd's endpoints, comma-separated, to count the revisions it writes")
+	etcdEndpoints := fs.String("etcd-endpoints", "", "use this running etcd cluster (comma-separated endpoints) as the raw peer instead of starting one; it must not be intentd's")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage of intentbench (see docs/PERFORMANCE.md):\n%s", fs.FlagUsages())
+			return c, err
+		}
+		return c, &usageError{cliflag.Explain(err)}
+	}
+	if fs.NArg() > 0 {
+		return c, bad("unexpected argument %q: intentbench takes flags only", fs.Arg(0))
+	}
+	var err error
+	if c.levels, err = parseLevels("--levels", *levels); err != nil {
+		return c, err
+	}
+	if c.replayLevels, err = parseLevels("--replay-levels", *replayLevels); err != nil {
+		return c, err
+	}
+	c.intentdEtcd, c.etcdEndpoints = splitList(*intentdEtcd), splitList(*etcdEndpoints)
+	for _, w := range splitList(*list) {
+		if !slices.Contains(workloads, w) {
+			return c, bad("--workloads %q: unknown workload %q, want some of %s", *list, w, strings.Join(workloads, ", "))
+		}
+	}
+	for _, w := range workloads { // in their order, each once
+		if slices.Contains(splitList(*list), w) {
+			c.workloads = append(c.workloads, w)
+		}
+	}
+	switch {
+	case len(c.workloads) == 0:
+		return c, bad("--workloads %q: want at least one of %s", *list, strings.Join(workloads, ", "))
+	case c.duration < 100*time.Millisecond:
+		return c, bad("--duration %s: want at least 100ms", c.duration)
+	case c.rounds < 1:
+		return c, bad("--rounds %d: want at least 1", c.rounds)
+	case c.payload < 16 || c.payload > 65536:
+		return c, bad("--payload %d: want 16 to 65536 bytes", c.payload)
+	case c.contentionWorkers < 1 || c.contentionIntents < 1:
+		return c, bad("--contention-workers %d, --contention-intents %d: want at least 1 each", c.contentionWorkers, c.contentionIntents)
+	case c.hbWorkers < 1:
+		return c, bad("--heartbeat-workers %d: want at least 1", c.hbWorkers)
+	case c.hbIntents < c.hbWorkers || (c.hbIntents+c.hbWorkers-1)/c.hbWorkers > 128:
+		return c, bad("--heartbeat-intents %d: want at least --heartbeat-workers (%d) and at most 128 per worker (a heartbeat names at most 128 leases)", c.hbIntents, c.hbWorkers)
+	case c.hbDuration <= 0:
+		return c, bad("--heartbeat-duration %s: want more than 0", c.hbDuration)
+	case c.hbTTL < 2*time.Second || c.hbTTL > 300*time.Second:
+		return c, bad("--session-ttl %s: want 2s to 300s (the API's range)", c.hbTTL)
+	case c.scaleSmall < 1:
+		return c, bad("--scale-small %d: want at least 1", c.scaleSmall)
+	case c.scaleLarge <= c.scaleSmall:
+		return c, bad("--scale-large %d: want more than --scale-small (%d)", c.scaleLarge, c.scaleSmall)
+	case c.scaleWorkers < 1:
+		return c, bad("--scale-workers %d: want at least 1", c.scaleWorkers)
+	case len(c.intentdEtcd) > 0 && c.intentdAddr == "":
+		return c, bad("--intentd-etcd: only with --intentd-addr (a started intentd's etcd is known)")
+	}
+	return c, nil
+}
+
+// parseLevels reads an ascending list of concurrency levels.
+func parseLevels(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 4096 {
+			return nil, bad("%s %q: %q is not a concurrency level, want whole numbers from 1 to 4096", flag, s, f)
+		}
+		if len(out) > 0 && n <= out[len(out)-1] {
+			return nil, bad("%s %q: want ascending levels", flag, s)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, bad("%s %q: want at least one level", flag, s)
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func main() {
+	if code, ok := runChild(); ok {
+		os.Exit(code)
+	}
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs the benchmark with args and returns its exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "intentbench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "intentbench:", err)
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	dir, err := os.MkdirTemp("", "intentbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	progress := func(format string, args ...any) {
+		fmt.Fprintf(stderr, "intentbench %6s  %s\n", time.Since(start).Round(time.Second), fmt.Sprintf(format, args...))
+	}
+	b, err := newBench(cfg, stdout, progress, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "intentbench: %s, %d CPUs, GOMAXPROCS %d; workloads %s\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(cfg.workloads, ", "))
+	if cfg.runs("replay") || cfg.runs("cycle") || cfg.runs("contention") || cfg.runs("heartbeat") {
+		if err := b.runMain(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.runs("scale") {
+		if err := b.runScale(ctx); err != nil {
+			return err
+		}
+	}
+	if b.rss > 0 {
+		b.res["rss_mb"] = float64(b.rss) / (1 << 20)
+	}
+	fmt.Fprintf(stdout, "took %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintln(stdout, b.res.line())
+	return nil
+}
+
+// runMain runs the workloads on the main intentd, next to the raw etcd
+// and the echo server, and stops them all before the scale workload
+// starts its own.
+func (b *bench) runMain(ctx context.Context) error {
+	var in *intentdServer
+	var err error
+	if b.cfg.intentdAddr != "" {
+		in, err = externalIntentd(ctx, b.cfg.intentdAddr, b.cfg.intentdEtcd)
+	} else {
+		in, err = startIntentd(ctx, b.dir, "intentd")
+	}
+	if err != nil {
+		return err
+	}
+	defer in.close()
+	var raw *etcdServer
+	if b.cfg.runs("replay") || b.cfg.runs("cycle") {
+		if len(b.cfg.etcdEndpoints) > 0 {
+			raw, err = externalEtcd(ctx, b.cfg.etcdEndpoints)
+		} else {
+			raw, err = startEtcd(ctx, b.dir)
+		}
+		if err != nil {
+			return err
+		}
+		defer raw.close()
+	}
+	if b.cfg.runs("replay") {
+		echo, err := startEcho(ctx, b.dir)
+		if err != nil {
+			return err
+		}
+		defer echo.close()
+		if err := b.runReplay(ctx, in, raw, echo); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs("cycle") {
+		if err := b.runCycle(ctx, in, raw); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs("contention") {
+		if err := b.runContention(ctx, in); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs("heartbeat") {
+		if in.etcd == nil {
+			b.progress("heartbeat: intentd's etcd unknown (--intentd-etcd): its writes are not counted")
+		}
+		if err := b.runHeartbeat(ctx, in); err != nil {
+			return err
+		}
+	}
+	_, peak := in.proc.memory()
+	b.rss = max(b.rss, peak)
+	if peak > 0 {
+		fmt.Fprintf(b.out, "intentd (main) peak RSS: %s\n\n", mib(peak))
+	}
+	return nil
+}

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+)
+
+// intentdServer is an intentd under test: its API, the etcd beneath it (to
+// count the revisions it writes), and its process (to read its CPU time
+// and memory). Against a running intentd the etcd and the process may be
+// unknown (nil, zero).
+type intentdServer struct {
+	name  string
+	child *child
+	conn  *grpc.ClientConn
+	rpc   intentv1.IntentServiceClient
+	etcd  *clientv3.Client
+	proc  proc
+}
+
+// startIntentd runs intentd's own command in a child process with its
+// defaults (embedded etcd, fsync on, default logging) on a fresh data
+// directory under dir, with ports of its own and the rate limits off (the
+// benchmark is one principal).
+func startIntentd(ctx context.Context, dir, name string) (*intentdServer, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	data, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	c, err := startChild(dir, name, "intentd",
+		"--data-dir", data, "--listen", addr, "--metrics-listen", "",
+		"--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0",
+		"--rate-per-principal", "0", "--rate-per-tenant", "0")
+	if err != nil {
+		return nil, err
+	}
+	s := &intentdServer{name: name, child: c, proc: proc{pid: c.pid()}}
+	if err := s.connect(ctx, addr, []string{"unix://" + filepath.Join(data, "etcd.sock")}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return s, nil
+}
+
+// externalIntentd is a running intentd at addr, its etcd at etcdEndpoints
+// (none: revisions are not counted).
+func externalIntentd(ctx context.Context, addr string, etcdEndpoints []string) (*intentdServer, error) {
+	s := &intentdServer{name: "intentd"}
+	if err := s.connect(ctx, addr, etcdEndpoints); err != nil {
+		s.close()
+		return nil, fmt.Errorf("--intentd-addr %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+func (s *intentdServer) connect(ctx context.Context, addr string, etcdEndpoints []string) error {
+	conn, err := dial(addr)
+	if err != nil {
+		return err
+	}
+	s.conn = conn
+	s.rpc = intentv1.NewIntentServiceClient(conn)
+	if err := waitServing(ctx, s.child, conn); err != nil {
+		return err
+	}
+	if len(etcdEndpoints) > 0 {
+		if s.etcd, err = etcdClient(etcdEndpoints); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *intentdServer) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
+	if s.child != nil {
+		s.child.stop()
+	}
+}
+
+// etcdServer is the raw peer: an etcd the benchmark's clients write to
+// directly, in a process of its own.
+type etcdServer struct {
+	child *child
+	etcd  *clientv3.Client
+	proc  proc
+}
+
+// startEtcd runs an embedded etcd with its defaults in a child process.
+func startEtcd(ctx context.Context, dir string) (*etcdServer, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c, err := startChild(dir, "raw-etcd", "etcd", filepath.Join(dir, "raw-etcd"), "http://"+addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &etcdServer{child: c, proc: proc{pid: c.pid()}}
+	if s.etcd, err = etcdClient([]string{addr}); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := waitEtcd(ctx, c, s.etcd); err != nil {
+		s.close()
+		return nil, fmt.Errorf("raw etcd: %w", err)
+	}
+	return s, nil
+}
+
+// externalEtcd is a running etcd cluster as the raw peer.
+func externalEtcd(ctx context.Context, endpoints []string) (*etcdServer, error) {
+	cli, err := etcdClient(endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-endpoints: %w", err)
+	}
+	s := &etcdServer{etcd: cli}
+	if err := waitEtcd(ctx, nil, cli); err != nil {
+		s.close()
+		return nil, fmt.Errorf("--etcd-endpoints: %w", err)
+	}
+	return s, nil
+}
+
+// waitEtcd waits until a linearizable read answers.
+func waitEtcd(ctx context.Context, c *child, cli *clientv3.Client) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := cli.Get(cctx, "intentbench-probe")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if c != nil {
+			if err := c.exited(); err != nil {
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not answering within a minute (last: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *etcdServer) close() {
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
+	if s.child != nil {
+		s.child.stop()
+	}
+}
+
+// echoServer is the floor: a gRPC server answering the health check, in
+// a process of its own.
+type echoServer struct {
+	child *child
+	conn  *grpc.ClientConn
+	proc  proc
+}
+
+func startEcho(ctx context.Context, dir string) (*echoServer, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c, err := startChild(dir, "echo", "echo", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &echoServer{child: c, proc: proc{pid: c.pid()}}
+	if s.conn, err = dial(addr); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := waitServing(ctx, c, s.conn); err != nil {
+		s.close()
+		return nil, fmt.Errorf("echo: %w", err)
+	}
+	return s, nil
+}
+
+func (s *echoServer) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.child != nil {
+		s.child.stop()
+	}
+}
+
+// revision is etcd's current revision: every transaction that writes adds
+// one, however many keys it writes. -1 when unknown.
+func revision(ctx context.Context, cli *clientv3.Client) int64 {
+	if cli == nil {
+		return -1
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(cctx, "intentbench-probe", clientv3.WithCountOnly())
+	if err != nil {
+		return -1
+	}
+	return resp.Header.Revision
+}
+
+// op is one operation of a workload by worker w. It returns the latency
+// to record, or zero for the whole call's.
+type op func(ctx context.Context, w int) (time.Duration, error)
+
+// opTimeout bounds each operation: every etcd and gRPC call gets a
+// deadline, so a stuck server fails the run instead of hanging it.
+const opTimeout = 30 * time.Second
+
+// load runs f from conc workers for d and returns the round; the first
+// error stops every worker and is returned.
+func load(ctx context.Context, conc int, d time.Duration, f op) (round, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lats := make([][]time.Duration, conc)
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	end := start.Add(d)
+	for w := range conc {
+		wg.Go(func() { // returns at the end of the round or on the first error
+			for time.Now().Before(end) && ctx.Err() == nil {
+				cctx, ccancel := context.WithTimeout(ctx, opTimeout)
+				t := time.Now()
+				lat, err := f(cctx, w)
+				el := time.Since(t)
+				ccancel()
+				if err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+				if lat == 0 {
+					lat = el
+				}
+				lats[w] = append(lats[w], lat)
+			}
+		})
+	}
+	wg.Wait()
+	r := round{elapsed: time.Since(start), cpu: -1, revs: -1}
+	if first != nil {
+		return r, first
+	}
+	for _, l := range lats {
+		r.lat = append(r.lat, l...)
+	}
+	sort.Slice(r.lat, func(i, j int) bool { return r.lat[i] < r.lat[j] })
+	r.ops = len(r.lat)
+	return r, nil
+}
+
+// peer is one side of a comparison: a server and the operation run on it.
+type peer struct {
+	name string
+	proc proc
+	etcd *clientv3.Client // counts the peer's revisions; nil: not counted
+	op   op
+}
+
+// interleave runs the peers in alternating rounds at conc, A, B, A, B …,
+// after a short warm-up of each, so that a machine that gets busier or
+// quieter during the run affects both alike. It returns each peer's
+// rounds, with the CPU time its server spent and the revisions it wrote
+// during each.
+func (b *bench) interleave(ctx context.Context, what string, peers []peer, conc int) ([][]round, error) {
+	warm := min(b.cfg.duration/3, time.Second)
+	for _, p := range peers {
+		if _, err := load(ctx, conc, warm, p.op); err != nil {
+			return nil, fmt.Errorf("%s, %s, C=%d (warm-up): %w", what, p.name, conc, err)
+		}
+	}
+	out := make([][]round, len(peers))
+	for r := range b.cfg.rounds {
+		for i, p := range peers {
+			b.progress("%s C=%d round %d/%d: %s", what, conc, r+1, b.cfg.rounds, p.name)
+			cpu0, rev0 := p.proc.cpu(), revision(ctx, p.etcd)
+			rd, err := load(ctx, conc, b.cfg.duration, p.op)
+			if err != nil {
+				return nil, fmt.Errorf("%s, %s, C=%d: %w", what, p.name, conc, err)
+			}
+			if cpu1 := p.proc.cpu(); cpu0 >= 0 && cpu1 >= 0 {
+				rd.cpu = cpu1 - cpu0
+			}
+			if rev1 := revision(ctx, p.etcd); rev0 >= 0 && rev1 >= 0 {
+				rd.revs = rev1 - rev0
+			}
+			out[i] = append(out[i], rd)
+		}
+	}
+	return out, nil
+}
+
+// pairRatio is the median over rounds of a's rate ÷ b's in the same round:
+// adjacent in time, so less exposed to the machine's other load than a
+// ratio of medians.
+func pairRatio(a, b []round) spread {
+	xs := make([]float64, min(len(a), len(b)))
+	for i := range xs {
+		xs[i] = ratio(a[i].rate(), b[i].rate())
+	}
+	return spreadOf(xs)
+}
