@@ -267,30 +267,40 @@ func (p proc) cpu() time.Duration {
 	return time.Duration(u+s) * time.Second / clockTicks
 }
 
-// memory is the resident set size now and at its peak, in bytes; zero
-// when unknown.
-func (p proc) memory() (rss, peak int64) {
+// mem is a process's resident memory, in bytes (zero: unknown): now, at
+// its peak, and now without file-backed pages (etcd's bbolt database is
+// memory-mapped; its pages are the page cache's, reclaimable).
+type mem struct{ rss, peak, anon int64 }
+
+// memory reads the process's resident memory from /proc.
+func (p proc) memory() mem {
+	var m mem
 	if p.pid == 0 {
-		return 0, 0
+		return m
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
 	if err != nil {
-		return 0, 0
+		return m
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		name, v, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
+		if !ok {
 			continue
 		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
+		var field *int64
+		switch name {
+		case "VmRSS":
+			field = &m.rss
+		case "VmHWM":
+			field = &m.peak
+		case "RssAnon":
+			field = &m.anon
+		default:
 			continue
 		}
-		if name == "VmRSS" {
-			rss = kb << 10
-		} else {
-			peak = kb << 10
+		if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil {
+			*field = kb << 10
 		}
 	}
-	return rss, peak
+	return m
 }

@@ -23,8 +23,8 @@
 //     keeping them alive causes;
 //   - scale: Acquire and review-queue page latency with --scale-small
 //     against --scale-large stored intents (two intentds of their own);
-//     then, on the large one, bytes in use per retained intent after
-//     compaction and defragmentation and intentd's peak RSS.
+//     then intentd's peak RSS with the large store, and the bytes in use
+//     per retained intent after compaction and defragmentation.
 //
 // CPU time per operation of each server process comes from
 // /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per
@@ -98,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := pflag.NewFlagSet("intentbench", pflag.ContinueOnError)
 	// pflag would print its own error and the usage; Main prints one line.
 	fs.SetOutput(io.Discard)
-	fs.DurationVar(&c.duration, "duration", 1500*time.Millisecond, "length of one peer's share of one round")
+	fs.DurationVar(&c.duration, "duration", time.Second, "length of one peer's share of one round")
 	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds per comparison")
 	levels := fs.String("levels", "1,16,64,256", "cycle concurrency levels, comma-separated, ascending")
 	replayLevels := fs.String("replay-levels", "1,64", "replay concurrency levels, comma-separated, ascending")
@@ -244,7 +244,9 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "intentbench: %s, %d CPUs, GOMAXPROCS %d; workloads %s\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(cfg.workloads, ", "))
+	// The machine's load average says how far other work may have moved
+	// the figures (the ratios, measured in adjacent rounds, less so).
+	fmt.Fprintf(stdout, "intentbench: %s, %d CPUs, GOMAXPROCS %d; workloads %s; load average %s\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(cfg.workloads, ", "), loadAverage())
 	if cfg.runs("replay") || cfg.runs("cycle") || cfg.runs("contention") || cfg.runs("heartbeat") {
 		if err := b.runMain(ctx); err != nil {
 			return err
@@ -258,7 +260,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if b.rss > 0 {
 		b.res["rss_mb"] = float64(b.rss) / (1 << 20)
 	}
-	fmt.Fprintf(stdout, "took %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(stdout, "took %s; load average %s\n", time.Since(start).Round(time.Second), loadAverage())
 	fmt.Fprintln(stdout, b.res.line())
 	return nil
 }
@@ -318,10 +320,18 @@ func (b *bench) runMain(ctx context.Context) error {
 			return err
 		}
 	}
-	_, peak := in.proc.memory()
-	b.rss = max(b.rss, peak)
-	if peak > 0 {
-		fmt.Fprintf(b.out, "intentd (main) peak RSS: %s\n\n", mib(peak))
+	if m := in.proc.memory(); m.peak > 0 {
+		b.rss = m.peak
+		fmt.Fprintf(b.out, "intentd after these workloads: RSS %s (anonymous %s), peak %s\n\n", mib(m.rss), mib(m.anon), mib(m.peak))
 	}
 	return nil
+}
+
+// loadAverage is the 1, 5 and 15 minute load averages of /proc/loadavg.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }

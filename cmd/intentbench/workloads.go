@@ -32,7 +32,7 @@ type bench struct {
 	result   []byte
 	rawValue []byte
 	res      results
-	rss      int64 // the highest peak RSS of an intentd, bytes
+	rss      int64 // the main intentd's peak RSS, bytes
 }
 
 func newBench(cfg config, out io.Writer, progress func(string, ...any), dir string) (*bench, error) {
@@ -429,15 +429,19 @@ func (b *bench) runHeartbeat(ctx context.Context, in *intentdServer) error {
 	b.progress("heartbeat: %d workers heartbeating every %s for %s", workers, every, b.cfg.hbDuration)
 	for w := range workers {
 		wg.Go(func() { // returns at the end of the measurement or on an error
+			stop := time.NewTimer(time.Until(end))
+			defer stop.Stop()
 			// Workers start spread over one interval, as real ones do.
 			select {
 			case <-ctx.Done():
+				return
+			case <-stop.C:
 				return
 			case <-time.After(time.Duration(w) * every / time.Duration(workers)):
 			}
 			tick := time.NewTicker(every)
 			defer tick.Stop()
-			for ; time.Now().Before(end); <-tick.C {
+			for {
 				cctx, cancel := context.WithTimeout(ctx, opTimeout)
 				_, err := in.rpc.Heartbeat(cctx, &intentv1.HeartbeatRequest{SessionId: ids[w], Leases: held[w]})
 				cancel()
@@ -446,6 +450,13 @@ func (b *bench) runHeartbeat(ctx context.Context, in *intentdServer) error {
 					return
 				}
 				beats.Add(1)
+				select {
+				case <-ctx.Done():
+					return
+				case <-stop.C:
+					return
+				case <-tick.C:
+				}
 			}
 		})
 	}
@@ -478,16 +489,20 @@ func (b *bench) runHeartbeat(ctx context.Context, in *intentdServer) error {
 	// Finish what was held, so that no lapse is left to the janitor while
 	// the next workload runs.
 	for w := range workers {
-		for _, h := range held[w] {
-			cctx, cancel := context.WithTimeout(ctx, opTimeout)
-			err := b.complete(cctx, in, h.GetKey(), h.GetToken())
-			cancel()
-			if err != nil {
-				return fmt.Errorf("heartbeat: %w", err)
+		wg.Go(func() {
+			for _, h := range held[w] {
+				cctx, cancel := context.WithTimeout(ctx, opTimeout)
+				err := b.complete(cctx, in, h.GetKey(), h.GetToken())
+				cancel()
+				if err != nil {
+					first.set(fmt.Errorf("heartbeat: %w", err))
+					return
+				}
 			}
-		}
+		})
 	}
-	return nil
+	wg.Wait()
+	return first.get()
 }
 
 // etcdStatus is etcd's revision (one per transaction that writes) and
