@@ -53,18 +53,18 @@ func fullStep(ratio float64) int {
 	return int(math.Floor((ratio-warnFullAt)/warnFullStep + 1e-9))
 }
 
-// watchDBSize asks every etcd endpoint for its database size every
+// watchDBSize asks each of endpoints, through cli, for its database size every
 // interval, exports the fullest member's in the metrics, and logs a warning
 // when it crosses 80 % of its quota and every 5 % beyond, and an error
 // while etcd has an alarm raised (NOSPACE: it only reads and deletes).
 // Exits when ctx ends.
-func watchDBSize(ctx context.Context, cli *clientv3.Client, every, timeout time.Duration, m *metrics, log *slog.Logger) {
+func watchDBSize(ctx context.Context, cli *clientv3.Client, endpoints []string, every, timeout time.Duration, m *metrics, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	warned := -1
 	var alarmed []string
 	for {
-		if st, ok := fullest(ctx, cli, timeout); ok {
+		if st, ok := fullest(ctx, cli, endpoints, timeout); ok {
 			m.db(st)
 			step := fullStep(st.ratio())
 			switch {
@@ -94,10 +94,10 @@ func watchDBSize(ctx context.Context, cli *clientv3.Client, every, timeout time.
 
 // fullest asks each endpoint for its status and returns the member nearest
 // its quota (the largest, when no quota is known); false when none answered.
-func fullest(ctx context.Context, cli *clientv3.Client, timeout time.Duration) (dbStatus, bool) {
+func fullest(ctx context.Context, cli *clientv3.Client, endpoints []string, timeout time.Duration) (dbStatus, bool) {
 	var best dbStatus
 	found := false
-	for _, ep := range cli.Endpoints() {
+	for _, ep := range endpoints {
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := cli.Status(sctx, ep)
 		cancel()
