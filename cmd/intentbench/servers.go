@@ -3,8 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +29,33 @@ type intentdServer struct {
 	rpc   intentv1.IntentServiceClient
 	etcd  *clientv3.Client
 	proc  proc
+	// metrics is its Prometheus endpoint ("" unknown), for the Go heap
+	// its RSS holds.
+	metrics string
+}
+
+// heap is the Go heap intentd's objects occupy (live and not yet swept),
+// from its /metrics; zero when unknown.
+func (s *intentdServer) heap() int64 {
+	if s.metrics == "" {
+		return 0
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(s.metrics)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return int64(f)
+		}
+	}
+	return 0
 }
 
 // startIntentd runs intentd's own command in a child process with its
@@ -40,14 +71,18 @@ func startIntentd(ctx context.Context, dir, name string) (*intentdServer, error)
 	if err != nil {
 		return nil, err
 	}
+	metrics, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	c, err := startChild(dir, name, "intentd",
-		"--data-dir", data, "--listen", addr, "--metrics-listen", "",
+		"--data-dir", data, "--listen", addr, "--metrics-listen", metrics,
 		"--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0",
 		"--rate-per-principal", "0", "--rate-per-tenant", "0")
 	if err != nil {
 		return nil, err
 	}
-	s := &intentdServer{name: name, child: c, proc: proc{pid: c.pid()}}
+	s := &intentdServer{name: name, child: c, proc: proc{pid: c.pid()}, metrics: "http://" + metrics + "/metrics"}
 	if err := s.connect(ctx, addr, []string{"unix://" + filepath.Join(data, "etcd.sock")}); err != nil {
 		s.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
