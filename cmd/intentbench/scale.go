@@ -235,9 +235,10 @@ func (b *bench) seed(ctx context.Context, s *intentdServer, n int) (time.Duratio
 	}
 	// Push the seeding's large entries out of etcd's in-memory raft log:
 	// it keeps every entry until a snapshot, taken every 10,000 entries
-	// (etcd's default), then the last 5,000. Tiny writes of one key of
-	// the benchmark's own, outside intentd's prefix, leave only entries
-	// the size that API writes make.
+	// (etcd's default), then the last 5,000. 15,000 tiny writes of one key
+	// of the benchmark's own, outside intentd's prefix, hold a snapshot
+	// taken at least 5,000 entries after the seeding's last, so the log
+	// is left with entries the size that API writes make.
 	if err := flushRaftLog(ctx, s.etcd); err != nil {
 		return 0, fmt.Errorf("flushing the raft log: %w", err)
 	}
@@ -254,9 +255,10 @@ func (b *bench) seed(ctx context.Context, s *intentdServer, n int) (time.Duratio
 	return time.Since(start), nil
 }
 
-// flushRaftLog writes etcd's snapshot interval of tiny transactions.
+// flushRaftLog writes etcd's snapshot interval and its catch-up entries
+// in tiny transactions.
 func flushRaftLog(ctx context.Context, cli *clientv3.Client) error {
-	const entries = 10_000
+	const entries = 15_000
 	var next atomic.Int64
 	var first firstError
 	var wg sync.WaitGroup
