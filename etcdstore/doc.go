@@ -67,15 +67,22 @@
 //
 // # Fencing tokens
 //
-// The token of a lease is the etcd revision of the transaction that issued
-// it, so tokens strictly increase over every lease the cluster ever issued.
-// The acquiring write cannot know its own revision, so it stores token 0,
-// meaning "the mod revision of this version"; the next write of the record
-// stores the number. Tokens are opaque to clients.
+// The token of a lease is derived from the etcd revision of the transaction
+// that issued it: revision × machine.TokenSlots + the issuing write's slot,
+// a number below TokenSlots that no other write of that transaction has
+// (concurrent transitions share transactions: see group.go). Tokens thus
+// strictly increase over every lease the cluster ever issued. The acquiring
+// write cannot know its own revision, so it stores token 0 and its slot;
+// reading that version computes the token from its mod revision, and the
+// next write of the record stores the number. A lease stored before there
+// were slots has token 0 and no slot: its token is the bare revision, as it
+// was issued, and it is below every token issued since (a later revision r
+// gives tokens of at least r × TokenSlots). Tokens are opaque to clients:
+// nothing promises that a token equals a revision.
 //
 // # Revision floor
 //
-// Because tokens are revisions, an etcd whose revision goes back (restored
+// Because tokens follow revisions, an etcd whose revision goes back (restored
 // from a snapshot without --bump-revision) would hand out tokens that
 // workers and fencing gateways have already seen. The store refuses every
 // etcd answer below the highest revision it has seen or been told of

@@ -17,10 +17,11 @@ import (
 // ErrRevisionWentBack reports that etcd answered at a revision below one
 // the store had already seen or been told of: the cluster was most likely
 // restored from an older snapshot without a revision bump. Fencing tokens
-// are etcd revisions, so such a store would hand out tokens equal to or
-// lower than tokens already held by workers and seen by gateways. Every
-// error that matches it also matches intent.ErrUnavailable: nothing was
-// decided, and the gRPC layer answers UNAVAILABLE.
+// are derived from etcd revisions, so such a store would hand out tokens
+// equal to or lower than tokens already held by workers and seen by
+// gateways. Every error that matches it also matches
+// intent.ErrUnavailable: nothing was decided, and the gRPC layer answers
+// UNAVAILABLE.
 var ErrRevisionWentBack = errors.New("etcdstore: etcd's revision went back")
 
 // RevisionWentBackError is the refusal of an etcd response below the

@@ -181,7 +181,7 @@ func (t *hookedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 
 func (t *hookedTxn) Then(ops ...clientv3.Op) clientv3.Txn {
 	for _, op := range ops {
-		t.write = t.write || op.IsPut() || op.IsDelete()
+		t.write = t.write || op.IsPut() || op.IsDelete() || op.IsTxn()
 	}
 	t.Txn = t.Txn.Then(ops...)
 	return t

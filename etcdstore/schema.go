@@ -50,9 +50,11 @@ type storedRecord struct {
 }
 
 // storedLease is a record's current (or last) lease. Token is "0" in the
-// write that issued the lease (see decodeRecord).
+// write that issued the lease, with its Slot (absent in leases issued
+// before there were slots; see decodeRecord).
 type storedLease struct {
 	Token      fencing.Token `json:"token"`
+	Slot       int           `json:"slot,omitempty"`
 	Mode       int           `json:"mode"`
 	SessionID  string        `json:"session_id"`
 	SessionRev int64         `json:"session_rev"`
@@ -132,7 +134,7 @@ func toStored(r *machine.Record) *storedRecord {
 		EndedToken:    r.EndedToken,
 	}
 	if l := r.Lease; l != nil {
-		s.Lease = &storedLease{Token: l.Token, Mode: int(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
+		s.Lease = &storedLease{Token: l.Token, Slot: l.Slot, Mode: int(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
 			Worker: l.Worker, RequestID: l.RequestID, AcquiredAt: l.AcquiredAt}
 	}
 	if r.History != nil {
@@ -172,7 +174,7 @@ func fromStored(s *storedRecord) *machine.Record {
 		EndedToken:    s.EndedToken,
 	}
 	if l := s.Lease; l != nil {
-		r.Lease = &machine.Lease{Token: l.Token, Mode: intent.Mode(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
+		r.Lease = &machine.Lease{Token: l.Token, Slot: l.Slot, Mode: intent.Mode(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
 			Worker: l.Worker, RequestID: l.RequestID, AcquiredAt: l.AcquiredAt}
 	}
 	if s.History != nil {
@@ -226,7 +228,8 @@ func encodeRecord(r *machine.Record) ([]byte, error) {
 }
 
 // decodeRecord decodes a stored record and materializes the token of a
-// lease issued by this very version (stored as 0) from its mod revision.
+// lease issued by this very version (stored as 0, with its slot) from its
+// mod revision.
 func decodeRecord(b []byte, modRev int64) (*machine.Record, error) {
 	var s storedRecord
 	if err := json.Unmarshal(b, &s); err != nil {

@@ -200,6 +200,11 @@ type Store struct {
 	// floor refuses etcd answers below the highest revision seen: see
 	// flooredKV.
 	floor revisionFloor
+	// group sends the transitions' writes, several in one transaction
+	// (group.go); slots hands out the token slots of the leases they
+	// issue, round robin.
+	group *committer
+	slots atomic.Uint64
 }
 
 // stats counts what the store did, for metrics.
@@ -286,6 +291,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 		tracer: newTracer(cfg.TracerProvider)}
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
+	s.group = &committer{kv: s.kv, timeout: cfg.RequestTimeout}
 	return s, nil
 }
 
@@ -482,8 +488,8 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			return machine.Answer{}, fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
 		}
 		cctx, span := s.startSpan(ctx, "etcd txn", tenant, key)
-		resp, err := s.commit(cctx, tenant, v, &d)
-		endCommit(span, attempt, &d, resp, err)
+		res, err := s.commit(cctx, tenant, v, &d)
+		endCommit(span, attempt, &d, res, err)
 		if errors.Is(err, intent.ErrTooLarge) {
 			return machine.Answer{}, err
 		}
@@ -514,17 +520,17 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			v = nil
 			continue
 		}
-		if !resp.Succeeded {
+		if !res.succeeded {
 			s.stats.conflicts.Add(1)
 			v = nil
 			continue
 		}
 		s.stats.commits.Add(1)
-		committed, err := s.committed(tenant, key, &d, resp.Header.Revision)
+		committed, err := s.committed(tenant, key, &d, res.rev)
 		if err != nil {
 			return machine.Answer{}, err
 		}
-		return answered(d.Finish(committed, resp.Header.Revision), d.Err)
+		return answered(d.Finish(committed, res.rev), d.Err)
 	}
 }
 
@@ -569,53 +575,63 @@ func (s *Store) committed(tenant, key string, d *machine.Decision, rev int64) (*
 	return committed, nil
 }
 
-// maxTxnOps is etcd's default limit of operations in one transaction.
+// maxTxnOps is etcd's default limit of operations in one transaction
+// (--max-txn-ops; the embedded etcd keeps it).
 const maxTxnOps = 128
 
 // commit writes a decision: its guards become the transaction's compares,
 // its writes the operations, with the index keys each written record gains
-// and loses.
-func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (*clientv3.TxnResponse, error) {
-	cmps := make([]clientv3.Cmp, len(d.Guards))
+// and loses. The write goes with others in one etcd transaction when some
+// are waiting (group.go); a decision too large for a transaction of its
+// own is refused here, before it could share one.
+func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (outcome, error) {
+	m := &member{cmps: make([]clientv3.Cmp, len(d.Guards))}
 	for i, g := range d.Guards {
-		cmps[i] = s.compare(tenant, g)
+		m.cmps[i] = s.compare(tenant, g)
+		m.reads = append(m.reads, string(m.cmps[i].KeyBytes()))
+	}
+	if d.Issues() {
+		m.slot = int(s.slots.Add(1)%machine.TokenSlots) + 1
+		d.Next.Lease.Slot = m.slot
 	}
 	k := s.keys.intent(tenant, v.Key)
-	var ops []clientv3.Op
 	if d.Next != nil {
 		val, err := encodeRecord(d.Next)
 		if err != nil {
-			return nil, err
+			return outcome{}, err
 		}
-		ops = append(ops, clientv3.OpPut(k, string(val)))
-		ops = append(ops, s.keys.indexOps(v.Rec, d.Next)...)
+		m.ops = append(m.ops, clientv3.OpPut(k, string(val)))
+		m.ops = append(m.ops, s.keys.indexOps(v.Rec, d.Next)...)
 	}
 	if t := d.Tombstone; t != nil {
 		tomb, err := encodeTombstone(t)
 		if err != nil {
-			return nil, err
+			return outcome{}, err
 		}
-		ops = append(ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
+		m.ops = append(m.ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
 			clientv3.OpPut(s.keys.tombRetentions()+timeKey(t.Until)+"/"+tenant+"/"+v.Key, v.Key))
-		ops = append(ops, s.keys.indexOps(v.Rec, nil)...)
+		m.ops = append(m.ops, s.keys.indexOps(v.Rec, nil)...)
 	}
 	for _, c := range d.Create {
 		val, err := encodeRecord(c)
 		if err != nil {
-			return nil, err
+			return outcome{}, err
 		}
-		ops = append(ops, clientv3.OpPut(s.keys.intent(tenant, c.Key), string(val)))
-		ops = append(ops, s.keys.indexOps(nil, c)...)
+		m.ops = append(m.ops, clientv3.OpPut(s.keys.intent(tenant, c.Key), string(val)))
+		m.ops = append(m.ops, s.keys.indexOps(nil, c)...)
 	}
-	if len(ops) > maxTxnOps || len(cmps) > maxTxnOps {
-		return nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(ops), maxTxnOps)
+	if len(m.ops) > maxTxnOps || len(m.cmps) > maxTxnOps {
+		return outcome{}, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(m.ops), maxTxnOps)
 	}
-	if n := opsBytes(ops); n > maxTxnBytes {
-		return nil, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, n, maxTxnBytes)
+	if m.bytes = opsBytes(m.ops); m.bytes > maxTxnBytes {
+		return outcome{}, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, m.bytes, maxTxnBytes)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	return s.kv.Txn(cctx).If(cmps...).Then(ops...).Commit()
+	m.writes = make([]string, len(m.ops))
+	for i, op := range m.ops {
+		m.writes[i] = string(op.KeyBytes())
+	}
+	o := s.group.commit(ctx, m)
+	return o, o.err
 }
 
 // compare is a guard as an etcd compare.

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -56,25 +55,25 @@ func endRead(span trace.Span, err error) {
 
 // endCommit ends the span of a write of d, classifying its outcome the way
 // transition acts on it. Error texts are not recorded: they may quote keys.
-func endCommit(span trace.Span, attempt int, d *machine.Decision, resp *clientv3.TxnResponse, err error) {
+func endCommit(span trace.Span, attempt int, d *machine.Decision, res outcome, err error) {
 	defer span.End()
 	if !span.IsRecording() {
 		return
 	}
 	span.SetAttributes(traceattr.TxnAttempt.Int(attempt))
 	switch {
-	case err == nil && resp.Succeeded:
+	case err == nil && res.succeeded:
 		span.SetAttributes(traceattr.TxnOutcome.String("committed"))
 		if d.Next == nil {
 			return // a removal
 		}
 		span.SetAttributes(traceattr.State.String(d.Next.State.String()))
 		if l := d.Next.Lease; l != nil {
-			token := int64(l.Token)
-			if token == 0 { // issued by this write: its revision
-				token = resp.Header.Revision
+			token := l.Token
+			if token == 0 { // issued by this write (see machine.Record.Materialize)
+				token = machine.TokenAt(res.rev, l.Slot)
 			}
-			span.SetAttributes(traceattr.Token.Int64(token))
+			span.SetAttributes(traceattr.Token.Int64(int64(token)))
 		}
 	case err == nil:
 		span.SetAttributes(traceattr.TxnOutcome.String("conflict"))

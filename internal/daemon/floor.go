@@ -15,7 +15,7 @@ import (
 
 // FloorFileName is the file in the data directory that remembers, per
 // installation, the highest etcd revision this replica saw. Fencing tokens
-// are etcd revisions; the file is how a restarted replica notices that
+// are derived from etcd revisions; the file is how a restarted replica notices that
 // etcd's revision went back (a snapshot restore without a revision bump)
 // before it hands out a token that was already handed out.
 //

@@ -437,7 +437,7 @@ func steer(ctx context.Context, cli *clientv3.Client, cfg Config, endpoints []st
 // revision this replica saw of the installation before (the floor file),
 // and refuses to start if etcd is already below it: it was most likely
 // restored from an older snapshot without a revision bump, and the tokens
-// it would hand out are revisions, equal to or lower than tokens workers
+// it would hand out follow revisions, equal to or lower than tokens workers
 // and gateways already hold.
 func holdToFloor(ctx context.Context, cfg Config, store *etcdstore.Store, log *slog.Logger) (*floorKeeper, error) {
 	ictx, cancel := context.WithTimeout(ctx, cfg.Store.OperationTimeout)

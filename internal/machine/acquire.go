@@ -95,7 +95,7 @@ func (r Rules) Acquire(v *View, c AcquireCall, now time.Time) Decision {
 
 // grant issues a lease on next to the caller's session: the decision to
 // write it, guarded by the session being alive. The token is left 0: it
-// becomes the revision of the write (see Materialize).
+// is derived from the revision of the write (see Materialize).
 func (r Rules) grant(v *View, next *Record, mode intent.Mode, c AcquireCall, now time.Time, guards ...Guard) Decision {
 	sess := c.Session
 	next.State = intent.StateInProgress

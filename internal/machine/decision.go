@@ -58,6 +58,13 @@ type Decision struct {
 // Writes reports whether the decision writes anything.
 func (d *Decision) Writes() bool { return d.Next != nil || d.Tombstone != nil }
 
+// Issues reports whether the decision's write issues a lease: its token is
+// left to the write (see Record.Materialize), and the store gives it a
+// Slot.
+func (d *Decision) Issues() bool {
+	return d.Next != nil && d.Next.Lease != nil && d.Next.Lease.Token == 0
+}
+
 // Finish is the decision's answer once its writes committed at revision
 // rev, committed being Next as a reader now sees it (tokens materialized).
 func (d *Decision) Finish(committed *Record, rev int64) Answer {

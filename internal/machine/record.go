@@ -47,9 +47,14 @@ type Record struct {
 
 // Lease is the current (or last) lease of an intent.
 type Lease struct {
-	// Token is 0 in the write that issued the lease, meaning "the mod
-	// revision of this version" (see Materialize).
-	Token     fencing.Token
+	// Token is 0 in the write that issued the lease, meaning "derived
+	// from the mod revision of this version and Slot" (see Materialize).
+	Token fencing.Token
+	// Slot is set by the store in the write that issues the lease: 1 + a
+	// position unique among the writes of its etcd transaction, below
+	// TokenSlots. 0 with token 0 is a lease issued before transactions
+	// were shared (its token is the bare revision). Materialize clears it.
+	Slot      int
 	Mode      intent.Mode
 	SessionID string
 	// SessionRev is the create revision of the holder's session key: the
@@ -94,20 +99,38 @@ func (r *Record) Clone() *Record {
 	return &c
 }
 
+// TokenSlots is how many leases one etcd revision can issue: the writes of
+// several intents share one transaction (the store's group commit), so a
+// token is revision × TokenSlots + the issuing write's position in it.
+const TokenSlots = 128
+
 // Materialize fills in the tokens of a version that issued a lease: the
-// issuing write stores token 0, which means the version's own mod revision
-// rev (the write cannot know its revision before etcd applies it). Tokens
-// are revisions, so they strictly increase over every lease issued.
+// issuing write stores token 0 and its Slot, because it cannot know its
+// revision rev before etcd applies it. The token is rev × TokenSlots +
+// Slot - 1, so tokens strictly increase over every lease issued: revisions
+// do, and within one revision the slots differ. A lease stored before
+// there were slots (Slot 0) has the bare revision as its token, as it was
+// issued; every later revision r' > rev gives tokens of at least
+// r' × TokenSlots > rev, so an old token stays below every new one.
 func (r *Record) Materialize(rev int64) {
 	if r.Lease == nil || r.Lease.Token != 0 {
 		return
 	}
-	r.Lease.Token = fencing.Token(rev)
+	r.Lease.Token, r.Lease.Slot = TokenAt(rev, r.Lease.Slot), 0
 	for i := range r.History {
 		if r.History[i].Issued && r.History[i].Token == 0 {
 			r.History[i].Token = r.Lease.Token
 		}
 	}
+}
+
+// TokenAt is the token of a lease issued at revision rev in slot (see
+// Materialize).
+func TokenAt(rev int64, slot int) fencing.Token {
+	if slot == 0 {
+		return fencing.Token(rev)
+	}
+	return fencing.Token(rev)*TokenSlots + fencing.Token(slot-1)
 }
 
 // CurrentToken is the newest token issued for the intent, 0 if none.

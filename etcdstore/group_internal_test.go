@@ -1,0 +1,142 @@
+package etcdstore
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/machine"
+)
+
+// put is a member that writes key, guarded by key being absent, and
+// optionally compares more keys.
+func put(key string, compared ...string) *member {
+	m := &member{
+		cmps:   []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", 0)},
+		ops:    []clientv3.Op{clientv3.OpPut(key, "v")},
+		reads:  append([]string{key}, compared...),
+		writes: []string{key},
+		bytes:  len(key) + 1,
+	}
+	for _, k := range compared {
+		m.cmps = append(m.cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+	}
+	return m
+}
+
+func withSlot(m *member, slot int) *member { m.slot = slot; return m }
+
+func withOps(m *member, n int) *member {
+	for i := len(m.ops); i < n; i++ {
+		k := m.writes[0] + "/" + strings.Repeat("x", i)
+		m.ops, m.writes = append(m.ops, clientv3.OpPut(k, "v")), append(m.writes, k)
+	}
+	return m
+}
+
+func TestBatchAdmit(t *testing.T) {
+	big := put("big")
+	big.bytes = maxTxnBytes - 10
+	for _, tc := range []struct {
+		name    string
+		batch   []*member
+		next    *member
+		admit   bool
+		because string
+	}{
+		{"first is always admitted", nil, withOps(put("a"), maxTxnOps), true, "a batch of one is a plain transaction"},
+		{"distinct keys", []*member{put("a"), put("b")}, put("c"), true, ""},
+		{"same key written", []*member{put("a"), put("b")}, put("a"), false, "etcd refuses two writes of a key in one request"},
+		{"writes what another compares", []*member{put("a", "c")}, put("c"), false, "compares see the state before every write"},
+		{"compares what another writes", []*member{put("a")}, put("c", "a"), false, "compares see the state before every write"},
+		{"compares what another compares", []*member{put("a", "s")}, put("c", "s"), true, "reads do not conflict"},
+		{"same token slot", []*member{withSlot(put("a"), 3)}, withSlot(put("b"), 3), false, "two leases of one revision need two slots"},
+		{"different token slots", []*member{withSlot(put("a"), 3)}, withSlot(put("b"), 4), true, ""},
+		{"ops within the limit", []*member{withOps(put("a"), maxTxnOps-3)}, put("b"), true, "3 members + 125 ops"},
+		{"ops past the limit", []*member{withOps(put("a"), maxTxnOps-2)}, put("b"), false, "2 members + 126 ops > 128"},
+		{"bytes past the limit", []*member{big}, put("b"), false, "the request would pass maxTxnBytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b batch
+			for _, m := range tc.batch {
+				if !b.admit(m) {
+					t.Fatalf("setup: member %v not admitted", m.writes)
+				}
+			}
+			if got := b.admit(tc.next); got != tc.admit {
+				t.Errorf("admit = %t, want %t (%s)", got, tc.admit, tc.because)
+			}
+		})
+	}
+	// One-op members: the outer transaction's ops plus one nested op stay
+	// within maxTxnOps, and never more members than token slots.
+	var b batch
+	for i := range 2 * maxTxnOps {
+		b.admit(put(strings.Repeat("k", i+1)))
+	}
+	if want := min(maxTxnOps-1, machine.TokenSlots); len(b.members) != want {
+		t.Errorf("a batch of one-op members holds %d, want %d", len(b.members), want)
+	}
+}
+
+// Each member of a shared transaction gets its own outcome: a failed
+// compare fails that member only, and the others commit at the batch's
+// one revision.
+func TestSharedTransactionOutcomePerMember(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, "taken", "old"); err != nil {
+		t.Fatal(err)
+	}
+	c := &committer{kv: cli.KV, timeout: DefaultConfig().RequestTimeout}
+	members := []*member{put("free-1"), put("taken"), put("free-2")}
+	for _, m := range members {
+		m.ctx, m.done = ctx, make(chan outcome, 1)
+	}
+	c.send(members)
+	var got []outcome
+	for _, m := range members {
+		got = append(got, <-m.done)
+	}
+	if got[0].err != nil || !got[0].succeeded || got[2].err != nil || !got[2].succeeded {
+		t.Fatalf("free keys: %+v and %+v, want both committed", got[0], got[2])
+	}
+	if got[1].err != nil || got[1].succeeded {
+		t.Fatalf("taken key: %+v, want a failed compare", got[1])
+	}
+	if got[0].rev != got[2].rev {
+		t.Errorf("members committed at revisions %d and %d, want the batch's one", got[0].rev, got[2].rev)
+	}
+	resp, err := cli.Get(ctx, "taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := string(resp.Kvs[0].Value); v != "old" {
+		t.Errorf("taken = %q, want %q: its member's compare failed", v, "old")
+	}
+}
+
+// An etcd configured with a lower --max-txn-ops than the default refuses
+// a full batch whole; nothing was written, and the batch goes again in
+// halves until it passes.
+func TestSharedTransactionTooManyOpsIsSplit(t *testing.T) {
+	cli := etcdtest.StartWith(t, t.TempDir(), func(cfg *embed.Config) { cfg.MaxTxnOps = 4 }).Client(t)
+	ctx := context.Background()
+	c := &committer{kv: cli.KV, timeout: DefaultConfig().RequestTimeout}
+	var members []*member
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		m := withOps(put(k), 2)
+		m.ctx, m.done = ctx, make(chan outcome, 1)
+		members = append(members, m)
+	}
+	c.send(members)
+	for _, m := range members {
+		if o := <-m.done; o.err != nil || !o.succeeded {
+			t.Errorf("member %s: %+v, want committed", m.writes[0], o)
+		}
+	}
+}
