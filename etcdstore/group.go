@@ -110,7 +110,12 @@ func (c *committer) commit(ctx context.Context, m *member) outcome {
 	case o := <-m.done:
 		return o
 	case <-ctx.Done():
-		return outcome{err: ctx.Err()}
+		select {
+		case o := <-m.done: // both at once: the outcome is known
+			return o
+		default:
+			return outcome{err: ctx.Err()}
+		}
 	}
 }
 

@@ -40,7 +40,7 @@ func withOps(m *member, n int) *member {
 
 func TestBatchAdmit(t *testing.T) {
 	big := put("big")
-	big.bytes = maxTxnBytes - 10
+	big.bytes = maxTxnBytes - 1
 	for _, tc := range []struct {
 		name    string
 		batch   []*member
@@ -56,8 +56,8 @@ func TestBatchAdmit(t *testing.T) {
 		{"compares what another compares", []*member{put("a", "s")}, put("c", "s"), true, "reads do not conflict"},
 		{"same token slot", []*member{withSlot(put("a"), 3)}, withSlot(put("b"), 3), false, "two leases of one revision need two slots"},
 		{"different token slots", []*member{withSlot(put("a"), 3)}, withSlot(put("b"), 4), true, ""},
-		{"ops within the limit", []*member{withOps(put("a"), maxTxnOps-3)}, put("b"), true, "3 members + 125 ops"},
-		{"ops past the limit", []*member{withOps(put("a"), maxTxnOps-2)}, put("b"), false, "2 members + 126 ops > 128"},
+		{"ops within the limit", []*member{withOps(put("a"), maxTxnOps-2)}, put("b"), true, "2 members + 126 nested ops = 128"},
+		{"ops past the limit", []*member{withOps(put("a"), maxTxnOps-1)}, put("b"), false, "2 members + 127 nested ops > 128"},
 		{"bytes past the limit", []*member{big}, put("b"), false, "the request would pass maxTxnBytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
