@@ -50,10 +50,10 @@ type Lease struct {
 	// Token is 0 in the write that issued the lease, meaning "derived
 	// from the mod revision of this version and Slot" (see Materialize).
 	Token fencing.Token
-	// Slot is set by the store in the write that issues the lease: 1 + a
-	// position unique among the writes of its etcd transaction, below
-	// TokenSlots. 0 with token 0 is a lease issued before transactions
-	// were shared (its token is the bare revision). Materialize clears it.
+	// Slot is set by the store in the write that issues the lease: 1 to
+	// TokenSlots, unique among the leases issued by its etcd transaction.
+	// 0 with token 0 is a lease issued before transactions were shared
+	// (its token is the bare revision). Materialize clears it.
 	Slot      int
 	Mode      intent.Mode
 	SessionID string
