@@ -1,0 +1,50 @@
+package server
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/intentd/intentd/intent"
+)
+
+// paramsToProto reads stored params as protojson reads them: the same
+// Struct, value for value, for every kind of JSON value canonical params
+// hold.
+func TestParamsToProtoReadsAsProtojson(t *testing.T) {
+	for _, raw := range []string{
+		`{"item":"desk lamp","quantity":1}`,
+		`{"a":{"b":{"c":[1,2.5,-3e-7,123456.789,"x",true,false,null,{}]}},"empty":[],"n":null}`,
+		`{"amount":9007199254740991,"tiny":5e-324,"neg":-0}`,
+		`{"text":"\u00e9\u20ac\ud83d\ude00 \"quoted\" \\ \n\t\u0001","k\u00e9y":"v"}`,
+	} {
+		canonical, err := intent.CanonicalJSON([]byte(raw))
+		if err != nil {
+			t.Fatalf("canonical %s: %v", raw, err)
+		}
+		want := &structpb.Struct{}
+		if err := protojson.Unmarshal(canonical, want); err != nil {
+			t.Fatalf("protojson %s: %v", canonical, err)
+		}
+		if got := paramsToProto(canonical); !proto.Equal(got, want) {
+			t.Errorf("paramsToProto(%s) = %v, want %v (protojson's)", canonical, got, want)
+		}
+	}
+	if got := paramsToProto([]byte(`{"broken":`)); got != nil {
+		t.Errorf("paramsToProto of corrupt params = %v, want nil", got)
+	}
+}
+
+// BenchmarkParamsToProto: every Acquire replay converts its params.
+//
+//	go test -run '^$' -bench ParamsToProto -benchmem ./server
+func BenchmarkParamsToProto(b *testing.B) {
+	raw := []byte(`{"address":{"city":"Berlin","street":"Hauptstrasse 1","zip":"10115"},"amount":89,"currency":"EUR","item":"desk lamp","quantity":1}`)
+	for b.Loop() {
+		if paramsToProto(raw) == nil {
+			b.Fatal("nil")
+		}
+	}
+}
