@@ -6,7 +6,7 @@
 //
 // All keys live under a prefix (default "/intentd/v1/"). Per tenant:
 //
-//	t/<tenant>/i/<key>                  the intent record (JSON): state, params,
+//	t/<tenant>/i/<key>                  the intent record: state, params,
 //	                                    fingerprint, current lease, result,
 //	                                    bounded history, retention
 //	t/<tenant>/s/<session-id>           a worker session (JSON: worker, ttl),
@@ -45,10 +45,16 @@
 //
 // # Stored values
 //
-// The JSON of records, tombstones and sessions is the storage schema of
-// schema.go, not the domain types: those convert to and from it in one
-// place, and testdata/records pins the bytes every existing data dir holds,
-// so that a replica of either version reads what the other writes.
+// Records and tombstones are stored in the compact format of schema.go (a
+// format byte, then the protobuf of a storage-only message, proto/storage/v1),
+// sessions as JSON; never as the domain types, which convert to and from the
+// stored forms in one place. Values in the JSON format earlier versions
+// wrote (schema_json.go) still decode, and a record's next write replaces
+// its JSON by the compact format: an existing data dir migrates record by
+// record, with no migration step. testdata/records pins both formats byte
+// for byte. A replica of an earlier version cannot read the compact format:
+// upgrade every replica before the first compact value is written (stop the
+// old ones, then start the new).
 //
 // # Transitions
 //

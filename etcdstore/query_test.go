@@ -6,7 +6,6 @@ package etcdstore_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,6 +23,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
 )
 
 // listAll follows a listing to its end, pageSize at a time, and checks that
@@ -286,14 +286,10 @@ func recordsAt(t *testing.T, c *cluster, rev int64) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type rec struct {
-		Key       string    `json:"key"`
-		CreatedAt time.Time `json:"created_at"`
-	}
-	var recs []rec
+	var recs []*machine.Record
 	for _, kv := range resp.Kvs {
-		var r rec
-		if err := json.Unmarshal(kv.Value, &r); err != nil {
+		r, err := etcdstore.DecodeRecord(kv.Value)
+		if err != nil {
 			t.Fatal(err)
 		}
 		recs = append(recs, r)
@@ -313,16 +309,14 @@ func recordsAt(t *testing.T, c *cluster, rev int64) []string {
 
 // rawRecord is the part of a stored record the indexes are built from.
 type rawRecord struct {
-	Tenant    string            `json:"tenant"`
-	Key       string            `json:"key"`
-	State     intent.State      `json:"state"`
-	Labels    map[string]string `json:"labels"`
-	ParentKey string            `json:"parent_key"`
-	Lease     *struct {
-		SessionID string `json:"session_id"`
-	} `json:"lease"`
-	CreatedAt   time.Time `json:"created_at"`
-	RetainUntil time.Time `json:"retain_until"`
+	Tenant      string
+	Key         string
+	State       intent.State
+	Labels      map[string]string
+	ParentKey   string
+	Lease       *struct{ SessionID string }
+	CreatedAt   time.Time
+	RetainUntil time.Time
 }
 
 func rawKVs(t *testing.T, c *cluster, prefix string) map[string]string {
@@ -580,11 +574,16 @@ func TestIndexesMatchRecordsUnderConcurrentTransitions(t *testing.T) {
 
 	var recs []rawRecord
 	for k, v := range rawKVs(t, c, "/intentd/v1/t/default/i/") {
-		var r rawRecord
-		if err := json.Unmarshal([]byte(v), &r); err != nil {
+		r, err := etcdstore.DecodeRecord([]byte(v))
+		if err != nil {
 			t.Fatalf("record %s: %v", k, err)
 		}
-		recs = append(recs, r)
+		raw := rawRecord{Tenant: r.Tenant, Key: r.Key, State: r.State, Labels: r.Labels, ParentKey: r.ParentKey,
+			CreatedAt: r.CreatedAt, RetainUntil: r.RetainUntil}
+		if r.Lease != nil {
+			raw.Lease = &struct{ SessionID string }{r.Lease.SessionID}
+		}
+		recs = append(recs, raw)
 	}
 	got := rawKVs(t, c, "/intentd/v1/t/default/x/")
 	maps.Copy(got, rawKVs(t, c, "/intentd/v1/x/"))

@@ -1,248 +1,93 @@
 package etcdstore
 
 import (
-	"encoding/json"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/intentd/intentd/etcdstore/internal/storagepb"
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/machine"
 )
 
-// The storage schema: the JSON values intentd keeps in etcd. These types are
-// the only ones encoded to or decoded from a stored value, so that renaming
-// a field of the domain types (package intent) or of the in-memory record
-// cannot change what is on disk. Their field names, their order and their
-// omitempty choices are the format every existing data dir holds and every
-// replica of a rolling upgrade reads: testdata/records pins them byte for
-// byte. Enums are kept as the numbers of the API's enums (plain ints here,
-// so that no method of a domain type can change their spelling); tokens in
-// fencing's text encoding, which is the tokens' wire format everywhere.
+// The storage format: what intentd keeps in etcd for an intent. A record or
+// tombstone is one format byte, then its value:
 //
-// toStored and fromStored are the one place where a record meets its stored
-// form. They copy fields and share the rest (params, labels, payloads,
-// external refs): no second encoding pass.
+//   - formatCompact: the protobuf of package storagepb's message
+//     (proto/storage/v1/storage.proto), the format this version writes;
+//   - '{': JSON (schema_json.go), the format earlier versions wrote, which
+//     existing data dirs hold until a record's next write replaces it.
+//
+// The compact format spends bytes where bbolt is charged for them: no field
+// names, varints, a fingerprint and digests as bytes rather than hex,
+// session ids as numbers, times as nanoseconds after the record's creation,
+// and the history entry that issued the current lease, and the accepted
+// completion's external refs, not repeated. That is a third of the JSON's
+// size for a typical completed intent. testdata/records pins both formats
+// byte for byte (the .pb files, the .json files).
+//
+// A record's times are stored to the nanosecond and read back in UTC, as
+// instants (the JSON kept the writer's zone offset; nothing reads it).
+//
+// toCompact and fromCompact are the one place where a record meets its
+// stored form. They copy fields and share the rest (params, labels,
+// payloads, external refs).
 
-// storedRecord is the value of an intent's key.
-type storedRecord struct {
-	Tenant        string            `json:"tenant"`
-	Key           string            `json:"key"`
-	State         int               `json:"state"`
-	Params        json.RawMessage   `json:"params"`
-	ParamsVersion string            `json:"params_version,omitempty"`
-	Fingerprint   string            `json:"fingerprint"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	ParentKey     string            `json:"parent_key,omitempty"`
-	Lease         *storedLease      `json:"lease,omitempty"`
-	Result        *storedResult     `json:"result,omitempty"`
-	Failure       *storedFailure    `json:"failure,omitempty"`
-	History       []storedEvent     `json:"history"`
-	CreatedAt     time.Time         `json:"created_at"`
-	UpdatedAt     time.Time         `json:"updated_at"`
-	CompletedAt   time.Time         `json:"completed_at,omitzero"`
-	Retention     time.Duration     `json:"retention"`
-	RetainUntil   time.Time         `json:"retain_until,omitzero"`
-	// Absent in records stored before there was an attempts limit.
-	MaxAttempts int           `json:"max_attempts,omitempty"`
-	Attempts    int           `json:"attempts,omitempty"`
-	EndedToken  fencing.Token `json:"ended_token,omitempty"`
-}
+// formatCompact is the first byte of a compact value. JSON starts with '{'.
+const formatCompact byte = 0x01
 
-// storedLease is a record's current (or last) lease. Token is "0" in the
-// write that issued the lease, with its Slot (absent in leases issued
-// before there were slots; see decodeRecord).
-type storedLease struct {
-	Token      fencing.Token `json:"token"`
-	Slot       int           `json:"slot,omitempty"`
-	Mode       int           `json:"mode"`
-	SessionID  string        `json:"session_id"`
-	SessionRev int64         `json:"session_rev"`
-	Worker     string        `json:"worker,omitempty"`
-	RequestID  string        `json:"request_id,omitempty"`
-	AcquiredAt time.Time     `json:"acquired_at"`
-}
-
-// storedResult is a result; in a history entry it has no payload.
-type storedResult struct {
-	Payload      []byte            `json:"payload,omitempty"`
-	ExternalRefs map[string]string `json:"external_refs,omitempty"`
-}
-
-type storedFailure struct {
-	Code    string `json:"code,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
-// storedEvent is one history entry.
-type storedEvent struct {
-	Time          time.Time      `json:"time"`
-	Kind          int            `json:"kind"`
-	Token         fencing.Token  `json:"token,omitempty"`
-	Mode          int            `json:"mode,omitempty"`
-	SessionID     string         `json:"session_id,omitempty"`
-	Worker        string         `json:"worker,omitempty"`
-	Accepted      bool           `json:"accepted"`
-	Result        *storedResult  `json:"result,omitempty"`
-	PayloadSHA256 string         `json:"payload_sha256,omitempty"`
-	Failure       *storedFailure `json:"failure,omitempty"`
-	Reason        string         `json:"reason,omitempty"`
-	Principal     string         `json:"principal,omitempty"`
-	ResolvedState int            `json:"resolved_state,omitempty"`
-	RequestID     string         `json:"request_id,omitempty"`
-	Issued        bool           `json:"issued,omitempty"`
-	Channel       string         `json:"channel,omitempty"`
-}
-
-// storedTombstone is the value of a tombstone key.
-type storedTombstone struct {
-	Key         string    `json:"key"`
-	State       int       `json:"state"`
-	Fingerprint string    `json:"fingerprint"`
-	CompletedAt time.Time `json:"completed_at,omitzero"`
-	RemovedAt   time.Time `json:"removed_at"`
-	Until       time.Time `json:"until"`
-}
-
-// sessionRecord is the value of a session key; it holds no domain type, so
-// it is its own stored form.
-type sessionRecord struct {
-	Worker string        `json:"worker"`
-	TTL    time.Duration `json:"ttl"`
-}
-
-// toStored is a record's stored form.
-func toStored(r *machine.Record) *storedRecord {
-	s := &storedRecord{
-		Tenant:        r.Tenant,
-		Key:           r.Key,
-		State:         int(r.State),
-		Params:        r.Params,
-		ParamsVersion: r.ParamsVersion,
-		Fingerprint:   r.Fingerprint,
-		Labels:        r.Labels,
-		ParentKey:     r.ParentKey,
-		Result:        toStoredResult(r.Result),
-		Failure:       toStoredFailure(r.Failure),
-		CreatedAt:     r.CreatedAt,
-		UpdatedAt:     r.UpdatedAt,
-		CompletedAt:   r.CompletedAt,
-		Retention:     r.Retention,
-		RetainUntil:   r.RetainUntil,
-		MaxAttempts:   r.MaxAttempts,
-		Attempts:      r.Attempts,
-		EndedToken:    r.EndedToken,
-	}
-	if l := r.Lease; l != nil {
-		s.Lease = &storedLease{Token: l.Token, Slot: l.Slot, Mode: int(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
-			Worker: l.Worker, RequestID: l.RequestID, AcquiredAt: l.AcquiredAt}
-	}
-	if r.History != nil {
-		s.History = make([]storedEvent, len(r.History))
-		for i, e := range r.History {
-			s.History[i] = storedEvent{
-				Time: e.Time, Kind: int(e.Kind), Token: e.Token, Mode: int(e.Mode), SessionID: e.SessionID,
-				Worker: e.Worker, Accepted: e.Accepted, Result: toStoredResult(e.Result), PayloadSHA256: e.PayloadSHA256,
-				Failure: toStoredFailure(e.Failure), Reason: e.Reason, Principal: e.Principal,
-				ResolvedState: int(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued, Channel: e.Channel,
-			}
-		}
-	}
-	return s
-}
-
-// fromStored is the record a stored form holds.
-func fromStored(s *storedRecord) *machine.Record {
-	r := &machine.Record{
-		Tenant:        s.Tenant,
-		Key:           s.Key,
-		State:         intent.State(s.State),
-		Params:        s.Params,
-		ParamsVersion: s.ParamsVersion,
-		Fingerprint:   s.Fingerprint,
-		Labels:        s.Labels,
-		ParentKey:     s.ParentKey,
-		Result:        s.Result.domain(),
-		Failure:       s.Failure.domain(),
-		CreatedAt:     s.CreatedAt,
-		UpdatedAt:     s.UpdatedAt,
-		CompletedAt:   s.CompletedAt,
-		Retention:     s.Retention,
-		RetainUntil:   s.RetainUntil,
-		MaxAttempts:   s.MaxAttempts,
-		Attempts:      s.Attempts,
-		EndedToken:    s.EndedToken,
-	}
-	if l := s.Lease; l != nil {
-		r.Lease = &machine.Lease{Token: l.Token, Slot: l.Slot, Mode: intent.Mode(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
-			Worker: l.Worker, RequestID: l.RequestID, AcquiredAt: l.AcquiredAt}
-	}
-	if s.History != nil {
-		r.History = make([]intent.Event, len(s.History))
-		for i, e := range s.History {
-			r.History[i] = intent.Event{
-				Time: e.Time, Kind: intent.EventKind(e.Kind), Token: e.Token, Mode: intent.Mode(e.Mode), SessionID: e.SessionID,
-				Worker: e.Worker, Accepted: e.Accepted, Result: e.Result.domain(), PayloadSHA256: e.PayloadSHA256,
-				Failure: e.Failure.domain(), Reason: e.Reason, Principal: e.Principal,
-				ResolvedState: intent.State(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued, Channel: e.Channel,
-			}
-		}
-	}
-	return r
-}
-
-func toStoredResult(r *intent.Result) *storedResult {
-	if r == nil {
-		return nil
-	}
-	return &storedResult{Payload: r.Payload, ExternalRefs: r.ExternalRefs}
-}
-
-func (s *storedResult) domain() *intent.Result {
-	if s == nil {
-		return nil
-	}
-	return &intent.Result{Payload: s.Payload, ExternalRefs: s.ExternalRefs}
-}
-
-func toStoredFailure(f *intent.Failure) *storedFailure {
-	if f == nil {
-		return nil
-	}
-	return &storedFailure{Code: f.Code, Message: f.Message}
-}
-
-func (s *storedFailure) domain() *intent.Failure {
-	if s == nil {
-		return nil
-	}
-	return &intent.Failure{Code: s.Code, Message: s.Message}
-}
+// marshal is deterministic, so that a value's bytes follow from the record
+// alone (map order included): the golden files pin them.
+var marshal = proto.MarshalOptions{Deterministic: true}
 
 func encodeRecord(r *machine.Record) ([]byte, error) {
-	b, err := json.Marshal(toStored(r))
-	if err != nil {
-		return nil, fmt.Errorf("etcdstore: encode record: %w", err)
+	m, err := toCompact(r)
+	if err == nil {
+		var b []byte
+		if b, err = marshal.MarshalAppend([]byte{formatCompact}, m); err == nil {
+			return b, nil
+		}
 	}
-	return b, nil
+	return nil, fmt.Errorf("etcdstore: encode record: %w", err)
 }
 
-// decodeRecord decodes a stored record and materializes the token of a
-// lease issued by this very version (stored as 0, with its slot) from its
-// mod revision.
+// decodeRecord decodes a stored record, in either format, and materializes
+// the token of a lease issued by this very version (stored as 0, with its
+// slot) from its mod revision.
 func decodeRecord(b []byte, modRev int64) (*machine.Record, error) {
-	var s storedRecord
-	if err := json.Unmarshal(b, &s); err != nil {
+	var r *machine.Record
+	var err error
+	if len(b) > 0 && b[0] == formatCompact {
+		var m storagepb.Record
+		if err = proto.Unmarshal(b[1:], &m); err == nil {
+			r = fromCompact(&m)
+		}
+	} else {
+		r, err = decodeJSONRecord(b)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
 	}
-	r := fromStored(&s)
 	r.Materialize(modRev)
 	return r, nil
 }
 
 func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
-	b, err := json.Marshal(storedTombstone{Key: t.Key, State: int(t.State), Fingerprint: t.Fingerprint,
-		CompletedAt: t.CompletedAt, RemovedAt: t.RemovedAt, Until: t.Until})
+	var c times
+	m := &storagepb.Tombstone{Key: t.Key, State: int32(t.State), RemovedAt: c.epoch(t.RemovedAt)}
+	m.Fingerprint, m.FingerprintText = hexBytes(t.Fingerprint)
+	c.base = t.RemovedAt
+	m.CompletedAt, m.Until = c.since(t.CompletedAt), c.since(t.Until)
+	if c.err != nil {
+		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", c.err)
+	}
+	b, err := marshal.MarshalAppend([]byte{formatCompact}, m)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", err)
 	}
@@ -250,26 +95,236 @@ func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 }
 
 func decodeTombstone(b []byte) (*machine.Tombstone, error) {
-	var s storedTombstone
-	if err := json.Unmarshal(b, &s); err != nil {
+	if len(b) == 0 || b[0] != formatCompact {
+		return decodeJSONTombstone(b)
+	}
+	var m storagepb.Tombstone
+	if err := proto.Unmarshal(b[1:], &m); err != nil {
 		return nil, err
 	}
-	return &machine.Tombstone{Key: s.Key, State: intent.State(s.State), Fingerprint: s.Fingerprint,
-		CompletedAt: s.CompletedAt, RemovedAt: s.RemovedAt, Until: s.Until}, nil
+	removed := fromEpoch(m.RemovedAt)
+	return &machine.Tombstone{Key: m.Key, State: intent.State(m.State), Fingerprint: hexString(m.Fingerprint, m.FingerprintText),
+		CompletedAt: after(removed, m.CompletedAt), RemovedAt: removed, Until: after(removed, m.Until)}, nil
 }
 
-func encodeSession(s sessionRecord) ([]byte, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("etcdstore: encode session: %w", err)
+// toCompact is a record's stored form.
+func toCompact(r *machine.Record) (*storagepb.Record, error) {
+	c := times{base: r.CreatedAt}
+	m := &storagepb.Record{
+		Tenant:        r.Tenant,
+		Key:           r.Key,
+		State:         int32(r.State),
+		Params:        r.Params,
+		ParamsVersion: r.ParamsVersion,
+		Labels:        r.Labels,
+		ParentKey:     r.ParentKey,
+		Result:        toCompactResult(r.Result),
+		Failure:       toCompactFailure(r.Failure),
+		CreatedAt:     c.epoch(r.CreatedAt),
+		UpdatedAt:     c.since(r.UpdatedAt),
+		CompletedAt:   c.since(r.CompletedAt),
+		Retention:     int64(r.Retention),
+		RetainUntil:   c.since(r.RetainUntil),
+		MaxAttempts:   int32(r.MaxAttempts),
+		Attempts:      int32(r.Attempts),
+		EndedToken:    uint64(r.EndedToken),
 	}
-	return b, nil
+	m.Fingerprint, m.FingerprintText = hexBytes(r.Fingerprint)
+	l := r.Lease
+	if l != nil {
+		m.Lease = &storagepb.Lease{Token: uint64(l.Token), Slot: int32(l.Slot), Mode: int32(l.Mode), SessionRev: l.SessionRev,
+			Worker: l.Worker, RequestId: l.RequestID, AcquiredAt: c.since(l.AcquiredAt)}
+		m.Lease.Session, m.Lease.SessionText = sessionNumber(l.SessionID)
+	}
+	if len(r.History) > 0 {
+		m.History = make([]*storagepb.Event, len(r.History))
+	}
+	for i := range r.History {
+		e := &r.History[i]
+		s := &storagepb.Event{Kind: int32(e.Kind), Accepted: e.Accepted, Failure: toCompactFailure(e.Failure),
+			Reason: e.Reason, Principal: e.Principal, ResolvedState: int32(e.ResolvedState), Issued: e.Issued, Channel: e.Channel}
+		if l != nil && e.Time.Equal(l.AcquiredAt) && e.Token == l.Token && e.Mode == l.Mode && e.SessionID == l.SessionID &&
+			e.Worker == l.Worker && e.RequestID == l.RequestID {
+			s.OfLease = true
+		} else {
+			s.Time, s.Token, s.Mode, s.Worker, s.RequestId = c.since(e.Time), uint64(e.Token), int32(e.Mode), e.Worker, e.RequestID
+			s.Session, s.SessionText = sessionNumber(e.SessionID)
+		}
+		if res := e.Result; res != nil && len(res.Payload) == 0 && r.Result != nil && len(res.ExternalRefs) > 0 &&
+			maps.Equal(res.ExternalRefs, r.Result.ExternalRefs) {
+			s.RefsOfResult = true
+		} else {
+			s.Result = toCompactResult(res)
+		}
+		s.PayloadSha256, s.PayloadSha256Text = hexBytes(e.PayloadSHA256)
+		m.History[i] = s
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return m, nil
 }
 
-func decodeSession(b []byte) (sessionRecord, error) {
-	var s sessionRecord
-	if err := json.Unmarshal(b, &s); err != nil {
-		return sessionRecord{}, fmt.Errorf("etcdstore: decode session: %w", err)
+// fromCompact is the record a stored form holds.
+func fromCompact(m *storagepb.Record) *machine.Record {
+	created := fromEpoch(m.CreatedAt)
+	r := &machine.Record{
+		Tenant:        m.Tenant,
+		Key:           m.Key,
+		State:         intent.State(m.State),
+		Params:        m.Params,
+		ParamsVersion: m.ParamsVersion,
+		Fingerprint:   hexString(m.Fingerprint, m.FingerprintText),
+		Labels:        m.Labels,
+		ParentKey:     m.ParentKey,
+		Result:        fromCompactResult(m.Result),
+		Failure:       fromCompactFailure(m.Failure),
+		CreatedAt:     created,
+		UpdatedAt:     after(created, m.UpdatedAt),
+		CompletedAt:   after(created, m.CompletedAt),
+		Retention:     time.Duration(m.Retention),
+		RetainUntil:   after(created, m.RetainUntil),
+		MaxAttempts:   int(m.MaxAttempts),
+		Attempts:      int(m.Attempts),
+		EndedToken:    fencing.Token(m.EndedToken),
 	}
-	return s, nil
+	if l := m.Lease; l != nil {
+		r.Lease = &machine.Lease{Token: fencing.Token(l.Token), Slot: int(l.Slot), Mode: intent.Mode(l.Mode), SessionID: sessionString(l.Session, l.SessionText),
+			SessionRev: l.SessionRev, Worker: l.Worker, RequestID: l.RequestId, AcquiredAt: after(created, l.AcquiredAt)}
+	}
+	if len(m.History) > 0 {
+		r.History = make([]intent.Event, len(m.History))
+	}
+	for i, s := range m.History {
+		e := intent.Event{Kind: intent.EventKind(s.Kind), Accepted: s.Accepted, Result: fromCompactResult(s.Result),
+			PayloadSHA256: hexString(s.PayloadSha256, s.PayloadSha256Text), Failure: fromCompactFailure(s.Failure),
+			Reason: s.Reason, Principal: s.Principal, ResolvedState: intent.State(s.ResolvedState), Issued: s.Issued, Channel: s.Channel}
+		if l := r.Lease; s.OfLease && l != nil {
+			e.Time, e.Token, e.Mode, e.SessionID, e.Worker, e.RequestID = l.AcquiredAt, l.Token, l.Mode, l.SessionID, l.Worker, l.RequestID
+		} else {
+			e.Time, e.Token, e.Mode, e.Worker, e.RequestID = after(created, s.Time), fencing.Token(s.Token), intent.Mode(s.Mode), s.Worker, s.RequestId
+			e.SessionID = sessionString(s.Session, s.SessionText)
+		}
+		if s.RefsOfResult && r.Result != nil {
+			// Shared, as the completion that wrote it shared it (see
+			// machine's digest).
+			e.Result = &intent.Result{ExternalRefs: r.Result.ExternalRefs}
+		}
+		r.History[i] = e
+	}
+	return r
+}
+
+func toCompactResult(r *intent.Result) *storagepb.Result {
+	if r == nil {
+		return nil
+	}
+	return &storagepb.Result{Payload: r.Payload, ExternalRefs: r.ExternalRefs}
+}
+
+func fromCompactResult(r *storagepb.Result) *intent.Result {
+	if r == nil {
+		return nil
+	}
+	return &intent.Result{Payload: r.Payload, ExternalRefs: r.ExternalRefs}
+}
+
+func toCompactFailure(f *intent.Failure) *storagepb.Failure {
+	if f == nil {
+		return nil
+	}
+	return &storagepb.Failure{Code: f.Code, Message: f.Message}
+}
+
+func fromCompactFailure(f *storagepb.Failure) *intent.Failure {
+	if f == nil {
+		return nil
+	}
+	return &intent.Failure{Code: f.Code, Message: f.Message}
+}
+
+// times spells a value's times: nanoseconds since the epoch (epoch), or
+// since base (since); nil for the zero time. Nanoseconds since the epoch
+// reach from 1678 to 2262: a time outside is an error, kept in err, rather
+// than a wrong time on disk.
+type times struct {
+	base time.Time
+	err  error
+}
+
+var errTimeRange = errors.New("a time outside the years 1678 to 2261")
+
+func (c *times) epoch(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	if y := t.Year(); y < 1678 || y > 2261 {
+		c.err = fmt.Errorf("%w: %v", errTimeRange, t)
+		return nil
+	}
+	n := t.UnixNano()
+	return &n
+}
+
+func (c *times) since(t time.Time) *int64 {
+	p := c.epoch(t)
+	if p != nil && !c.base.IsZero() {
+		*p -= c.base.UnixNano()
+	}
+	return p
+}
+
+func fromEpoch(n *int64) time.Time {
+	if n == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, *n).UTC()
+}
+
+// after is the time d nanoseconds after base (after the epoch when base
+// is zero); the zero time when d is nil.
+func after(base time.Time, d *int64) time.Time {
+	if d == nil {
+		return time.Time{}
+	}
+	if base.IsZero() {
+		return fromEpoch(d)
+	}
+	return base.Add(time.Duration(*d))
+}
+
+// hexBytes is s as bytes when s is lowercase hex (a SHA-256 digest, as
+// fingerprints and payload digests are), else s as text.
+func hexBytes(s string) ([]byte, string) {
+	if s == "" || len(s)%2 != 0 {
+		return nil, s
+	}
+	b, err := hex.DecodeString(s)
+	if err != nil || hex.EncodeToString(b) != s {
+		return nil, s
+	}
+	return b, ""
+}
+
+func hexString(b []byte, text string) string {
+	if len(b) > 0 {
+		return hex.EncodeToString(b)
+	}
+	return text
+}
+
+// sessionNumber is a session id as the number it spells (sessionID's hex
+// of an etcd lease id), else as text.
+func sessionNumber(id string) (uint64, string) {
+	if n, err := strconv.ParseUint(id, 16, 64); err == nil && n != 0 && strconv.FormatUint(n, 16) == id {
+		return n, ""
+	}
+	return 0, id
+}
+
+func sessionString(n uint64, text string) string {
+	if n != 0 {
+		return strconv.FormatUint(n, 16)
+	}
+	return text
 }

@@ -12,16 +12,20 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/etcdtest"
 	"github.com/intentd/intentd/internal/machine"
 )
 
-// updateGolden rewrites testdata/records from the cases below. The files
-// were captured once from the format intentd has always written; rewriting
-// them is only right together with a migration of existing data dirs.
-var updateGolden = flag.Bool("update-golden", false, "rewrite etcdstore/testdata/records (only with a storage migration)")
+// updateGolden rewrites the compact golden files (testdata/records/*.pb)
+// from the cases below. Rewriting them is only right together with a
+// migration of existing data dirs. The JSON files are never rewritten: they
+// were captured from the format earlier versions wrote, which existing data
+// dirs hold.
+var updateGolden = flag.Bool("update-golden", false, "rewrite etcdstore/testdata/records/*.pb (only with a storage migration)")
 
 func at(minute int) time.Time {
 	return time.Date(2026, 3, 1, 10, minute, 0, 123456789, time.UTC)
@@ -228,46 +232,143 @@ var sessionCases = []struct {
 	{"session", sessionRecord{Worker: "w-1", TTL: 30 * time.Second}},
 }
 
-func goldenPath(name string) string { return filepath.Join("testdata", "records", name+".json") }
-
-// goldenFile is the stored value of a case, rewritten first from encoded
-// under -update-golden.
-func goldenFile(t *testing.T, name string, encoded []byte) []byte {
-	t.Helper()
-	if *updateGolden {
-		if err := os.MkdirAll(filepath.Dir(goldenPath(name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(goldenPath(name), encoded, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return readGolden(t, name)
+// typicalCompleted is a record as the happy path leaves it, with the ids
+// intentd really writes (a SHA-256 fingerprint and payload digest, hex
+// session ids): the compact format's shortcuts all apply.
+var typicalCompleted = struct {
+	name   string
+	modRev int64
+	stored machine.Record
+	want   *machine.Record
+}{
+	name:   "completed_typical",
+	modRev: 1000042,
+	stored: machine.Record{
+		Tenant: "default", Key: "purchase-000000000042", State: intent.StateCompleted,
+		Params:      json.RawMessage(`{"currency":"EUR","item":"desk lamp","max_amount":"89.00","quantity":1}`),
+		Fingerprint: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Labels: map[string]string{"channel": "agent", "customer": "c-42"},
+		Lease: &machine.Lease{Token: 1000040, Mode: intent.ModeExecute, SessionID: "694d9a3c1f2e0b17", SessionRev: 1000001,
+			Worker: "fill-worker-3", RequestID: "acq-purchase-000000000042", AcquiredAt: at(0).Add(3 * time.Millisecond)},
+		Result: &intent.Result{Payload: []byte(`{"order_id":"SO-42"}`), ExternalRefs: map[string]string{"supplier_order_id": "SO-42"}},
+		History: []intent.Event{
+			{Time: at(0), Kind: intent.EventRegistered, Accepted: true, RequestID: "reg-purchase-000000000042"},
+			{Time: at(0).Add(3 * time.Millisecond), Kind: intent.EventAcquired, Token: 1000040, Mode: intent.ModeExecute, SessionID: "694d9a3c1f2e0b17",
+				Worker: "fill-worker-3", Accepted: true, RequestID: "acq-purchase-000000000042", Issued: true},
+			{Time: at(0).Add(9 * time.Millisecond), Kind: intent.EventCompleted, Token: 1000040, Accepted: true,
+				Result: &intent.Result{ExternalRefs: map[string]string{"supplier_order_id": "SO-42"}}, PayloadSHA256: "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"},
+		},
+		CreatedAt: at(0), UpdatedAt: at(0).Add(9 * time.Millisecond), CompletedAt: at(0).Add(9 * time.Millisecond),
+		Retention: 720 * time.Hour, RetainUntil: at(0).Add(9*time.Millisecond + 720*time.Hour), MaxAttempts: 3, EndedToken: 1000040,
+	},
 }
 
-func readGolden(t *testing.T, name string) []byte {
+func goldenPath(name, ext string) string { return filepath.Join("testdata", "records", name+ext) }
+
+func readGolden(t *testing.T, name, ext string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(goldenPath(name))
+	b, err := os.ReadFile(goldenPath(name, ext))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-// TestStoredRecordsKeepTheirFormat decodes records in the format intentd
-// has always written (an existing data dir, or a replica of the other
-// version during a rolling upgrade) and checks both directions: the
-// decoded values, and that encoding gives back the stored bytes exactly.
+// compactGolden is the compact golden file of a case, rewritten first from
+// encoded under -update-golden.
+func compactGolden(t *testing.T, name string, encoded []byte) []byte {
+	t.Helper()
+	if *updateGolden {
+		if err := os.WriteFile(goldenPath(name, ".pb"), encoded, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return readGolden(t, name, ".pb")
+}
+
+// TestStoredRecordsKeepTheirFormat decodes records in the JSON format
+// earlier versions wrote (an existing data dir) and checks both directions:
+// the decoded values, and that the JSON schema types still spell the stored
+// bytes exactly, so that no field of the schema the decoder relies on
+// drifted.
 func TestStoredRecordsKeepTheirFormat(t *testing.T) {
 	for _, tc := range recordCases {
+		t.Run(tc.name, func(t *testing.T) {
+			encoded, err := json.Marshal(toStored(&tc.stored))
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := readGolden(t, tc.name, ".json")
+			if !bytes.Equal(encoded, golden) {
+				t.Errorf("JSON schema of the record =\n%s\nwant (testdata)\n%s", encoded, golden)
+			}
+			got, err := decodeRecord(golden, tc.modRev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want
+			if want == nil {
+				want = &tc.stored
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("decodeRecord =\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+	for _, tc := range tombstoneCases {
+		t.Run(tc.name, func(t *testing.T) {
+			encoded, err := json.Marshal(storedTombstone{Key: tc.tomb.Key, State: int(tc.tomb.State), Fingerprint: tc.tomb.Fingerprint,
+				CompletedAt: tc.tomb.CompletedAt, RemovedAt: tc.tomb.RemovedAt, Until: tc.tomb.Until})
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := readGolden(t, tc.name, ".json")
+			if !bytes.Equal(encoded, golden) {
+				t.Errorf("JSON schema of the tombstone =\n%s\nwant (testdata)\n%s", encoded, golden)
+			}
+			got, err := decodeTombstone(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*got, tc.tomb) {
+				t.Errorf("decodeTombstone = %+v, want %+v", *got, tc.tomb)
+			}
+		})
+	}
+	for _, tc := range sessionCases {
+		t.Run(tc.name, func(t *testing.T) {
+			encoded, err := encodeSession(tc.sess)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := readGolden(t, tc.name, ".json")
+			if !bytes.Equal(encoded, golden) {
+				t.Errorf("encodeSession =\n%s\nwant (testdata)\n%s", encoded, golden)
+			}
+			got, err := decodeSession(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.sess {
+				t.Errorf("decodeSession = %+v, want %+v", got, tc.sess)
+			}
+		})
+	}
+}
+
+// TestCompactRecordsKeepTheirFormat pins the compact format this version
+// writes, in both directions: encoding gives the golden bytes exactly, and
+// the golden bytes decode to the case, so that a later version reads what
+// this one wrote.
+func TestCompactRecordsKeepTheirFormat(t *testing.T) {
+	for _, tc := range append(recordCases[:len(recordCases):len(recordCases)], typicalCompleted) {
 		t.Run(tc.name, func(t *testing.T) {
 			encoded, err := encodeRecord(&tc.stored)
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := goldenFile(t, tc.name, encoded)
+			golden := compactGolden(t, tc.name, encoded)
 			if !bytes.Equal(encoded, golden) {
-				t.Errorf("encodeRecord =\n%s\nwant (testdata)\n%s", encoded, golden)
+				t.Errorf("encodeRecord =\n%x\nwant (testdata)\n%x", encoded, golden)
 			}
 			got, err := decodeRecord(golden, tc.modRev)
 			if err != nil {
@@ -288,9 +389,9 @@ func TestStoredRecordsKeepTheirFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := goldenFile(t, tc.name, encoded)
+			golden := compactGolden(t, tc.name, encoded)
 			if !bytes.Equal(encoded, golden) {
-				t.Errorf("encodeTombstone =\n%s\nwant (testdata)\n%s", encoded, golden)
+				t.Errorf("encodeTombstone =\n%x\nwant (testdata)\n%x", encoded, golden)
 			}
 			got, err := decodeTombstone(golden)
 			if err != nil {
@@ -301,40 +402,88 @@ func TestStoredRecordsKeepTheirFormat(t *testing.T) {
 			}
 		})
 	}
-	for _, tc := range sessionCases {
+}
+
+// TestCompactRecordRoundTrip: decoding undoes encoding for records the
+// golden cases do not show — no times, hex the format keeps as text, a
+// time in another zone (read back as the same instant in UTC), a history
+// entry that looks like the lease's but is not — and a time the format
+// cannot hold is an error, not a wrong time.
+func TestCompactRecordRoundTrip(t *testing.T) {
+	paris := time.FixedZone("CET", 3600)
+	cases := []struct {
+		name      string
+		rec, want machine.Record
+	}{
+		{name: "zero"},
+		{name: "uppercase hex and odd hex stay text",
+			rec: machine.Record{Key: "k", Fingerprint: "ABCD", History: []intent.Event{{Kind: intent.EventCompleted, PayloadSHA256: "abc"}}}},
+		{name: "session id with a leading zero stays text",
+			rec: machine.Record{Key: "k", Lease: &machine.Lease{SessionID: "0a", Token: 5}}},
+		{name: "a time in another zone reads back in UTC",
+			rec:  machine.Record{Key: "k", CreatedAt: time.Date(2026, 3, 1, 11, 0, 0, 1, paris), UpdatedAt: time.Date(2026, 3, 1, 11, 0, 1, 0, paris)},
+			want: machine.Record{Key: "k", CreatedAt: time.Date(2026, 3, 1, 10, 0, 0, 1, time.UTC), UpdatedAt: time.Date(2026, 3, 1, 10, 0, 1, 0, time.UTC)}},
+		{name: "an entry like the lease's but from another session",
+			rec: machine.Record{Key: "k", CreatedAt: at(0),
+				Lease:   &machine.Lease{Token: 9, Mode: intent.ModeExecute, SessionID: "1f", AcquiredAt: at(1)},
+				History: []intent.Event{{Time: at(1), Kind: intent.EventAcquired, Token: 9, Mode: intent.ModeExecute, SessionID: "2f", Issued: true}}}},
+		{name: "an entry's refs that differ from the result's",
+			rec: machine.Record{Key: "k", Result: &intent.Result{ExternalRefs: map[string]string{"a": "1"}},
+				History: []intent.Event{{Kind: intent.EventCompleted, Result: &intent.Result{ExternalRefs: map[string]string{"a": "2"}}}}}},
+		{name: "a time before the record's creation",
+			rec: machine.Record{Key: "k", CreatedAt: at(5), UpdatedAt: at(1)}},
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			encoded, err := encodeSession(tc.sess)
+			b, err := encodeRecord(&tc.rec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := goldenFile(t, tc.name, encoded)
-			if !bytes.Equal(encoded, golden) {
-				t.Errorf("encodeSession =\n%s\nwant (testdata)\n%s", encoded, golden)
-			}
-			got, err := decodeSession(golden)
+			got, err := decodeRecord(b, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.sess {
-				t.Errorf("decodeSession = %+v, want %+v", got, tc.sess)
+			want := &tc.want
+			if reflect.DeepEqual(tc.want, machine.Record{}) {
+				want = &tc.rec
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("decodeRecord(encodeRecord(r)) =\n%+v\nwant\n%+v", got, want)
 			}
 		})
+	}
+	if _, err := encodeRecord(&machine.Record{Key: "k", CreatedAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}); !errors.Is(err, errTimeRange) {
+		t.Errorf("encodeRecord of a record created in 2300: error %v, want errTimeRange", err)
 	}
 }
 
 // BenchmarkRecordCodec is the cost of writing and reading one record of a
-// happy path's size, without etcd.
+// happy path's size, without etcd: in the compact format, and in the JSON
+// format earlier versions wrote, for the ratio.
 func BenchmarkRecordCodec(b *testing.B) {
-	rec := &recordCases[4].stored
-	for b.Loop() {
-		enc, err := encodeRecord(rec)
-		if err != nil {
-			b.Fatal(err)
+	rec := &typicalCompleted.stored
+	b.Run("compact", func(b *testing.B) {
+		for b.Loop() {
+			enc, err := encodeRecord(rec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := decodeRecord(enc, 99); err != nil {
+				b.Fatal(err)
+			}
 		}
-		if _, err := decodeRecord(enc, 99); err != nil {
-			b.Fatal(err)
+	})
+	b.Run("json", func(b *testing.B) {
+		for b.Loop() {
+			enc, err := json.Marshal(toStored(rec))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := decodeRecord(enc, 99); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }
 
 // TestStorageSchemaRoundTrip: fromStored undoes toStored for every case,
@@ -363,7 +512,7 @@ func TestStorageSchemaRoundTrip(t *testing.T) {
 	}
 }
 
-// TestStoredRecordsServeFromEtcd: records and tombstones in the stored
+// TestStoredRecordsServeFromEtcd: records and tombstones in either stored
 // format, put into etcd as an existing data dir holds them, are what the
 // store's Get answers.
 func TestStoredRecordsServeFromEtcd(t *testing.T) {
@@ -372,10 +521,16 @@ func TestStoredRecordsServeFromEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, ext := range []string{".json", ".pb"} {
+		testStoredRecordsServe(t, cli, s, ext)
+	}
+}
+
+func testStoredRecordsServe(t *testing.T, cli *clientv3.Client, s *Store, ext string) {
 	ctx := context.Background()
 	for _, tc := range recordCases {
-		t.Run(tc.name, func(t *testing.T) {
-			golden := readGolden(t, tc.name)
+		t.Run(tc.name+ext, func(t *testing.T) {
+			golden := readGolden(t, tc.name, ext)
 			resp, err := cli.Put(ctx, s.keys.intent(tc.stored.Tenant, tc.stored.Key), string(golden))
 			if err != nil {
 				t.Fatal(err)
@@ -401,8 +556,8 @@ func TestStoredRecordsServeFromEtcd(t *testing.T) {
 		})
 	}
 	for _, tc := range tombstoneCases {
-		t.Run(tc.name, func(t *testing.T) {
-			golden := readGolden(t, tc.name)
+		t.Run(tc.name+ext, func(t *testing.T) {
+			golden := readGolden(t, tc.name, ext)
 			if _, err := cli.Put(ctx, s.keys.tombstone("removed", tc.tomb.Key), string(golden)); err != nil {
 				t.Fatal(err)
 			}
@@ -417,4 +572,59 @@ func TestStoredRecordsServeFromEtcd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// toStored is a record in the JSON schema earlier versions wrote: what
+// the JSON golden files were captured from.
+func toStored(r *machine.Record) *storedRecord {
+	s := &storedRecord{
+		Tenant:        r.Tenant,
+		Key:           r.Key,
+		State:         int(r.State),
+		Params:        r.Params,
+		ParamsVersion: r.ParamsVersion,
+		Fingerprint:   r.Fingerprint,
+		Labels:        r.Labels,
+		ParentKey:     r.ParentKey,
+		Result:        toStoredResult(r.Result),
+		Failure:       toStoredFailure(r.Failure),
+		CreatedAt:     r.CreatedAt,
+		UpdatedAt:     r.UpdatedAt,
+		CompletedAt:   r.CompletedAt,
+		Retention:     r.Retention,
+		RetainUntil:   r.RetainUntil,
+		MaxAttempts:   r.MaxAttempts,
+		Attempts:      r.Attempts,
+		EndedToken:    r.EndedToken,
+	}
+	if l := r.Lease; l != nil {
+		s.Lease = &storedLease{Token: l.Token, Slot: l.Slot, Mode: int(l.Mode), SessionID: l.SessionID, SessionRev: l.SessionRev,
+			Worker: l.Worker, RequestID: l.RequestID, AcquiredAt: l.AcquiredAt}
+	}
+	if r.History != nil {
+		s.History = make([]storedEvent, len(r.History))
+		for i, e := range r.History {
+			s.History[i] = storedEvent{
+				Time: e.Time, Kind: int(e.Kind), Token: e.Token, Mode: int(e.Mode), SessionID: e.SessionID,
+				Worker: e.Worker, Accepted: e.Accepted, Result: toStoredResult(e.Result), PayloadSHA256: e.PayloadSHA256,
+				Failure: toStoredFailure(e.Failure), Reason: e.Reason, Principal: e.Principal,
+				ResolvedState: int(e.ResolvedState), RequestID: e.RequestID, Issued: e.Issued, Channel: e.Channel,
+			}
+		}
+	}
+	return s
+}
+
+func toStoredResult(r *intent.Result) *storedResult {
+	if r == nil {
+		return nil
+	}
+	return &storedResult{Payload: r.Payload, ExternalRefs: r.ExternalRefs}
+}
+
+func toStoredFailure(f *intent.Failure) *storedFailure {
+	if f == nil {
+		return nil
+	}
+	return &storedFailure{Code: f.Code, Message: f.Message}
 }

@@ -29,6 +29,13 @@ if [[ -n "$(git status --porcelain -- gen)" ]]; then
   echo "gen/ differs from 'buf generate': regenerate and commit" >&2
   exit 1
 fi
+# etcdstore's storage format (not API: Go only, its own template).
+buf generate --template etcdstore/buf.gen.yaml
+if [[ -n "$(git status --porcelain -- etcdstore/internal/storagepb)" ]]; then
+  git status --porcelain -- etcdstore/internal/storagepb
+  echo "etcdstore/internal/storagepb differs from 'buf generate --template etcdstore/buf.gen.yaml': regenerate and commit" >&2
+  exit 1
+fi
 
 step "third_party/protovalidate is printed from the descriptor go.mod requires"
 go run ./third_party/protovalidate
