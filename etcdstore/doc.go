@@ -14,12 +14,14 @@
 //	t/<tenant>/z/<key>                  the tombstone of a record removed after
 //	                                    its retention (key, fingerprint, final
 //	                                    state, when)
-//	t/<tenant>/x/s/<STATE>/<order>      index by state        (value: the key)
+//	t/<tenant>/x/s/<STATE>/<order>      index by state        (value: empty)
 //	t/<tenant>/x/l/<name>=<value>/<order> index by label      (escaped name, value)
 //	t/<tenant>/x/p/<parent>/<order>     index by parent       (escaped parent key)
 //
 // where <order> is "<registration time, 20-digit ns>/<key>", so that every
-// listing is oldest first. Cluster-wide, for the janitor:
+// listing is oldest first. Index entries have empty values: the key names
+// the intent (entries written by earlier versions hold the intent key as
+// their value, and still read). Cluster-wide, for the janitor:
 //
 //	x/h/<tenant>/<session-id>/<key>     intents held under a session
 //	x/r/<retain-until ns>/<tenant>/<key> final records by end of retention

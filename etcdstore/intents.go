@@ -223,8 +223,10 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 		return nil, unavailable(err)
 	}
 	ops := make([]clientv3.Op, len(idx.Kvs))
+	keys := make([]string, len(idx.Kvs))
 	for i, kv := range idx.Kvs {
-		ops[i] = clientv3.OpGet(s.keys.intent(tenant, string(kv.Value)))
+		keys[i] = indexedKey(string(kv.Key[len(prefix):]), kv.Value)
+		ops[i] = clientv3.OpGet(s.keys.intent(tenant, keys[i]))
 	}
 	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
 	if err != nil {
@@ -239,7 +241,7 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 			}
 		}
 		if st != 0 {
-			out = append(out, intent.Child{Key: string(idx.Kvs[i].Value), State: st})
+			out = append(out, intent.Child{Key: keys[i], State: st})
 		}
 	}
 	return out, nil

@@ -132,7 +132,8 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 			}
 			exhausted = exhausted && !resp.More
 			for _, kv := range resp.Kvs {
-				cands = append(cands, scanned{order: string(kv.Key[len(p):]), key: string(kv.Value)})
+				order := string(kv.Key[len(p):])
+				cands = append(cands, scanned{order: order, key: indexedKey(order, kv.Value)})
 			}
 		}
 		slices.SortFunc(cands, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })

@@ -335,7 +335,8 @@ func rawKVs(t *testing.T, c *cluster, prefix string) map[string]string {
 // wantIndexes is every index entry the records imply, by the layout of
 // record.go: tenant-scoped state, label and parent entries ordered by
 // registration, and the cluster-wide holder, retention and unfinished
-// entries the janitor scans.
+// entries the janitor scans, each with an empty value (the key names the
+// intent).
 func wantIndexes(recs []rawRecord) map[string]string {
 	const p = "/intentd/v1/"
 	tk := func(t time.Time) string { return fmt.Sprintf("%020d", t.UnixNano()) }
@@ -343,24 +344,24 @@ func wantIndexes(recs []rawRecord) map[string]string {
 	for _, r := range recs {
 		x := p + "t/" + r.Tenant + "/x/"
 		order := tk(r.CreatedAt) + "/" + r.Key
-		out[x+"s/"+r.State.String()+"/"+order] = r.Key
+		out[x+"s/"+r.State.String()+"/"+order] = ""
 		for n, v := range r.Labels {
-			out[x+"l/"+url.QueryEscape(n)+"="+url.QueryEscape(v)+"/"+order] = r.Key
+			out[x+"l/"+url.QueryEscape(n)+"="+url.QueryEscape(v)+"/"+order] = ""
 		}
 		if r.ParentKey != "" {
-			out[x+"p/"+url.QueryEscape(r.ParentKey)+"/"+order] = r.Key
+			out[x+"p/"+url.QueryEscape(r.ParentKey)+"/"+order] = ""
 		}
 		if r.State == intent.StateInProgress && r.Lease != nil && r.Lease.SessionID != "" {
-			out[p+"x/h/"+r.Tenant+"/"+r.Lease.SessionID+"/"+r.Key] = r.Key
+			out[p+"x/h/"+r.Tenant+"/"+r.Lease.SessionID+"/"+r.Key] = ""
 		}
 		if r.State.Final() && !r.RetainUntil.IsZero() {
-			out[p+"x/r/"+tk(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key] = r.Key
+			out[p+"x/r/"+tk(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key] = ""
 		}
 		if !r.State.Final() {
-			out[p+"x/o/"+tk(r.CreatedAt)+"/"+r.Tenant+"/"+r.Key] = r.Key
+			out[p+"x/o/"+tk(r.CreatedAt)+"/"+r.Tenant+"/"+r.Key] = ""
 		}
 		if r.State == intent.StateUnknown || r.State == intent.StateNeedsReview {
-			out[p+"x/q/"+r.State.String()+"/"+r.Tenant+"/"+order] = r.Key
+			out[p+"x/q/"+r.State.String()+"/"+r.Tenant+"/"+order] = ""
 		}
 	}
 	return out
@@ -982,5 +983,59 @@ func TestListRepeatedStateListsOnce(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("page size %d listed %v, want each once: %v", size, got, want)
 		}
+	}
+}
+
+// TestIndexEntriesOfEarlierVersionsStillList: index entries as earlier
+// versions wrote them, with the intent key as their value, list and name
+// children exactly as the empty-valued entries this version writes.
+func TestIndexEntriesOfEarlierVersionsStillList(t *testing.T) {
+	c := newCluster(t)
+	s := c.store(t)
+	for _, key := range []string{"old-a", "old-b", "old-c"} {
+		reg := lamp(t, key, 1)
+		reg.Labels = map[string]string{"team": "shop"}
+		register(t, s, reg)
+	}
+	child := lamp(t, "old-a/ship", 1)
+	child.ParentKey = "old-a"
+	register(t, s, child)
+	keysOf := func(ins []*intent.Intent) []string {
+		var out []string
+		for _, in := range ins {
+			out = append(out, in.Key)
+		}
+		return out
+	}
+	queries := []intent.ListQuery{
+		{Filter: intent.Filter{States: []intent.State{intent.StatePending}}},
+		{Filter: intent.Filter{Label: &intent.Label{Name: "team", Value: "shop"}}},
+		{Filter: intent.Filter{ParentKey: "old-a"}},
+	}
+	var before [][]string
+	for _, q := range queries {
+		before = append(before, keysOf(listAll(t, s, q, 2)))
+	}
+	childrenBefore := get(t, s, "old-a").Children
+
+	// Rewrite every tenant-scoped entry as earlier versions wrote it.
+	for k := range rawKVs(t, c, "/intentd/v1/t/default/x/") {
+		named := ""
+		for _, key := range []string{"old-a", "old-b", "old-c", "old-a/ship"} {
+			if strings.HasSuffix(k, "/"+key) && len(key) > len(named) {
+				named = key
+			}
+		}
+		if _, err := c.cli.Put(ctx(t), k, named); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, q := range queries {
+		if got := keysOf(listAll(t, s, q, 2)); !slices.Equal(got, before[i]) || len(got) == 0 {
+			t.Errorf("List(%+v) over entries valued with the key = %v, want %v", q.Filter, got, before[i])
+		}
+	}
+	if got := get(t, s, "old-a").Children; !slices.Equal(got, childrenBefore) || len(got) != 1 {
+		t.Errorf("children over entries valued with the key = %v, want %v", got, childrenBefore)
 	}
 }

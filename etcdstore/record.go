@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,7 +24,8 @@ func (k keys) session(tenant, id string) string    { return k.tenant(tenant) + "
 func (k keys) tombstone(tenant, key string) string { return k.tenant(tenant) + "z/" + key }
 
 // Index prefixes. An index entry's key ends in the record's order (see
-// order); its value is the intent key.
+// order), which ends in the intent key; its value is empty (see
+// indexedKey).
 func (k keys) stateIndex(tenant string, st intent.State) string {
 	return k.tenant(tenant) + "x/s/" + st.String() + "/"
 }
@@ -100,7 +102,21 @@ func (k keys) indexKeys(r *machine.Record) []string {
 	return out
 }
 
+// indexedKey is the intent key a tenant-scoped index entry names, from
+// the order its key ends in: the part after the registration time. Entries
+// written by earlier versions hold the intent key as their value too,
+// which is then taken as it is.
+func indexedKey(order string, value []byte) string {
+	if len(value) > 0 {
+		return string(value)
+	}
+	_, key, _ := strings.Cut(order, "/")
+	return key
+}
+
 // indexOps turns the index difference between two versions into etcd ops.
+// An entry's value is empty: its key already ends in the intent key, and
+// bbolt is charged for every byte of both.
 func (k keys) indexOps(from, to *machine.Record) []clientv3.Op {
 	old, next := k.indexKeys(from), k.indexKeys(to)
 	var ops []clientv3.Op
@@ -111,7 +127,7 @@ func (k keys) indexOps(from, to *machine.Record) []clientv3.Op {
 	}
 	for _, key := range next {
 		if !slices.Contains(old, key) {
-			ops = append(ops, clientv3.OpPut(key, to.Key))
+			ops = append(ops, clientv3.OpPut(key, ""))
 		}
 	}
 	return ops
