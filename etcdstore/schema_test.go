@@ -14,7 +14,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/etcdtest"
 	"github.com/intentd/intentd/internal/machine"
@@ -74,6 +73,32 @@ var recordCases = []struct {
 			History: []intent.Event{
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
 				{Time: at(1), Kind: intent.EventAcquired, Token: 42, Mode: intent.ModeExecute, SessionID: "s-1", Worker: "w-1", Accepted: true, RequestID: "req-1", Issued: true},
+			},
+			CreatedAt: at(0), UpdatedAt: at(1), Retention: time.Hour, MaxAttempts: 3,
+		},
+	},
+	{
+		// Issued in an etcd transaction shared with other leases (group
+		// commit): slot 3 of revision 42.
+		name:   "in_progress_issued_in_a_shared_transaction",
+		modRev: 42,
+		stored: machine.Record{
+			Tenant: "default", Key: "order-2b", State: intent.StateInProgress,
+			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-2b",
+			Lease: &machine.Lease{Slot: 3, Mode: intent.ModeExecute, SessionID: "s-1", SessionRev: 40, Worker: "w-1", RequestID: "req-2", AcquiredAt: at(1)},
+			History: []intent.Event{
+				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
+				{Time: at(1), Kind: intent.EventAcquired, Mode: intent.ModeExecute, SessionID: "s-1", Worker: "w-1", Accepted: true, RequestID: "req-2", Issued: true},
+			},
+			CreatedAt: at(0), UpdatedAt: at(1), Retention: time.Hour, MaxAttempts: 3,
+		},
+		want: &machine.Record{
+			Tenant: "default", Key: "order-2b", State: intent.StateInProgress,
+			Params: json.RawMessage(`{}`), Fingerprint: "fp-order-2b",
+			Lease: &machine.Lease{Token: 42*machine.TokenSlots + 2, Mode: intent.ModeExecute, SessionID: "s-1", SessionRev: 40, Worker: "w-1", RequestID: "req-2", AcquiredAt: at(1)},
+			History: []intent.Event{
+				{Time: at(0), Kind: intent.EventRegistered, Accepted: true},
+				{Time: at(1), Kind: intent.EventAcquired, Token: 42*machine.TokenSlots + 2, Mode: intent.ModeExecute, SessionID: "s-1", Worker: "w-1", Accepted: true, RequestID: "req-2", Issued: true},
 			},
 			CreatedAt: at(0), UpdatedAt: at(1), Retention: time.Hour, MaxAttempts: 3,
 		},
@@ -542,7 +567,7 @@ func testStoredRecordsServe(t *testing.T, cli *clientv3.Client, s *Store, ext st
 			}
 			want := tc.stored.Clone()
 			if l := want.Lease; l != nil && l.Token == 0 { // issued by the version just put
-				l.Token = fencing.Token(rev)
+				l.Token, l.Slot = machine.TokenAt(rev, l.Slot), 0
 				for i := range want.History {
 					if want.History[i].Issued && want.History[i].Token == 0 {
 						want.History[i].Token = l.Token
