@@ -22,11 +22,15 @@ import (
 // of every member, which each handles as it would alone (ambiguous: read
 // back; NOSPACE; revision went back).
 //
-// A batch is sent as soon as the previous one returned: no timer, no added
-// delay. A caller that finds no batch in flight sends at once, alone, as a
-// plain transaction (exactly the request it would send without grouping);
-// callers that arrive while a batch is in flight queue up and go together
-// in the next one.
+// A batch is sent as soon as a sender is free: no timer, no added delay.
+// Up to maxInFlight batches are in flight at once. A caller that finds a
+// sender free sends at once (alone, as a plain transaction, exactly the
+// request it would send without grouping, when nobody else is waiting);
+// callers that arrive while every sender is busy queue up and go together
+// in the next batch. More than one sender matters when an etcd member
+// stalls: a request on it is held until its timeout, and with a single
+// sender every other caller would wait behind it, although the other
+// members answer (see "A stalled etcd member" in the README).
 //
 // What may share a batch:
 //   - etcd evaluates every compare of a transaction, nested ones included,
@@ -70,6 +74,12 @@ type outcome struct {
 	err       error
 }
 
+// maxInFlight is how many batches may be in flight at once: enough that
+// requests held by a stalled member (until the steering takes it out of
+// use, within a second) leave senders for the others, few enough that under
+// load callers still queue up and share batches.
+const maxInFlight = 8
+
 // committer groups members into batches and sends them.
 type committer struct {
 	kv      clientv3.KV
@@ -77,7 +87,9 @@ type committer struct {
 
 	mu      sync.Mutex
 	pending []*member
-	sending bool // a batch is in flight, and whoever sends it sends the next
+	// senders is how many goroutines are sending batches; each sends
+	// until none is waiting.
+	senders int
 }
 
 // commit sends m, with others when some are waiting, and returns its
@@ -88,18 +100,22 @@ func (c *committer) commit(ctx context.Context, m *member) outcome {
 	m.ctx, m.done = ctx, make(chan outcome, 1)
 	c.mu.Lock()
 	c.pending = append(c.pending, m)
-	lead := !c.sending
-	c.sending = true
+	lead := c.senders < maxInFlight
+	if lead {
+		c.senders++
+	}
 	c.mu.Unlock()
 	if lead {
-		// Nothing was in flight, so nothing was waiting: m goes first, at
-		// once. Batches that queued up meanwhile go from a goroutine of
-		// their own, so that m's caller gets its answer now.
+		// A sender was free: m's batch goes at once, with whoever else
+		// was waiting. Batches that queued up meanwhile go from a
+		// goroutine of their own, so that m's caller gets its answer now.
 		if batch := c.next(); batch != nil {
 			c.send(batch)
 			c.mu.Lock()
 			more := len(c.pending) > 0
-			c.sending = more
+			if !more {
+				c.senders--
+			}
 			c.mu.Unlock()
 			if more {
 				go c.drain()
@@ -128,7 +144,7 @@ func (c *committer) drain() {
 
 // next takes the next batch from the waiting members, oldest first; those
 // that do not fit stay, in order. Members whose caller gave up are dropped.
-// When none is left, the sender's turn ends.
+// When none is left, the sender's turn ends (and it is counted out).
 func (c *committer) next() []*member {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -145,7 +161,7 @@ func (c *committer) next() []*member {
 	clear(c.pending[len(rest):])
 	c.pending = rest
 	if b.members == nil {
-		c.sending = false
+		c.senders--
 	}
 	return b.members
 }

@@ -2,8 +2,11 @@ package etcdstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -138,5 +141,72 @@ func TestSharedTransactionTooManyOpsIsSplit(t *testing.T) {
 		if o := <-m.done; o.err != nil || !o.succeeded {
 			t.Errorf("member %s: %+v, want committed", m.writes[0], o)
 		}
+	}
+}
+
+// heldKV holds every transaction until release is closed while held is
+// set: a member that stopped answering, with the request on it.
+type heldKV struct {
+	clientv3.KV
+	held    atomic.Bool
+	release chan struct{}
+}
+
+func (h *heldKV) Txn(ctx context.Context) clientv3.Txn {
+	if h.held.Load() {
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+		}
+	}
+	return h.KV.Txn(ctx)
+}
+
+// A batch held by a stalled request does not hold up the callers behind
+// it: other senders commit theirs (with one sender, every caller would
+// wait for the held request's timeout).
+func TestHeldBatchDoesNotHoldUpOthers(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	kv := &heldKV{KV: cli.KV, release: make(chan struct{})}
+	// The held request waits for its release, not its timeout.
+	c := &committer{kv: kv, timeout: time.Minute}
+	ctx := context.Background()
+
+	kv.held.Store(true)
+	stuck := make(chan outcome, 1)
+	go func() { stuck <- c.commit(ctx, put("stuck")) }()
+	// The stuck member's sender is inside Txn; the next ones are not held.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		n := c.senders
+		c.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first member's sender never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // let it reach the held Txn
+	kv.held.Store(false)
+
+	for i := range 3 {
+		done := make(chan outcome, 1)
+		go func() { done <- c.commit(ctx, put(fmt.Sprintf("free-%d", i))) }()
+		select {
+		case o := <-done:
+			if o.err != nil || !o.succeeded {
+				t.Fatalf("free-%d: outcome %+v, want committed", i, o)
+			}
+		case <-time.After(5 * time.Second):
+			close(kv.release)
+			t.Fatalf("free-%d waited behind the held batch", i)
+		}
+	}
+	close(kv.release)
+	if o := <-stuck; o.err != nil || !o.succeeded {
+		t.Errorf("stuck: outcome %+v after its release, want committed", o)
 	}
 }

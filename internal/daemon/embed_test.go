@@ -154,9 +154,11 @@ func TestSecondIntentdOnSameDataDirRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is in use") {
 		t.Fatalf("second intentd on %s: %v, want a refusal saying the data dir is in use", cfg.DataDir, err)
 	}
-	// Just started, etcd may answer 503 for a moment: poll for an answer.
+	// Just started, etcd may answer 503 for a moment (its gateway connects
+	// to etcd on the first request; slow on a loaded machine): poll for an
+	// answer.
 	var rerr error
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, rerr = rawRange(t, unixHTTP(cfg.EmbedSocket()), "http://etcd"); rerr == nil || time.Now().After(deadline) {
 			break
 		}

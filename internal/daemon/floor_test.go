@@ -21,6 +21,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/daemon"
 	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/machine"
 	"github.com/intentd/intentd/internal/testlog"
 )
 
@@ -180,8 +181,10 @@ func TestRefusesStoreWhoseRevisionWentBack(t *testing.T) {
 	last := climb(t, second, 20)
 	second.shutdown(t)
 	installation, floor := readFloorFile(t, dir)
-	if floor < int64(last) {
-		t.Fatalf("floor file holds %d, want at least the last token %d", floor, last)
+	// A token is derived from the revision that issued it (revision ×
+	// TokenSlots + slot): the floor holds revisions.
+	if issued := int64(last / uint64(machine.TokenSlots)); floor < issued {
+		t.Fatalf("floor file holds %d, want at least %d, the revision that issued the last token %d", floor, issued, last)
 	}
 
 	restoreDir(t, snapshot, filepath.Join(dir, "etcd"))
