@@ -81,6 +81,9 @@ type config struct {
 	intentdAddr       string
 	intentdEtcd       []string
 	etcdEndpoints     []string
+	// heapProfiles, if set, is where each started intentd's heap profile
+	// is written when its memory is reported.
+	heapProfiles string
 }
 
 func (c config) runs(w string) bool { return slices.Contains(c.workloads, w) }
@@ -115,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.scaleWorkers, "scale-workers", 16, "concurrent Acquires in the scale workload")
 	fs.StringVar(&c.intentdAddr, "intentd-addr", "", "measure a running intentd at this gRPC address instead of starting one (plaintext, no authentication)")
 	intentdEtcd := fs.String("intentd-etcd", "", "with --intentd-addr: its etcd's endpoints, comma-separated, to count the revisions it writes")
+	fs.StringVar(&c.heapProfiles, "heap-profiles", "", "write each started intentd's heap profile (pprof, in use after a GC) into this directory when its memory is reported: <name>.heap")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "use this running etcd cluster (comma-separated endpoints) as the raw peer instead of starting one; it must not be intentd's")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -274,7 +278,7 @@ func (b *bench) runMain(ctx context.Context) error {
 	if b.cfg.intentdAddr != "" {
 		in, err = externalIntentd(ctx, b.cfg.intentdAddr, b.cfg.intentdEtcd)
 	} else {
-		in, err = startIntentd(ctx, b.dir, "intentd")
+		in, err = b.startIntentd(ctx, "intentd")
 	}
 	if err != nil {
 		return err
@@ -322,9 +326,9 @@ func (b *bench) runMain(ctx context.Context) error {
 	}
 	if m := in.proc.memory(); m.peak > 0 {
 		b.rss = m.peak
-		fmt.Fprintf(b.out, "intentd after these workloads: RSS %s (anonymous %s), peak %s\n\n", mib(m.rss), mib(m.anon), mib(m.peak))
+		fmt.Fprintf(b.out, "intentd after these workloads: RSS %s (anonymous %s), peak %s; Go heap in use %s\n\n", mib(m.rss), mib(m.anon), mib(m.peak), mib(in.heap()))
 	}
-	return nil
+	return b.saveHeap(in)
 }
 
 // loadAverage is the 1, 5 and 15 minute load averages of /proc/loadavg.

@@ -30,12 +30,12 @@ const pageSize = 100
 // store after compaction and defragmentation, and prints both intentds'
 // memory.
 func (b *bench) runScale(ctx context.Context) error {
-	small, err := startIntentd(ctx, b.dir, "intentd-small")
+	small, err := b.startIntentd(ctx, "intentd-small")
 	if err != nil {
 		return err
 	}
 	defer small.close()
-	large, err := startIntentd(ctx, b.dir, "intentd-large")
+	large, err := b.startIntentd(ctx, "intentd-large")
 	if err != nil {
 		return err
 	}
@@ -106,6 +106,11 @@ func (b *bench) runScale(ctx context.Context) error {
 	// intents hold.
 	largeMem, smallMem := large.proc.memory(), small.proc.memory()
 	largeHeap, smallHeap := large.heap(), small.heap()
+	for _, s := range servers {
+		if err := b.saveHeap(s); err != nil {
+			return err
+		}
+	}
 	// Bytes per intent from the small store: compacting and defragmenting
 	// the large one would take longer than the rest of the workload, and
 	// bbolt fills its pages alike at either size.

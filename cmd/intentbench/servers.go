@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -30,8 +31,8 @@ type intentdServer struct {
 	etcd  *clientv3.Client
 	proc  proc
 	// metrics is its Prometheus endpoint ("" unknown), for the Go heap
-	// its RSS holds.
-	metrics string
+	// its RSS holds; pprof its profiles' ("" off).
+	metrics, pprof string
 }
 
 // heap is the Go heap intentd's objects occupy (live and not yet swept),
@@ -60,14 +61,15 @@ func (s *intentdServer) heap() int64 {
 
 // startIntentd runs intentd's own command in a child process with its
 // defaults (embedded etcd, fsync on, default logging) on a fresh data
-// directory under dir, with ports of its own and the rate limits off (the
-// benchmark is one principal).
-func startIntentd(ctx context.Context, dir, name string) (*intentdServer, error) {
+// directory under the bench's, with ports of its own and the rate limits
+// off (the benchmark is one principal); with --heap-profiles, its pprof
+// endpoint on too.
+func (b *bench) startIntentd(ctx context.Context, name string) (*intentdServer, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	data, err := filepath.Abs(filepath.Join(dir, name))
+	data, err := filepath.Abs(filepath.Join(b.dir, name))
 	if err != nil {
 		return nil, err
 	}
@@ -75,14 +77,22 @@ func startIntentd(ctx context.Context, dir, name string) (*intentdServer, error)
 	if err != nil {
 		return nil, err
 	}
-	c, err := startChild(dir, name, "intentd",
-		"--data-dir", data, "--listen", addr, "--metrics-listen", metrics,
+	args := []string{"--data-dir", data, "--listen", addr, "--metrics-listen", metrics,
 		"--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0",
-		"--rate-per-principal", "0", "--rate-per-tenant", "0")
+		"--rate-per-principal", "0", "--rate-per-tenant", "0"}
+	pprof := ""
+	if b.cfg.heapProfiles != "" {
+		if pprof, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-listen", pprof)
+		pprof = "http://" + pprof + "/debug/pprof/"
+	}
+	c, err := startChild(b.dir, name, "intentd", args...)
 	if err != nil {
 		return nil, err
 	}
-	s := &intentdServer{name: name, child: c, proc: proc{pid: c.pid()}, metrics: "http://" + metrics + "/metrics"}
+	s := &intentdServer{name: name, child: c, proc: proc{pid: c.pid()}, metrics: "http://" + metrics + "/metrics", pprof: pprof}
 	if err := s.connect(ctx, addr, []string{"unix://" + filepath.Join(data, "etcd.sock")}); err != nil {
 		s.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -99,6 +109,33 @@ func externalIntentd(ctx context.Context, addr string, etcdEndpoints []string) (
 		return nil, fmt.Errorf("--intentd-addr %s: %w", addr, err)
 	}
 	return s, nil
+}
+
+// saveHeap writes s's heap profile, taken after a GC, to
+// --heap-profiles/<name>.heap, if that flag is set.
+func (b *bench) saveHeap(s *intentdServer) error {
+	if s.pprof == "" {
+		return nil
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(s.pprof + "heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("%s: heap profile: %w", s.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: heap profile: %s", s.name, resp.Status)
+	}
+	path := filepath.Join(b.cfg.heapProfiles, s.name+".heap")
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	b.progress("%s: heap profile in %s", s.name, path)
+	return f.Close()
 }
 
 func (s *intentdServer) connect(ctx context.Context, addr string, etcdEndpoints []string) error {
