@@ -31,6 +31,15 @@ const (
 	// (older ones answer REVISION_COMPACTED: list again, then watch), and
 	// a paginated List's pages stay readable for as long.
 	DefaultEmbedCompactionRetention = "5m"
+	// embedRaftCatchUpEntries is how many applied raft entries the
+	// embedded etcd keeps in memory behind its last in-memory snapshot
+	// (etcd takes one every 100 entries), for a slow follower to catch up
+	// from. The embedded etcd is a single member and has no follower, so
+	// they serve nothing; etcd's default keeps 5,000, and with group
+	// commit an entry is a whole batch of transitions (up to 128 records),
+	// so 5,000 of them held hundreds of MiB at high concurrency. 100 holds
+	// a few MiB; it costs nothing else (no snapshot is taken more often).
+	embedRaftCatchUpEntries = 100
 )
 
 // Compaction is how much history an etcd keeps, in etcd's terms: Mode
@@ -132,6 +141,7 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	ec.QuotaBackendBytes = cfg.EmbedQuotaBytes
 	ec.AutoCompactionMode = cfg.EmbedCompaction.Mode
 	ec.AutoCompactionRetention = cfg.EmbedCompaction.Retention
+	ec.SnapshotCatchUpEntries = embedRaftCatchUpEntries
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
 		return nil, fmt.Errorf("intentd: start embedded etcd in %s: %w", ec.Dir, err)
