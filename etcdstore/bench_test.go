@@ -114,3 +114,34 @@ func spread(n, workers int, op func(worker, i int) error) (time.Duration, float6
 	elapsed := time.Since(start)
 	return time.Duration(total.Load() / int64(max(n, 1))), float64(n) / elapsed.Seconds()
 }
+
+// BenchmarkHeartbeat measures one heartbeat naming 20 held leases, the
+// common case of a worker with several intents in flight: the keep-alive
+// and the one read that checks the leases.
+//
+// Run: go test -run '^$' -bench Heartbeat -benchmem ./etcdstore
+func BenchmarkHeartbeat(b *testing.B) {
+	srv := newCluster(b)
+	s := srv.store(b)
+	bg := context.Background()
+	sess, err := s.OpenSession(bg, "default", "bench", time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	params, _ := intent.Canonical(map[string]any{"item": "desk lamp", "quantity": 1, "merchant": "M"})
+	var held []intent.HeldLease
+	for i := range 20 {
+		reg := intent.Registration{Tenant: "default", Key: fmt.Sprintf("bench-hb-%d", i), Params: params}
+		a, err := s.Acquire(bg, intent.AcquireRequest{Tenant: "default", Key: reg.Key, SessionID: sess.ID, RequestID: "r", Register: &reg})
+		if err != nil {
+			b.Fatal(err)
+		}
+		held = append(held, intent.HeldLease{Key: reg.Key, Token: a.Lease.Token})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Heartbeat(bg, "default", sess.ID, held); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -183,25 +183,57 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 
 // heldViews reads the records of every named intent in one transaction, so
 // that a heartbeat costs one read however many leases the worker holds.
+//
+// Most named records are in the cache, unchanged since this replica wrote
+// or read them. For those, the transaction only compares their mod
+// revision with the cached one; when every compare holds, etcd sends back
+// just the records that were not cached, and the cached ones are the
+// current versions (a mod revision names one version of one key), as
+// fresh as a read: no record is sent and decoded for nothing. When any
+// compare fails (another replica changed a record, or it was removed), the
+// else branch reads every named record, as without a cache.
 func (s *Store) heldViews(ctx context.Context, tenant string, held []intent.HeldLease) ([]*machine.View, error) {
-	ops := make([]clientv3.Op, len(held))
+	out := make([]*machine.View, len(held))
+	all := make([]clientv3.Op, len(held))
+	var cmps []clientv3.Cmp
+	var then []clientv3.Op
+	var thenOf []int // the index in held of each of then's reads
 	for i, h := range held {
-		ops[i] = clientv3.OpGet(s.keys.intent(tenant, h.Key))
+		k := s.keys.intent(tenant, h.Key)
+		all[i] = clientv3.OpGet(k)
+		if c, ok := s.records.Get(cacheKey(tenant, h.Key)); ok {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", c.rev))
+			out[i] = &machine.View{Key: h.Key, Rec: c.rec, Rev: c.rev, Fresh: true}
+			continue
+		}
+		then, thenOf = append(then, all[i]), append(thenOf, i)
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	txn := s.kv.Txn(rctx).If(cmps...).Then(then...)
+	if len(cmps) > 0 {
+		txn = txn.Else(all...)
+	}
+	resp, err := txn.Commit()
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	out := make([]*machine.View, len(held))
-	for i, r := range resp.Responses {
+	read := thenOf
+	if !resp.Succeeded {
+		read = make([]int, len(held))
+		for i := range read {
+			read[i] = i
+		}
+	}
+	for j, r := range resp.Responses {
+		i := read[j]
 		v := &machine.View{Key: held[i].Key, Fresh: true}
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
 			if v.Rec, err = decodeRecord(kvs[0].Value, kvs[0].ModRevision); err != nil {
 				return nil, err
 			}
 			v.Rev = kvs[0].ModRevision
+			s.remember(tenant, held[i].Key, v.Rec, v.Rev)
 		}
 		out[i] = v
 	}

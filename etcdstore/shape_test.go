@@ -83,3 +83,46 @@ func TestHeartbeatCostsOneReadWhateverItNames(t *testing.T) {
 		t.Fatalf("a heartbeat naming %d leases cost %d writes and %d reads, want 0 and 1", len(held), w1-w0, r1-r0)
 	}
 }
+
+// A heartbeat answers from the cached records only when etcd confirms,
+// in the same read, that none changed: a lease another replica took over
+// since this one cached the record is reported as superseded.
+func TestHeartbeatSeesALeaseTakenThroughAnotherReplica(t *testing.T) {
+	c := newCluster(t)
+	var writes, reads int
+	kv := countingKV(c.cli.KV, &writes, &reads)
+	a, err := etcdstore.NewWithKV(c.cli, kv, etcdstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.store(t)
+	sess := openSession(t, a, "w", 30*time.Second)
+	var held []intent.HeldLease
+	for i := range 3 {
+		reg := lamp(t, fmt.Sprintf("hb-other-%d", i), 1)
+		got, err := a.Acquire(ctx(t), intent.AcquireRequest{Tenant: "default", Key: reg.Key, SessionID: sess, RequestID: "r", Register: &reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, intent.HeldLease{Key: reg.Key, Token: got.Lease.Token})
+	}
+	if _, err := a.Heartbeat(ctx(t), "default", sess, held); err != nil {
+		t.Fatalf("heartbeat naming current leases: %v", err)
+	}
+
+	// Through the other replica, the second lease is released and taken
+	// by another worker: its token is superseded, which a holds no news of.
+	taken := held[1].Key
+	if _, err := report(t, b, intent.Report{Key: taken, Token: held[1].Token, Kind: intent.ReportRelease}); err != nil {
+		t.Fatalf("Release through the other replica: %v", err)
+	}
+	other := openSession(t, b, "w2", 30*time.Second)
+	now := acquire(t, b, taken, other)
+	mustOutcome(t, now, intent.OutcomeExecute)
+
+	_, err = a.Heartbeat(ctx(t), "default", sess, held)
+	mustStale(t, err, now.Lease.Token)
+	if in := get(t, b, taken); in.Lease.Token != now.Lease.Token || in.Lease.SessionID != other {
+		t.Fatalf("after the stale heartbeat: lease %+v, want token %d of session %s", in.Lease, now.Lease.Token, other)
+	}
+}

@@ -267,6 +267,25 @@ func (p proc) cpu() time.Duration {
 	return time.Duration(u+s) * time.Second / clockTicks
 }
 
+// idleWindow is how long the heartbeat workload watches intentd with no
+// call in flight, to tell its background CPU from what calls cost.
+const idleWindow = 2 * time.Second
+
+// idleCPU is the CPU the process uses in d while nothing is asked of it,
+// -1 when unknown (a running intentd of another host, or ctx ended).
+func (p proc) idleCPU(ctx context.Context, d time.Duration) time.Duration {
+	c0 := p.cpu()
+	select {
+	case <-ctx.Done():
+		return -1
+	case <-time.After(d):
+	}
+	if c1 := p.cpu(); c0 >= 0 && c1 >= 0 {
+		return c1 - c0
+	}
+	return -1
+}
+
 // mem is a process's resident memory, in bytes (zero: unknown): now, at
 // its peak, and now without file-backed pages (etcd's bbolt database is
 // memory-mapped; its pages are the page cache's, reclaimable).
