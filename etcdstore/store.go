@@ -488,7 +488,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			return machine.Answer{}, fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
 		}
 		cctx, span := s.startSpan(ctx, "etcd txn", tenant, key)
-		res, err := s.commit(cctx, tenant, v, &d)
+		res, next, err := s.commit(cctx, tenant, v, &d)
 		endCommit(span, attempt, &d, res, err)
 		if errors.Is(err, intent.ErrTooLarge) {
 			return machine.Answer{}, err
@@ -526,7 +526,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			continue
 		}
 		s.stats.commits.Add(1)
-		committed, err := s.committed(tenant, key, &d, res.rev)
+		committed, err := s.committed(tenant, key, &d, next, res.rev)
 		if err != nil {
 			return machine.Answer{}, err
 		}
@@ -543,16 +543,16 @@ func answered(a machine.Answer, refusal error) (machine.Answer, error) {
 }
 
 // committed updates the cache and the counters after d committed at
-// revision rev, and returns the record as a reader now sees it (tokens
-// materialized; nil when the record was removed).
-func (s *Store) committed(tenant, key string, d *machine.Decision, rev int64) (*machine.Record, error) {
+// revision rev, with next the value written for d.Next, and returns the
+// record as a reader now sees it (tokens materialized; nil when the record
+// was removed).
+func (s *Store) committed(tenant, key string, d *machine.Decision, next []byte, rev int64) (*machine.Record, error) {
 	var committed *machine.Record
 	if d.Next != nil {
 		// Decode our own write so that the cache and the caller see
 		// exactly what a reader would.
-		b, _ := encodeRecord(d.Next)
 		var err error
-		if committed, err = decodeRecord(b, rev); err != nil {
+		if committed, err = decodeRecord(next, rev); err != nil {
 			return nil, err
 		}
 		s.remember(tenant, key, committed, rev)
@@ -583,8 +583,9 @@ const maxTxnOps = 128
 // its writes the operations, with the index keys each written record gains
 // and loses. The write goes with others in one etcd transaction when some
 // are waiting (group.go); a decision too large for a transaction of its
-// own is refused here, before it could share one.
-func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (outcome, error) {
+// own is refused here, before it could share one. It returns the value
+// written for d.Next, if any.
+func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (outcome, []byte, error) {
 	m := &member{cmps: make([]clientv3.Cmp, len(d.Guards))}
 	for i, g := range d.Guards {
 		m.cmps[i] = s.compare(tenant, g)
@@ -595,18 +596,19 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 		d.Next.Lease.Slot = m.slot
 	}
 	k := s.keys.intent(tenant, v.Key)
+	var next []byte
 	if d.Next != nil {
-		val, err := encodeRecord(d.Next)
-		if err != nil {
-			return outcome{}, err
+		var err error
+		if next, err = encodeRecord(d.Next); err != nil {
+			return outcome{}, nil, err
 		}
-		m.ops = append(m.ops, clientv3.OpPut(k, string(val)))
+		m.ops = append(m.ops, clientv3.OpPut(k, string(next)))
 		m.ops = append(m.ops, s.keys.indexOps(v.Rec, d.Next)...)
 	}
 	if t := d.Tombstone; t != nil {
 		tomb, err := encodeTombstone(t)
 		if err != nil {
-			return outcome{}, err
+			return outcome{}, nil, err
 		}
 		m.ops = append(m.ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
 			clientv3.OpPut(s.keys.tombRetentions()+timeKey(t.Until)+"/"+tenant+"/"+v.Key, v.Key))
@@ -615,23 +617,23 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 	for _, c := range d.Create {
 		val, err := encodeRecord(c)
 		if err != nil {
-			return outcome{}, err
+			return outcome{}, nil, err
 		}
 		m.ops = append(m.ops, clientv3.OpPut(s.keys.intent(tenant, c.Key), string(val)))
 		m.ops = append(m.ops, s.keys.indexOps(nil, c)...)
 	}
 	if len(m.ops) > maxTxnOps || len(m.cmps) > maxTxnOps {
-		return outcome{}, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(m.ops), maxTxnOps)
+		return outcome{}, nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(m.ops), maxTxnOps)
 	}
 	if m.bytes = opsBytes(m.ops); m.bytes > maxTxnBytes {
-		return outcome{}, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, m.bytes, maxTxnBytes)
+		return outcome{}, nil, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, m.bytes, maxTxnBytes)
 	}
 	m.writes = make([]string, len(m.ops))
 	for i, op := range m.ops {
 		m.writes[i] = string(op.KeyBytes())
 	}
 	o := s.group.commit(ctx, m)
-	return o, o.err
+	return o, next, o.err
 }
 
 // compare is a guard as an etcd compare.
