@@ -72,7 +72,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return nil, err
 		}
 	}
-	cached, known := s.cachedView(req.Tenant, req.Key)
+	cached, memo, known := s.cachedView(req.Tenant, req.Key)
 	// A final record is replayed from memory, unless etcd went back: then
 	// nothing is answered, not even from memory.
 	if known && s.floor.refused.Load() == nil {
@@ -81,7 +81,9 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 				return nil, d.Err
 			}
 			s.stats.replays.Add(1)
-			return acquisition(d.Answer), nil
+			out := acquisition(d.Answer)
+			out.Memo = memo
+			return out, nil
 		}
 	}
 	sess, err := s.session(ctx, req.Tenant, req.SessionID)
@@ -172,7 +174,7 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	}
 	r.Children = children
 	var start *machine.View
-	if v, ok := s.cachedView(r.Tenant, r.Key); ok && len(children) == 0 {
+	if v, _, ok := s.cachedView(r.Tenant, r.Key); ok && len(children) == 0 {
 		start = v // optimistic: the guards send us to a fresh read if it changed
 	}
 	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, r.Tenant, r.Key, others) }

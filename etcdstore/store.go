@@ -253,6 +253,10 @@ func (s *Store) Stats() Stats {
 type cached struct {
 	rec *machine.Record
 	rev int64
+	// memo goes with a final record's answers replayed from this version
+	// (intent.Memo), nil for a record that is not final. A newer version
+	// gets a new entry and so a new memo.
+	memo *intent.Memo
 }
 
 // session is what the store knows of an open session.
@@ -414,17 +418,21 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 	if old, ok := s.records.Get(k); ok && old.rev >= rev {
 		return
 	}
-	s.records.Add(k, cached{rec: rec, rev: rev})
+	c := cached{rec: rec, rev: rev}
+	if rec.State.Final() {
+		c.memo = new(intent.Memo)
+	}
+	s.records.Add(k, c)
 }
 
 // cachedView is a view of the remembered version of a record, if any: not
-// fresh (see machine.View).
-func (s *Store) cachedView(tenant, key string) (*machine.View, bool) {
+// fresh (see machine.View), with that version's memo.
+func (s *Store) cachedView(tenant, key string) (*machine.View, *intent.Memo, bool) {
 	c, ok := s.records.Get(cacheKey(tenant, key))
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
-	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}, true
+	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}, c.memo, true
 }
 
 // decideFunc is one call's decide function of package machine, bound to

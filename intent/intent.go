@@ -10,6 +10,7 @@ package intent
 
 import (
 	"encoding/json"
+	"sync/atomic"
 	"time"
 
 	"github.com/intentd/intentd/fencing"
@@ -294,7 +295,27 @@ type Acquisition struct {
 	// Fresh is true when this call issued the lease; false when it returned
 	// an already issued one (a retry with the same request id) or nothing.
 	Fresh bool
+	// Memo is set only on an answer replayed from the one remembered
+	// version of a final record (see Memo), nil on every other answer.
+	Memo *Memo
 }
+
+// Memo keeps what a caller derives from one version of a final record,
+// so that the next replay of that version need not derive it again: the
+// gRPC server keeps its converted answer here. A store hands out one Memo
+// per version it remembers, and a new one with every newer version, so
+// what is kept can never outlive the version it was derived from. A final
+// record's version never changes, and a replay's answer (outcome,
+// intent, statement) depends on nothing else, not the request: whatever is
+// kept must be derived from the Acquisition alone and never modified once
+// stored, as concurrent replays share it.
+type Memo struct{ v atomic.Value }
+
+// Load returns what was stored, or nil.
+func (m *Memo) Load() any { return m.v.Load() }
+
+// Store keeps v, which every later Store must match in type.
+func (m *Memo) Store(v any) { m.v.Store(v) }
 
 // ReportKind is which fenced report a worker makes.
 type ReportKind int

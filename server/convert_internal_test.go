@@ -2,6 +2,7 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -46,5 +47,38 @@ func BenchmarkParamsToProto(b *testing.B) {
 		if paramsToProto(raw) == nil {
 			b.Fatal("nil")
 		}
+	}
+}
+
+// A replay's kept answer is, byte for byte, the answer converted afresh
+// from the same Acquisition, and a memo keeps the first conversion only.
+func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
+	done := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	a := &intent.Acquisition{Outcome: intent.OutcomeCompleted, Memo: new(intent.Memo), Intent: &intent.Intent{
+		Tenant: "default", Key: "k", State: intent.StateCompleted, Params: []byte(`{"item":"desk lamp","n":[1,2.5,null]}`),
+		Fingerprint: "f", Labels: map[string]string{"team": "a"}, CreatedAt: done.Add(-time.Minute), UpdatedAt: done,
+		CompletedAt: done, Revision: 7, Retention: time.Hour, RetainUntil: done.Add(time.Hour), Attempts: 1,
+		Result: &intent.Result{Payload: []byte("ok"), ExternalRefs: map[string]string{"supplier_order_id": "SO-1"}},
+		Lease:  &intent.Lease{Token: 896, Mode: intent.ModeExecute, SessionID: "s", Worker: "w", AcquiredAt: done},
+	}}
+	fresh := *a
+	fresh.Memo = nil
+	wire := func(r proto.Message) string {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	want := wire(acquireResponse(&fresh))
+	first := acquireResponse(a)
+	if got := wire(first); got != want {
+		t.Errorf("replay answer converted into a memo differs from the one converted afresh:\n%q\nwant\n%q", got, want)
+	}
+	if got := acquireResponse(a); got != first {
+		t.Errorf("second replay of the version: %p, want the kept answer %p", got, first)
+	}
+	if got := wire(acquireResponse(a)); got != want {
+		t.Errorf("kept replay answer differs from the one converted afresh:\n%q\nwant\n%q", got, want)
 	}
 }

@@ -148,17 +148,36 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 		return nil, s.fail(err)
 	}
 	traceAcquire(ctx, ar.Tenant, ar.Key, a)
+	return acquireResponse(a), nil
+}
+
+// acquireResponse is Acquire's answer on the wire. A replay of a final
+// record is converted once per version of that record and kept in the
+// version's memo (intent.Memo): converting the record (its params above
+// all) was the largest part of a replay's own work. The kept answer is
+// shared by every later replay of that version, so nothing may modify an
+// AcquireResponse once returned.
+func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
+	if a.Memo != nil {
+		if r, ok := a.Memo.Load().(*intentv1.AcquireResponse); ok {
+			return r
+		}
+	}
 	taken := vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)
 	if a.Outcome == intent.OutcomeExecute || a.Outcome == intent.OutcomeReconcile {
 		taken = vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_LEASE_ISSUED)
 	}
-	return &intentv1.AcquireResponse{
+	r := &intentv1.AcquireResponse{
 		Outcome:     outcomeToProto(a.Outcome),
 		Intent:      intentToProto(a.Intent),
 		Lease:       leaseToProto(a.Lease),
 		ActionTaken: taken,
 		Statement:   statement(a),
-	}, nil
+	}
+	if a.Memo != nil {
+		a.Memo.Store(r)
+	}
+	return r
 }
 
 func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error) {
