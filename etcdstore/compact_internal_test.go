@@ -61,7 +61,7 @@ func TestCompletedRecordIsCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := happyPath(t, s, cli, "purchase-000000000042", sess.ID)
-	rec, err := decodeRecord(b, 1)
+	rec, err := decodeRecord("default", "purchase-000000000042", b, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,10 +53,13 @@
 // stored forms in one place. Values in the JSON format earlier versions
 // wrote (schema_json.go) still decode, and a record's next write replaces
 // its JSON by the compact format: an existing data dir migrates record by
-// record, with no migration step. testdata/records pins both formats byte
-// for byte. A replica of an earlier version cannot read the compact format:
-// upgrade every replica before the first compact value is written (stop the
-// old ones, then start the new).
+// record, with no migration step. The same holds for the compact records
+// of the previous version (format byte 0x01), which held their tenant and
+// key; this version's (0x02) take them from their etcd key. testdata/records
+// pins every format byte for byte. A replica of an earlier version cannot
+// read a later format (it refuses the value as corrupt, never misreads it):
+// upgrade every replica before the first value in the new format is written
+// (stop the old ones, then start the new).
 //
 // # Transitions
 //

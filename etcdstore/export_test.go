@@ -1,6 +1,8 @@
 package etcdstore
 
 import (
+	"fmt"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/internal/machine"
@@ -12,6 +14,12 @@ func NewWithKV(c *clientv3.Client, kv clientv3.KV, cfg Config) (*Store, error) {
 	return newStore(kv, c.Lease, c.Watcher, cfg)
 }
 
-// DecodeRecord decodes a stored record, in either format, for tests that
-// read etcd's keys directly.
-func DecodeRecord(b []byte) (*machine.Record, error) { return decodeRecord(b, 0) }
+// DecodeRecord decodes a record stored under etcdKey (in the default
+// prefix), in any format, for tests that read etcd's keys directly.
+func DecodeRecord(etcdKey string, b []byte) (*machine.Record, error) {
+	tenant, key, ok := keys{DefaultConfig().Prefix}.parseIntent(etcdKey)
+	if !ok {
+		return nil, fmt.Errorf("%q is not the etcd key of a record", etcdKey)
+	}
+	return decodeRecord(tenant, key, b, 0)
+}

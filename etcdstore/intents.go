@@ -238,7 +238,7 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 	for i, r := range resp.Responses {
 		st := intent.State(0)
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
-			if rec, err := decodeRecord(kvs[0].Value, kvs[0].ModRevision); err == nil {
+			if rec, err := decodeRecord(tenant, keys[i], kvs[0].Value, kvs[0].ModRevision); err == nil {
 				st = rec.State
 			}
 		}

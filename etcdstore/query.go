@@ -210,7 +210,7 @@ func (s *Store) readRecords(ctx context.Context, tenant string, cands []scanned,
 		if len(kvs) == 0 {
 			continue
 		}
-		rec, err := decodeRecord(kvs[0].Value, kvs[0].ModRevision)
+		rec, err := decodeRecord(tenant, cands[i].key, kvs[0].Value, kvs[0].ModRevision)
 		if err != nil {
 			return nil, err
 		}
@@ -260,7 +260,8 @@ func (s *Store) settleLiveness(ctx context.Context, tenant string, ins []*intent
 // hanging. An IN_PROGRESS intent whose holder lapsed shows as UNKNOWN once
 // the janitor sweeps it.
 func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent.WatchEvent) error) error {
-	key := s.keys.intents(q.Tenant)
+	records := s.keys.intents(q.Tenant)
+	key := records
 	opts := []clientv3.OpOption{clientv3.WithPrevKV()}
 	filter := q.Filter
 	if q.Key != "" {
@@ -305,7 +306,7 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 			}
 		}
 		for _, ev := range resp.Events {
-			e, ok, err := watchEvent(ev, &filter)
+			e, ok, err := watchEvent(q.Tenant, string(ev.Kv.Key[len(records):]), ev, &filter)
 			if err != nil {
 				return err
 			}
@@ -335,14 +336,14 @@ func watchedAfter(start, created int64) int64 {
 	return created
 }
 
-// watchEvent turns an etcd event on an intent record into a WatchEvent, if
-// it passes the filter.
-func watchEvent(ev *clientv3.Event, f *intent.Filter) (intent.WatchEvent, bool, error) {
+// watchEvent turns an etcd event on the record of tenant's intent key into
+// a WatchEvent, if it passes the filter.
+func watchEvent(tenant, key string, ev *clientv3.Event, f *intent.Filter) (intent.WatchEvent, bool, error) {
 	if ev.Type == mvccpb.DELETE {
 		if ev.PrevKv == nil {
 			return intent.WatchEvent{}, false, nil
 		}
-		prev, err := decodeRecord(ev.PrevKv.Value, ev.PrevKv.ModRevision)
+		prev, err := decodeRecord(tenant, key, ev.PrevKv.Value, ev.PrevKv.ModRevision)
 		if err != nil || !matches(prev, f) {
 			return intent.WatchEvent{}, false, err
 		}
@@ -350,7 +351,7 @@ func watchEvent(ev *clientv3.Event, f *intent.Filter) (intent.WatchEvent, bool, 
 			Tenant: prev.Tenant, Key: prev.Key, State: prev.State, Fingerprint: prev.Fingerprint, CompletedAt: prev.CompletedAt,
 		}}, true, nil
 	}
-	rec, err := decodeRecord(ev.Kv.Value, ev.Kv.ModRevision)
+	rec, err := decodeRecord(tenant, key, ev.Kv.Value, ev.Kv.ModRevision)
 	if err != nil || !matches(rec, f) {
 		return intent.WatchEvent{}, false, err
 	}

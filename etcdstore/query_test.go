@@ -288,7 +288,7 @@ func recordsAt(t *testing.T, c *cluster, rev int64) []string {
 	}
 	var recs []*machine.Record
 	for _, kv := range resp.Kvs {
-		r, err := etcdstore.DecodeRecord(kv.Value)
+		r, err := etcdstore.DecodeRecord(string(kv.Key), kv.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -575,7 +575,7 @@ func TestIndexesMatchRecordsUnderConcurrentTransitions(t *testing.T) {
 
 	var recs []rawRecord
 	for k, v := range rawKVs(t, c, "/intentd/v1/t/default/i/") {
-		r, err := etcdstore.DecodeRecord([]byte(v))
+		r, err := etcdstore.DecodeRecord(k, []byte(v))
 		if err != nil {
 			t.Fatalf("record %s: %v", k, err)
 		}

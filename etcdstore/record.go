@@ -23,6 +23,17 @@ func (k keys) intent(tenant, key string) string    { return k.intents(tenant) + 
 func (k keys) session(tenant, id string) string    { return k.tenant(tenant) + "s/" + id }
 func (k keys) tombstone(tenant, key string) string { return k.tenant(tenant) + "z/" + key }
 
+// parseIntent is the tenant and intent key of a record's etcd key (a
+// tenant holds no '/'; a key may).
+func (k keys) parseIntent(etcdKey string) (tenant, key string, ok bool) {
+	rest, ok := strings.CutPrefix(etcdKey, k.prefix+"t/")
+	if !ok {
+		return "", "", false
+	}
+	tenant, key, ok = strings.Cut(rest, "/i/")
+	return tenant, key, ok && !strings.Contains(tenant, "/")
+}
+
 // Index prefixes. An index entry's key ends in the record's order (see
 // order), which ends in the intent key; its value is empty (see
 // indexedKey).

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,18 +20,26 @@ import (
 // The storage format: what intentd keeps in etcd for an intent. A record or
 // tombstone is one format byte, then its value:
 //
-//   - formatCompact: the protobuf of package storagepb's message
-//     (proto/storage/v1/storage.proto), the format this version writes;
-//   - '{': JSON (schema_json.go), the format earlier versions wrote, which
-//     existing data dirs hold until a record's next write replaces it.
+//   - formatCompact (0x02): the protobuf of package storagepb's message
+//     (proto/storage/v1/storage.proto), the format this version writes; a
+//     record's tenant and key are its etcd key's, not repeated in the value;
+//   - formatCompact1 (0x01): the same message with the tenant and key in
+//     it, which the previous version wrote (tombstones keep this byte: a
+//     tombstone holds its key);
+//   - '{': JSON (schema_json.go), the format earlier versions wrote.
+//
+// Existing data dirs hold the older formats until a record's next write
+// replaces it.
 //
 // The compact format spends bytes where bbolt is charged for them: no field
 // names, varints, a fingerprint and digests as bytes rather than hex,
 // session ids as numbers, times as nanoseconds after the record's creation,
-// and the history entry that issued the current lease, and the accepted
-// completion's external refs, not repeated. That is a third of the JSON's
-// size for a typical completed intent. testdata/records pins both formats
-// byte for byte (the .pb files, the .json files).
+// and nothing the record holds twice: not the history entry that issued the
+// current lease, nor the accepted completion's external refs and payload
+// digest (the result's), nor a fingerprint that is its params' digest, nor
+// an end of retention that is the completion's time plus the retention.
+// testdata/records pins every format byte for byte (the .pb2, .pb and
+// .json files).
 //
 // A record's times are stored to the nanosecond and read back in UTC, as
 // instants (the JSON kept the writer's zone offset; nothing reads it).
@@ -39,16 +48,24 @@ import (
 // stored form. They copy fields and share the rest (params, labels,
 // payloads, external refs).
 
-// formatCompact is the first byte of a compact value. JSON starts with '{'.
-const formatCompact byte = 0x01
+// formatCompact is the first byte of a compact record this version writes;
+// formatCompact1, of a compact record of the previous version, and of a
+// compact tombstone. JSON starts with '{'.
+const (
+	formatCompact  byte = 0x02
+	formatCompact1 byte = 0x01
+)
 
 // marshal is deterministic, so that a value's bytes follow from the record
 // alone (map order included): the golden files pin them.
 var marshal = proto.MarshalOptions{Deterministic: true}
 
+// encodeRecord is r's stored value, without its tenant and key: they are
+// its etcd key's (see decodeRecord).
 func encodeRecord(r *machine.Record) ([]byte, error) {
 	m, err := toCompact(r)
 	if err == nil {
+		m.Tenant, m.Key = "", ""
 		var b []byte
 		if b, err = marshal.MarshalAppend([]byte{formatCompact}, m); err == nil {
 			return b, nil
@@ -57,15 +74,19 @@ func encodeRecord(r *machine.Record) ([]byte, error) {
 	return nil, fmt.Errorf("etcdstore: encode record: %w", err)
 }
 
-// decodeRecord decodes a stored record, in either format, and materializes
-// the token of a lease issued by this very version (stored as 0, with its
-// slot) from its mod revision.
-func decodeRecord(b []byte, modRev int64) (*machine.Record, error) {
+// decodeRecord decodes a record stored, in any format, under the etcd key
+// of tenant and key (which a value in the current format does not hold),
+// and materializes the token of a lease issued by this very version (stored
+// as 0, with its slot) from its mod revision.
+func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, error) {
 	var r *machine.Record
 	var err error
-	if len(b) > 0 && b[0] == formatCompact {
+	if len(b) > 0 && (b[0] == formatCompact || b[0] == formatCompact1) {
 		var m storagepb.Record
 		if err = proto.Unmarshal(b[1:], &m); err == nil {
+			if b[0] == formatCompact {
+				m.Tenant, m.Key = tenant, key
+			}
 			r = fromCompact(&m)
 		}
 	} else {
@@ -87,7 +108,7 @@ func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 	if c.err != nil {
 		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", c.err)
 	}
-	b, err := marshal.MarshalAppend([]byte{formatCompact}, m)
+	b, err := marshal.MarshalAppend([]byte{formatCompact1}, m)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", err)
 	}
@@ -95,7 +116,7 @@ func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 }
 
 func decodeTombstone(b []byte) (*machine.Tombstone, error) {
-	if len(b) == 0 || b[0] != formatCompact {
+	if len(b) == 0 || b[0] != formatCompact1 {
 		return decodeJSONTombstone(b)
 	}
 	var m storagepb.Tombstone
@@ -129,7 +150,18 @@ func toCompact(r *machine.Record) (*storagepb.Record, error) {
 		Attempts:      int32(r.Attempts),
 		EndedToken:    uint64(r.EndedToken),
 	}
-	m.Fingerprint, m.FingerprintText = hexBytes(r.Fingerprint)
+	if r.Fingerprint != "" && r.Fingerprint == intent.Fingerprint(r.Params) {
+		m.FingerprintOfParams = true
+	} else {
+		m.Fingerprint, m.FingerprintText = hexBytes(r.Fingerprint)
+	}
+	if !r.RetainUntil.IsZero() && !r.CompletedAt.IsZero() && r.RetainUntil.Equal(r.CompletedAt.Add(r.Retention)) {
+		m.RetainUntil, m.RetainFromCompletion = nil, true
+	}
+	resultDigest := ""
+	if r.Result != nil && len(r.Result.Payload) > 0 {
+		resultDigest = payloadDigest(r.Result.Payload)
+	}
 	l := r.Lease
 	if l != nil {
 		m.Lease = &storagepb.Lease{Token: uint64(l.Token), Slot: int32(l.Slot), Mode: int32(l.Mode), SessionRev: l.SessionRev,
@@ -143,10 +175,16 @@ func toCompact(r *machine.Record) (*storagepb.Record, error) {
 		e := &r.History[i]
 		s := &storagepb.Event{Kind: int32(e.Kind), Accepted: e.Accepted, Failure: toCompactFailure(e.Failure),
 			Reason: e.Reason, Principal: e.Principal, ResolvedState: int32(e.ResolvedState), Issued: e.Issued, Channel: e.Channel}
-		if l != nil && e.Time.Equal(l.AcquiredAt) && e.Token == l.Token && e.Mode == l.Mode && e.SessionID == l.SessionID &&
-			e.Worker == l.Worker && e.RequestID == l.RequestID {
+		byHolder := l != nil && e.Token == l.Token && e.SessionID == l.SessionID && e.Worker == l.Worker
+		likeLease := byHolder && e.Time.Equal(l.AcquiredAt) && e.Mode == l.Mode
+		switch {
+		case likeLease && e.RequestID == l.RequestID:
 			s.OfLease = true
-		} else {
+		case likeLease:
+			s.LikeLease, s.RequestId = true, e.RequestID
+		case byHolder && e.Token != 0:
+			s.ByHolder, s.Time, s.Mode, s.RequestId = true, c.since(e.Time), int32(e.Mode), e.RequestID
+		default:
 			s.Time, s.Token, s.Mode, s.Worker, s.RequestId = c.since(e.Time), uint64(e.Token), int32(e.Mode), e.Worker, e.RequestID
 			s.Session, s.SessionText = sessionNumber(e.SessionID)
 		}
@@ -156,7 +194,11 @@ func toCompact(r *machine.Record) (*storagepb.Record, error) {
 		} else {
 			s.Result = toCompactResult(res)
 		}
-		s.PayloadSha256, s.PayloadSha256Text = hexBytes(e.PayloadSHA256)
+		if resultDigest != "" && e.PayloadSHA256 == resultDigest {
+			s.DigestOfResult = true
+		} else {
+			s.PayloadSha256, s.PayloadSha256Text = hexBytes(e.PayloadSHA256)
+		}
 		m.History[i] = s
 	}
 	if c.err != nil {
@@ -188,6 +230,16 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 		Attempts:      int(m.Attempts),
 		EndedToken:    fencing.Token(m.EndedToken),
 	}
+	if m.FingerprintOfParams {
+		r.Fingerprint = intent.Fingerprint(r.Params)
+	}
+	if m.RetainFromCompletion && !r.CompletedAt.IsZero() {
+		r.RetainUntil = r.CompletedAt.Add(r.Retention)
+	}
+	resultDigest := ""
+	if r.Result != nil && len(r.Result.Payload) > 0 {
+		resultDigest = payloadDigest(r.Result.Payload)
+	}
 	if l := m.Lease; l != nil {
 		r.Lease = &machine.Lease{Token: fencing.Token(l.Token), Slot: int(l.Slot), Mode: intent.Mode(l.Mode), SessionID: sessionString(l.Session, l.SessionText),
 			SessionRev: l.SessionRev, Worker: l.Worker, RequestID: l.RequestId, AcquiredAt: after(created, l.AcquiredAt)}
@@ -199,9 +251,14 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 		e := intent.Event{Kind: intent.EventKind(s.Kind), Accepted: s.Accepted, Result: fromCompactResult(s.Result),
 			PayloadSHA256: hexString(s.PayloadSha256, s.PayloadSha256Text), Failure: fromCompactFailure(s.Failure),
 			Reason: s.Reason, Principal: s.Principal, ResolvedState: intent.State(s.ResolvedState), Issued: s.Issued, Channel: s.Channel}
-		if l := r.Lease; s.OfLease && l != nil {
+		switch l := r.Lease; {
+		case s.OfLease && l != nil:
 			e.Time, e.Token, e.Mode, e.SessionID, e.Worker, e.RequestID = l.AcquiredAt, l.Token, l.Mode, l.SessionID, l.Worker, l.RequestID
-		} else {
+		case s.LikeLease && l != nil:
+			e.Time, e.Token, e.Mode, e.SessionID, e.Worker, e.RequestID = l.AcquiredAt, l.Token, l.Mode, l.SessionID, l.Worker, s.RequestId
+		case s.ByHolder && l != nil:
+			e.Time, e.Token, e.Mode, e.SessionID, e.Worker, e.RequestID = after(created, s.Time), l.Token, intent.Mode(s.Mode), l.SessionID, l.Worker, s.RequestId
+		default:
 			e.Time, e.Token, e.Mode, e.Worker, e.RequestID = after(created, s.Time), fencing.Token(s.Token), intent.Mode(s.Mode), s.Worker, s.RequestId
 			e.SessionID = sessionString(s.Session, s.SessionText)
 		}
@@ -210,9 +267,19 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 			// machine's digest).
 			e.Result = &intent.Result{ExternalRefs: r.Result.ExternalRefs}
 		}
+		if s.DigestOfResult {
+			e.PayloadSHA256 = resultDigest
+		}
 		r.History[i] = e
 	}
 	return r
+}
+
+// payloadDigest is a result payload's digest as history entries hold it
+// (machine's digest).
+func payloadDigest(p []byte) string {
+	sum := sha256.Sum256(p)
+	return hex.EncodeToString(sum[:])
 }
 
 func toCompactResult(r *intent.Result) *storagepb.Result {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,12 +20,14 @@ import (
 	"github.com/intentd/intentd/internal/machine"
 )
 
-// updateGolden rewrites the compact golden files (testdata/records/*.pb)
-// from the cases below. Rewriting them is only right together with a
-// migration of existing data dirs. The JSON files are never rewritten: they
-// were captured from the format earlier versions wrote, which existing data
+// updateGolden rewrites the golden files of the format this version writes
+// (testdata/records/*.pb2, and the tombstones' *.pb) from the cases below.
+// Rewriting them is only right together with a migration of existing data
+// dirs. The records' .pb files (the compact format of the previous version,
+// format byte 0x01) and the JSON files are never rewritten: they were
+// captured from the formats earlier versions wrote, which existing data
 // dirs hold.
-var updateGolden = flag.Bool("update-golden", false, "rewrite etcdstore/testdata/records/*.pb (only with a storage migration)")
+var updateGolden = flag.Bool("update-golden", false, "rewrite etcdstore/testdata/records/*.pb2 and the tombstones' *.pb (only with a storage migration)")
 
 func at(minute int) time.Time {
 	return time.Date(2026, 3, 1, 10, minute, 0, 123456789, time.UTC)
@@ -298,16 +301,16 @@ func readGolden(t *testing.T, name, ext string) []byte {
 	return b
 }
 
-// compactGolden is the compact golden file of a case, rewritten first from
-// encoded under -update-golden.
-func compactGolden(t *testing.T, name string, encoded []byte) []byte {
+// compactGolden is the golden file (ext) of a case in the format this
+// version writes, rewritten first from encoded under -update-golden.
+func compactGolden(t *testing.T, name, ext string, encoded []byte) []byte {
 	t.Helper()
 	if *updateGolden {
-		if err := os.WriteFile(goldenPath(name, ".pb"), encoded, 0o644); err != nil {
+		if err := os.WriteFile(goldenPath(name, ext), encoded, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return readGolden(t, name, ".pb")
+	return readGolden(t, name, ext)
 }
 
 // TestStoredRecordsKeepTheirFormat decodes records in the JSON format
@@ -326,7 +329,7 @@ func TestStoredRecordsKeepTheirFormat(t *testing.T) {
 			if !bytes.Equal(encoded, golden) {
 				t.Errorf("JSON schema of the record =\n%s\nwant (testdata)\n%s", encoded, golden)
 			}
-			got, err := decodeRecord(golden, tc.modRev)
+			got, err := decodeRecord(tc.stored.Tenant, tc.stored.Key, golden, tc.modRev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -391,11 +394,11 @@ func TestCompactRecordsKeepTheirFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := compactGolden(t, tc.name, encoded)
+			golden := compactGolden(t, tc.name, ".pb2", encoded)
 			if !bytes.Equal(encoded, golden) {
 				t.Errorf("encodeRecord =\n%x\nwant (testdata)\n%x", encoded, golden)
 			}
-			got, err := decodeRecord(golden, tc.modRev)
+			got, err := decodeRecord(tc.stored.Tenant, tc.stored.Key, golden, tc.modRev)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,7 +417,7 @@ func TestCompactRecordsKeepTheirFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := compactGolden(t, tc.name, encoded)
+			golden := compactGolden(t, tc.name, ".pb", encoded)
 			if !bytes.Equal(encoded, golden) {
 				t.Errorf("encodeTombstone =\n%x\nwant (testdata)\n%x", encoded, golden)
 			}
@@ -424,6 +427,32 @@ func TestCompactRecordsKeepTheirFormat(t *testing.T) {
 			}
 			if !reflect.DeepEqual(*got, tc.tomb) {
 				t.Errorf("decodeTombstone = %+v, want %+v", *got, tc.tomb)
+			}
+		})
+	}
+}
+
+// TestPreviousCompactRecordsStillDecode: records in the compact format of
+// the previous version (format byte 0x01, tenant and key in the value),
+// which existing data dirs hold, decode to their cases as before, whatever
+// the etcd key they are read under says.
+func TestPreviousCompactRecordsStillDecode(t *testing.T) {
+	for _, tc := range append(recordCases[:len(recordCases):len(recordCases)], typicalCompleted) {
+		t.Run(tc.name, func(t *testing.T) {
+			golden := readGolden(t, tc.name, ".pb")
+			if len(golden) == 0 || golden[0] != formatCompact1 {
+				t.Fatalf("%s.pb starts %x, want the previous compact format byte %#x", tc.name, golden[:min(len(golden), 1)], formatCompact1)
+			}
+			got, err := decodeRecord("", "", golden, tc.modRev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tc.want
+			if want == nil {
+				want = &tc.stored
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("decodeRecord =\n%+v\nwant\n%+v", got, want)
 			}
 		})
 	}
@@ -464,7 +493,7 @@ func TestCompactRecordRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := decodeRecord(b, 1)
+			got, err := decodeRecord(tc.rec.Tenant, tc.rec.Key, b, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -493,7 +522,7 @@ func BenchmarkRecordCodec(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := decodeRecord(enc, 99); err != nil {
+			if _, err := decodeRecord(rec.Tenant, rec.Key, enc, 99); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -504,7 +533,7 @@ func BenchmarkRecordCodec(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := decodeRecord(enc, 99); err != nil {
+			if _, err := decodeRecord(rec.Tenant, rec.Key, enc, 99); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -546,7 +575,7 @@ func TestStoredRecordsServeFromEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ext := range []string{".json", ".pb"} {
+	for _, ext := range []string{".json", ".pb", ".pb2"} {
 		testStoredRecordsServe(t, cli, s, ext)
 	}
 }
@@ -579,6 +608,9 @@ func testStoredRecordsServe(t *testing.T, cli *clientv3.Client, s *Store, ext st
 				t.Errorf("Get =\n%+v\nwant\n%+v", got, w)
 			}
 		})
+	}
+	if ext == ".pb2" {
+		return // tombstones are still written with format byte 0x01: .pb is this version's
 	}
 	for _, tc := range tombstoneCases {
 		t.Run(tc.name+ext, func(t *testing.T) {
@@ -652,4 +684,77 @@ func toStoredFailure(f *intent.Failure) *storedFailure {
 		return nil
 	}
 	return &storedFailure{Code: f.Code, Message: f.Message}
+}
+
+// TestCompactRecordLeavesOutWhatItHoldsTwice: a fingerprint that is the
+// params' digest, an end of retention that is the completion plus the
+// retention, an entry under the lease's holder, and a completion's digest
+// of the result's payload are stored once and read back exactly; values
+// that only look alike (another digest, another end, another holder) are
+// stored as they are.
+func TestCompactRecordLeavesOutWhatItHoldsTwice(t *testing.T) {
+	params := json.RawMessage(`{"item":"lamp"}`)
+	payload := []byte(`{"order":"SO-1"}`)
+	lease := &machine.Lease{Token: 77, Mode: intent.ModeExecute, SessionID: "1f", Worker: "w-1", RequestID: "acq-1", AcquiredAt: at(1)}
+	base := func() machine.Record {
+		return machine.Record{Tenant: "acme", Key: "k-1", State: intent.StateCompleted, Params: params, Fingerprint: intent.Fingerprint(params),
+			Lease: lease, Result: &intent.Result{Payload: payload}, CreatedAt: at(0), CompletedAt: at(2), Retention: time.Hour,
+			RetainUntil: at(2).Add(time.Hour), History: []intent.Event{
+				{Time: at(0), Kind: intent.EventRegistered, Accepted: true, RequestID: "reg-1"},
+				{Time: at(1), Kind: intent.EventAcquired, Token: 77, Mode: intent.ModeExecute, SessionID: "1f", Worker: "w-1", Accepted: true, RequestID: "reg-1", Issued: true},
+				{Time: at(2), Kind: intent.EventCompleted, Token: 77, SessionID: "1f", Worker: "w-1", Accepted: true, RequestID: "rep-1",
+					Result: &intent.Result{}, PayloadSHA256: payloadDigest(payload)},
+			}}
+	}
+	type shared struct{ fingerprint, retention, likeLease, byHolder, digest bool }
+	cases := []struct {
+		name   string
+		change func(r *machine.Record)
+		want   shared
+	}{
+		{"all shared", func(*machine.Record) {}, shared{true, true, true, true, true}},
+		{"a fingerprint not of the params", func(r *machine.Record) { r.Fingerprint = intent.Fingerprint([]byte(`{}`)) },
+			shared{false, true, true, true, true}},
+		{"an end of retention not the completion's", func(r *machine.Record) { r.RetainUntil = r.RetainUntil.Add(time.Nanosecond) },
+			shared{true, false, true, true, true}},
+		{"an acquired entry at another time", func(r *machine.Record) { r.History[1].Time = at(3) },
+			shared{true, true, false, true, true}},
+		{"an acquired entry of another mode", func(r *machine.Record) { r.History[1].Mode = intent.ModeReconcile },
+			shared{true, true, false, true, true}},
+		{"a completion from another worker", func(r *machine.Record) { r.History[2].Worker = "w-2" },
+			shared{true, true, true, false, true}},
+		{"a completion under another token", func(r *machine.Record) { r.History[2].Token = 78 },
+			shared{true, true, true, false, true}},
+		{"a completion of another payload", func(r *machine.Record) { r.History[2].PayloadSHA256 = payloadDigest([]byte("other")) },
+			shared{true, true, true, true, false}},
+		{"a result without a payload", func(r *machine.Record) { r.Result.Payload = nil },
+			shared{true, true, true, true, false}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := base()
+			rec.History = slices.Clone(rec.History)
+			rec.Result = &intent.Result{Payload: rec.Result.Payload}
+			tc.change(&rec)
+			m, err := toCompact(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := shared{m.FingerprintOfParams, m.RetainFromCompletion, m.History[1].LikeLease, m.History[2].ByHolder, m.History[2].DigestOfResult}
+			if got != tc.want {
+				t.Errorf("shared %+v, want %+v", got, tc.want)
+			}
+			b, err := encodeRecord(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := decodeRecord(rec.Tenant, rec.Key, b, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(back, &rec) {
+				t.Errorf("decodeRecord(encodeRecord(r)) =\n%+v\nwant\n%+v", back, &rec)
+			}
+		})
+	}
 }

@@ -229,7 +229,7 @@ func (s *Store) heldViews(ctx context.Context, tenant string, held []intent.Held
 		i := read[j]
 		v := &machine.View{Key: held[i].Key, Fresh: true}
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
-			if v.Rec, err = decodeRecord(kvs[0].Value, kvs[0].ModRevision); err != nil {
+			if v.Rec, err = decodeRecord(tenant, held[i].Key, kvs[0].Value, kvs[0].ModRevision); err != nil {
 				return nil, err
 			}
 			v.Rev = kvs[0].ModRevision

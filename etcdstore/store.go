@@ -336,12 +336,12 @@ func (s *Store) read(ctx context.Context, tenant, key string, others []string, s
 		return nil
 	}
 	v := &machine.View{Key: key, Fresh: true, Sessions: map[string]int64{}, Others: map[string]machine.Other{}}
-	if v.Rec, v.Rev, v.Tomb, err = decodeAt(key, first(0), first(1)); err != nil {
+	if v.Rec, v.Rev, v.Tomb, err = decodeAt(tenant, key, first(0), first(1)); err != nil {
 		return nil, err
 	}
 	for i, k := range others {
 		var o machine.Other
-		if o.Rec, _, o.Tomb, err = decodeAt(k, first(2+2*i), first(3+2*i)); err != nil {
+		if o.Rec, _, o.Tomb, err = decodeAt(tenant, k, first(2+2*i), first(3+2*i)); err != nil {
 			return nil, err
 		}
 		v.Others[k] = o
@@ -357,9 +357,9 @@ func (s *Store) read(ctx context.Context, tenant, key string, others []string, s
 
 // decodeAt decodes an intent's record and tombstone as read (nil when
 // absent), and the record's mod revision.
-func decodeAt(key string, rkv, tkv *mvccpb.KeyValue) (rec *machine.Record, rev int64, tomb *machine.Tombstone, err error) {
+func decodeAt(tenant, key string, rkv, tkv *mvccpb.KeyValue) (rec *machine.Record, rev int64, tomb *machine.Tombstone, err error) {
 	if rkv != nil {
-		if rec, err = decodeRecord(rkv.Value, rkv.ModRevision); err != nil {
+		if rec, err = decodeRecord(tenant, key, rkv.Value, rkv.ModRevision); err != nil {
 			return nil, 0, nil, err
 		}
 		rev = rkv.ModRevision
@@ -560,7 +560,7 @@ func (s *Store) committed(tenant, key string, d *machine.Decision, next []byte, 
 		// Decode our own write so that the cache and the caller see
 		// exactly what a reader would.
 		var err error
-		if committed, err = decodeRecord(next, rev); err != nil {
+		if committed, err = decodeRecord(tenant, key, next, rev); err != nil {
 			return nil, err
 		}
 		s.remember(tenant, key, committed, rev)

@@ -5,7 +5,8 @@
 // source: storage/v1/storage.proto
 
 // The compact storage format of intentd's etcd values: what etcdstore
-// writes after a leading format byte (see etcdstore/schema.go). It is not
+// writes after a leading format byte (see etcdstore/schema.go): 0x01 or
+// 0x02, which differ only in what Record leaves out (see Record). It is not
 // part of intentd's API and no client ever sees it. Field numbers are the
 // format: never renumber or reuse one; add fields with new numbers, which
 // older decoders skip.
@@ -35,7 +36,8 @@ const (
 // Record is the value of an intent's key.
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// tenant and key of the intent.
+	// tenant and key of the intent: set after format byte 0x01; absent after
+	// 0x02, whose reader takes them from the record's etcd key.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Key    string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// state is the API's State number.
@@ -62,13 +64,19 @@ type Record struct {
 	UpdatedAt   *int64 `protobuf:"zigzag64,15,opt,name=updated_at,json=updatedAt,proto3,oneof" json:"updated_at,omitempty"`
 	CompletedAt *int64 `protobuf:"zigzag64,16,opt,name=completed_at,json=completedAt,proto3,oneof" json:"completed_at,omitempty"`
 	// retention is how long the record is kept once final, in nanoseconds.
-	Retention     int64  `protobuf:"varint,17,opt,name=retention,proto3" json:"retention,omitempty"`
-	RetainUntil   *int64 `protobuf:"zigzag64,18,opt,name=retain_until,json=retainUntil,proto3,oneof" json:"retain_until,omitempty"`
-	MaxAttempts   int32  `protobuf:"varint,19,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	Attempts      int32  `protobuf:"varint,20,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	EndedToken    uint64 `protobuf:"varint,21,opt,name=ended_token,json=endedToken,proto3" json:"ended_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retention   int64  `protobuf:"varint,17,opt,name=retention,proto3" json:"retention,omitempty"`
+	RetainUntil *int64 `protobuf:"zigzag64,18,opt,name=retain_until,json=retainUntil,proto3,oneof" json:"retain_until,omitempty"`
+	MaxAttempts int32  `protobuf:"varint,19,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	Attempts    int32  `protobuf:"varint,20,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	EndedToken  uint64 `protobuf:"varint,21,opt,name=ended_token,json=endedToken,proto3" json:"ended_token,omitempty"`
+	// fingerprint_of_params says the fingerprint is the SHA-256 of params
+	// (as registration computes it), which fingerprint then does not repeat.
+	FingerprintOfParams bool `protobuf:"varint,22,opt,name=fingerprint_of_params,json=fingerprintOfParams,proto3" json:"fingerprint_of_params,omitempty"`
+	// retain_from_completion says retain_until is completed_at + retention,
+	// not repeated in retain_until.
+	RetainFromCompletion bool `protobuf:"varint,23,opt,name=retain_from_completion,json=retainFromCompletion,proto3" json:"retain_from_completion,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -246,6 +254,20 @@ func (x *Record) GetEndedToken() uint64 {
 		return x.EndedToken
 	}
 	return 0
+}
+
+func (x *Record) GetFingerprintOfParams() bool {
+	if x != nil {
+		return x.FingerprintOfParams
+	}
+	return false
+}
+
+func (x *Record) GetRetainFromCompletion() bool {
+	if x != nil {
+		return x.RetainFromCompletion
+	}
+	return false
 }
 
 // Lease is a record's current (or last) lease.
@@ -502,7 +524,19 @@ type Event struct {
 	OfLease bool `protobuf:"varint,19,opt,name=of_lease,json=ofLease,proto3" json:"of_lease,omitempty"`
 	// refs_of_result says the entry's result holds exactly the record
 	// result's external refs (the accepted completion), not repeated here.
-	RefsOfResult  bool `protobuf:"varint,20,opt,name=refs_of_result,json=refsOfResult,proto3" json:"refs_of_result,omitempty"`
+	RefsOfResult bool `protobuf:"varint,20,opt,name=refs_of_result,json=refsOfResult,proto3" json:"refs_of_result,omitempty"`
+	// like_lease says the entry's time, token, mode, session and worker are
+	// the record's lease's (an entry that issued the lease under another
+	// request id than the lease's own, such as an Acquire that registered
+	// the intent); its request_id is its own.
+	LikeLease bool `protobuf:"varint,21,opt,name=like_lease,json=likeLease,proto3" json:"like_lease,omitempty"`
+	// digest_of_result says payload_sha256 is the SHA-256 of the record
+	// result's payload (the accepted completion), not repeated here.
+	DigestOfResult bool `protobuf:"varint,22,opt,name=digest_of_result,json=digestOfResult,proto3" json:"digest_of_result,omitempty"`
+	// by_holder says the entry's token, session and worker are the record's
+	// lease's (a report under it, such as the completion), not repeated
+	// here; its time, mode and request id are its own.
+	ByHolder      bool `protobuf:"varint,23,opt,name=by_holder,json=byHolder,proto3" json:"by_holder,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,6 +711,27 @@ func (x *Event) GetRefsOfResult() bool {
 	return false
 }
 
+func (x *Event) GetLikeLease() bool {
+	if x != nil {
+		return x.LikeLease
+	}
+	return false
+}
+
+func (x *Event) GetDigestOfResult() bool {
+	if x != nil {
+		return x.DigestOfResult
+	}
+	return false
+}
+
+func (x *Event) GetByHolder() bool {
+	if x != nil {
+		return x.ByHolder
+	}
+	return false
+}
+
 // Tombstone is the value of a tombstone key.
 type Tombstone struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -778,7 +833,7 @@ var File_storage_v1_storage_proto protoreflect.FileDescriptor
 const file_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"\x18storage/v1/storage.proto\x12\n" +
-	"storage.v1\"\xed\x06\n" +
+	"storage.v1\"\xd7\a\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -805,7 +860,9 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x13 \x01(\x05R\vmaxAttempts\x12\x1a\n" +
 	"\battempts\x18\x14 \x01(\x05R\battempts\x12\x1f\n" +
 	"\vended_token\x18\x15 \x01(\x04R\n" +
-	"endedToken\x1a9\n" +
+	"endedToken\x122\n" +
+	"\x15fingerprint_of_params\x18\x16 \x01(\bR\x13fingerprintOfParams\x124\n" +
+	"\x16retain_from_completion\x18\x17 \x01(\bR\x14retainFromCompletion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -835,7 +892,7 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
 	"\aFailure\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xf9\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xdf\x05\n" +
 	"\x05Event\x12\x17\n" +
 	"\x04time\x18\x01 \x01(\x12H\x00R\x04time\x88\x01\x01\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\x05R\x04kind\x12\x14\n" +
@@ -858,7 +915,11 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x06issued\x18\x11 \x01(\bR\x06issued\x12\x18\n" +
 	"\achannel\x18\x12 \x01(\tR\achannel\x12\x19\n" +
 	"\bof_lease\x18\x13 \x01(\bR\aofLease\x12$\n" +
-	"\x0erefs_of_result\x18\x14 \x01(\bR\frefsOfResultB\a\n" +
+	"\x0erefs_of_result\x18\x14 \x01(\bR\frefsOfResult\x12\x1d\n" +
+	"\n" +
+	"like_lease\x18\x15 \x01(\bR\tlikeLease\x12(\n" +
+	"\x10digest_of_result\x18\x16 \x01(\bR\x0edigestOfResult\x12\x1b\n" +
+	"\tby_holder\x18\x17 \x01(\bR\bbyHolderB\a\n" +
 	"\x05_time\"\x91\x02\n" +
 	"\tTombstone\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
