@@ -1,13 +1,19 @@
 package server
 
 import (
+	"bytes"
+	"runtime"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
 
@@ -50,17 +56,24 @@ func BenchmarkParamsToProto(b *testing.B) {
 	}
 }
 
-// A replay's kept answer is, byte for byte, the answer converted afresh
-// from the same Acquisition, and a memo keeps the first conversion only.
-func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
+// completedAcquisition is a replay of a COMPLETED intent, every field of
+// its answer set.
+func completedAcquisition() *intent.Acquisition {
 	done := time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
-	a := &intent.Acquisition{Outcome: intent.OutcomeCompleted, Memo: new(intent.Memo), Intent: &intent.Intent{
+	return &intent.Acquisition{Outcome: intent.OutcomeCompleted, Intent: &intent.Intent{
 		Tenant: "default", Key: "k", State: intent.StateCompleted, Params: []byte(`{"item":"desk lamp","n":[1,2.5,null]}`),
 		Fingerprint: "f", Labels: map[string]string{"team": "a"}, CreatedAt: done.Add(-time.Minute), UpdatedAt: done,
 		CompletedAt: done, Revision: 7, Retention: time.Hour, RetainUntil: done.Add(time.Hour), Attempts: 1,
 		Result: &intent.Result{Payload: []byte("ok"), ExternalRefs: map[string]string{"supplier_order_id": "SO-1"}},
 		Lease:  &intent.Lease{Token: 896, Mode: intent.ModeExecute, SessionID: "s", Worker: "w", AcquiredAt: done},
 	}}
+}
+
+// A replay's kept answer is, byte for byte, the answer converted afresh
+// from the same Acquisition, and a memo keeps the first conversion only.
+func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
+	a := completedAcquisition()
+	a.Memo = new(intent.Memo)
 	fresh := *a
 	fresh.Memo = nil
 	wire := func(r proto.Message) string {
@@ -80,5 +93,54 @@ func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
 	}
 	if got := wire(acquireResponse(a)); got != want {
 		t.Errorf("kept replay answer differs from the one converted afresh:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// The codec sends a kept replay answer as the bytes of a fresh conversion
+// (deterministic: maps in key order), any other answer as grpc-go's codec
+// encodes it, and forgets a kept encoding once its memo is gone.
+func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
+	fresh := completedAcquisition()
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(acquireResponse(fresh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec := requestCodec{encoding.GetCodecV2(grpcproto.Name)}
+	send := func(r *intentv1.AcquireResponse) []byte {
+		b, err := codec.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+		return b.Materialize()
+	}
+
+	a := completedAcquisition()
+	a.Memo = new(intent.Memo)
+	kept := acquireResponse(a)
+	for i := range 3 {
+		if got := send(acquireResponse(a)); !bytes.Equal(got, want) {
+			t.Errorf("replay %d sent %q, want the fresh conversion's %q", i, got, want)
+		}
+	}
+	if _, ok := keptEncoding(acquireResponse(fresh)); ok {
+		t.Error("an answer kept in no memo has a kept encoding")
+	}
+	var plain intentv1.AcquireResponse
+	if err := proto.Unmarshal(send(acquireResponse(fresh)), &plain); err != nil || !proto.Equal(&plain, kept) {
+		t.Errorf("an answer kept in no memo sent as %v (%v), want %v", &plain, err, kept)
+	}
+
+	a.Memo = nil // the store forgot the version
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		if _, ok := keptEncoding(kept); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the kept encoding outlived its memo by 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -44,9 +44,17 @@ type frame struct {
 }
 
 // requestCodec is grpc-go's proto codec, except that it hands a *frame the
-// bytes as they came.
+// bytes as they came, and sends a kept replay answer as it was encoded
+// when it was kept (keptEncoding).
 type requestCodec struct {
 	encoding.CodecV2
+}
+
+func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if b, ok := keptEncoding(v); ok {
+		return b, nil
+	}
+	return c.CodecV2.Marshal(v)
 }
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -58,8 +66,10 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // RequestCodec returns the server option that lets DecodedService and
-// DecodeInterceptors decode requests themselves. It changes nothing else:
-// every other message is encoded and decoded by grpc-go's proto codec.
+// DecodeInterceptors decode requests themselves, and that sends a replay
+// answer kept from an earlier replay as the bytes it was encoded to then.
+// It changes nothing else: every other message is encoded and decoded by
+// grpc-go's proto codec.
 func RequestCodec() grpc.ServerOption {
 	return grpc.ForceServerCodecV2(requestCodec{encoding.GetCodecV2(grpcproto.Name)})
 }

@@ -153,10 +153,11 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 
 // acquireResponse is Acquire's answer on the wire. A replay of a final
 // record is converted once per version of that record and kept in the
-// version's memo (intent.Memo): converting the record (its params above
-// all) was the largest part of a replay's own work. The kept answer is
-// shared by every later replay of that version, so nothing may modify an
-// AcquireResponse once returned.
+// version's memo (intent.Memo), encoded too (see keep): converting the
+// record (its params above all) and encoding the answer were the largest
+// part of a replay's own work. The kept answer is shared by every later
+// replay of that version, so nothing may modify an AcquireResponse once
+// returned.
 func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
 	if a.Memo != nil {
 		if r, ok := a.Memo.Load().(*intentv1.AcquireResponse); ok {
@@ -175,7 +176,7 @@ func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
 		Statement:   statement(a),
 	}
 	if a.Memo != nil {
-		a.Memo.Store(r)
+		keep(a.Memo, r)
 	}
 	return r
 }
