@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -219,15 +220,34 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, er
 func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Child, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	prefix := s.keys.parentIndex(tenant, key)
-	idx, err := s.kv.Get(rctx, prefix, clientv3.WithPrefix(), clientv3.WithLimit(maxChildren))
-	if err != nil || len(idx.Kvs) == 0 {
+	// The parent index in both layouts, merged by position: the first
+	// maxChildren of each hold the first maxChildren of both.
+	ranges := inBothLayouts(func(l int) string { return s.keys.parentIndexIn(l, tenant, key) })
+	reads := make([]clientv3.Op, len(ranges))
+	for i, r := range ranges {
+		reads[i] = clientv3.OpGet(r.prefix, clientv3.WithPrefix(), clientv3.WithLimit(maxChildren))
+	}
+	idx, err := s.kv.Txn(rctx).Then(reads...).Commit()
+	if err != nil {
 		return nil, unavailable(err)
 	}
-	ops := make([]clientv3.Op, len(idx.Kvs))
-	keys := make([]string, len(idx.Kvs))
-	for i, kv := range idx.Kvs {
-		keys[i] = indexedKey(string(kv.Key[len(prefix):]), kv.Value)
+	var entries []scanned
+	for i, r := range ranges {
+		for _, kv := range idx.Responses[i].GetResponseRange().Kvs {
+			if e, ok := scannedEntry(r, string(kv.Key[len(r.prefix):]), kv.Value); ok {
+				entries = append(entries, e)
+			}
+		}
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(entries, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })
+	entries = entries[:min(len(entries), maxChildren)]
+	ops := make([]clientv3.Op, len(entries))
+	keys := make([]string, len(entries))
+	for i, e := range entries {
+		keys[i] = e.key
 		ops[i] = clientv3.OpGet(s.keys.intent(tenant, keys[i]))
 	}
 	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()

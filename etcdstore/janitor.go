@@ -114,22 +114,48 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 }
 
 // sweepRetained removes final records whose retention ended, each with its
-// index keys, leaving a tombstone in the same transaction.
+// index keys, leaving a tombstone in the same transaction. It sweeps the
+// retention index in both layouts (see record.go).
 func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 	n := 0
-	start, end := s.keys.retentions(), s.keys.retentions()+timeKey(now.Add(time.Nanosecond))
+	for _, r := range inBothLayouts(s.keys.retentionsIn) {
+		removed, err := s.sweepRetainedIn(ctx, r, now)
+		n += removed
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) sweepRetainedIn(ctx context.Context, r indexRange, now time.Time) (int, error) {
+	n := 0
+	due := now.Add(time.Nanosecond)
+	start, end := r.prefix, r.prefix+timeKey(due)
+	if r.layout == layoutCompact {
+		end = r.prefix + timeBytes(due)
+	}
 	for {
 		resp, err := s.get(ctx, start, 0, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepBatch))
 		if err != nil {
 			return n, err
 		}
 		for _, kv := range resp.Kvs {
-			// <prefix>x/r/<until>/<tenant>/<key>
-			parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), s.keys.retentions()), "/", 3)
-			if len(parts) != 3 {
+			// <prefix>Xr<8 bytes: until><tenant>/<key>, or
+			// <prefix>x/r/<20 digits: until>/<tenant>/<key>
+			rest := string(kv.Key[len(r.prefix):])
+			if r.layout == layoutCompact && len(rest) > 8 {
+				rest = rest[8:]
+			} else if _, after, ok := strings.Cut(rest, "/"); ok && r.layout == layoutDecimal {
+				rest = after
+			} else {
 				continue
 			}
-			removed, err := s.remove(ctx, parts[1], parts[2], now)
+			tenant, key, ok := strings.Cut(rest, "/")
+			if !ok {
+				continue
+			}
+			removed, err := s.remove(ctx, tenant, key, now)
 			if err != nil {
 				return n, err
 			}

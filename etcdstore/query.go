@@ -27,25 +27,38 @@ const (
 )
 
 // pageToken continues a listing: every page reads revision Rev, after the
-// index position After.
+// index position After (see position: bytes, so JSON carries them in
+// base64). Tokens of earlier versions held the position in the decimal
+// layout, as text, in Decimal; they continue as before.
 type pageToken struct {
-	Rev   int64  `json:"r"`
-	After string `json:"a"`
+	Rev     int64  `json:"r"`
+	After   []byte `json:"p,omitempty"`
+	Decimal string `json:"a,omitempty"`
 }
 
-func decodePageToken(s string) (pageToken, error) {
-	var t pageToken
+// decodePageToken is the revision and position a token continues from.
+func decodePageToken(s string) (rev int64, after string, err error) {
 	if s == "" {
-		return t, nil
+		return 0, "", nil
 	}
+	var t pageToken
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err == nil {
 		err = json.Unmarshal(b, &t)
 	}
-	if err != nil || t.Rev <= 0 {
-		return t, intent.Invalid("page_token", "not a token this server issued")
+	after = string(t.After)
+	if err == nil && t.Decimal != "" {
+		var e scanned
+		var ok bool
+		if e, ok = scannedEntry(indexRange{layout: layoutDecimal}, t.Decimal, nil); !ok {
+			err = errors.New("not a position")
+		}
+		after = e.order
 	}
-	return t, nil
+	if err != nil || t.Rev <= 0 || (after != "" && len(after) < 8) {
+		return 0, "", intent.Invalid("page_token", "not a token this server issued")
+	}
+	return t.Rev, after, nil
 }
 
 func (t pageToken) String() string {
@@ -69,7 +82,8 @@ func matches(r *machine.Record, f *intent.Filter) bool {
 	return f.ParentKey == "" || r.ParentKey == f.ParentKey
 }
 
-// scanned is an index entry: its position and the intent it names.
+// scanned is an index entry: its position (see position) and the intent
+// it names.
 type scanned struct {
 	order string
 	key   string
@@ -90,40 +104,44 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 	case size < 0 || size > MaxPageSize:
 		return nil, intent.Invalid("page_size", "%d is outside [1, %d]", size, MaxPageSize)
 	}
-	tok, err := decodePageToken(q.PageToken)
+	rev, after, err := decodePageToken(q.PageToken)
 	if err != nil {
 		return nil, err
 	}
-	var prefixes []string
+	// Each index in both layouts (see record.go): a record's entries are
+	// in one of them, and both sort by position.
+	var ranges []indexRange
 	switch {
 	case q.Label != nil:
-		prefixes = []string{s.keys.labelIndex(q.Tenant, *q.Label)}
+		ranges = inBothLayouts(func(l int) string { return s.keys.labelIndexIn(l, q.Tenant, *q.Label) })
 	case q.ParentKey != "":
-		prefixes = []string{s.keys.parentIndex(q.Tenant, q.ParentKey)}
+		ranges = inBothLayouts(func(l int) string { return s.keys.parentIndexIn(l, q.Tenant, q.ParentKey) })
 	default:
 		states := q.States
 		if len(states) == 0 {
 			states = allStates
 		}
 		for _, st := range states {
-			if p := s.keys.stateIndex(q.Tenant, st); !slices.Contains(prefixes, p) {
-				prefixes = append(prefixes, p)
+			for _, r := range inBothLayouts(func(l int) string { return s.keys.stateIndexIn(l, q.Tenant, st) }) {
+				if !slices.Contains(ranges, r) {
+					ranges = append(ranges, r)
+				}
 			}
 		}
 	}
 
-	rev, after := tok.Rev, tok.After
 	page := &intent.Page{}
 	examined, exhausted := 0, false
 	for len(page.Intents) < size && examined < scanBudget && !exhausted {
 		var cands []scanned
 		exhausted = true
-		for _, p := range prefixes {
-			start := p
+		for _, r := range ranges {
+			start := r.prefix
 			if after != "" {
-				start = p + after + "\x00"
+				order, _ := positionIn(r.layout, after)
+				start = r.prefix + order + "\x00"
 			}
-			resp, err := s.get(ctx, start, rev, clientv3.WithRange(clientv3.GetPrefixRangeEnd(p)), clientv3.WithLimit(int64(size)))
+			resp, err := s.get(ctx, start, rev, clientv3.WithRange(clientv3.GetPrefixRangeEnd(r.prefix)), clientv3.WithLimit(int64(size)))
 			if err != nil {
 				return nil, err
 			}
@@ -132,8 +150,9 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 			}
 			exhausted = exhausted && !resp.More
 			for _, kv := range resp.Kvs {
-				order := string(kv.Key[len(p):])
-				cands = append(cands, scanned{order: order, key: indexedKey(order, kv.Value)})
+				if e, ok := scannedEntry(r, string(kv.Key[len(r.prefix):]), kv.Value); ok {
+					cands = append(cands, e)
+				}
 			}
 		}
 		slices.SortFunc(cands, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })
@@ -163,7 +182,7 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 	}
 	page.Revision = rev
 	if !exhausted {
-		page.NextPageToken = pageToken{Rev: rev, After: after}.String()
+		page.NextPageToken = pageToken{Rev: rev, After: []byte(after)}.String()
 	}
 	return page, nil
 }

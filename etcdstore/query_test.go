@@ -6,6 +6,7 @@ package etcdstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -332,36 +334,40 @@ func rawKVs(t *testing.T, c *cluster, prefix string) map[string]string {
 	return out
 }
 
-// wantIndexes is every index entry the records imply, by the layout of
-// record.go: tenant-scoped state, label and parent entries ordered by
-// registration, and the cluster-wide holder, retention and unfinished
-// entries the janitor scans, each with an empty value (the key names the
-// intent).
+// wantIndexes is every index entry the records imply, by the compact
+// layout of record.go (every record of the test was written by this
+// version): tenant-scoped state, label and parent entries ordered by
+// registration (8 big-endian bytes of nanoseconds, sign bit flipped, then
+// the key), and the cluster-wide holder, retention and unfinished entries
+// the janitor scans, each with an empty value (the key names the intent).
 func wantIndexes(recs []rawRecord) map[string]string {
 	const p = "/intentd/v1/"
 	tk := func(t time.Time) string { return fmt.Sprintf("%020d", t.UnixNano()) }
+	tb := func(t time.Time) string {
+		return string(binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())^(1<<63)))
+	}
 	out := map[string]string{}
 	for _, r := range recs {
-		x := p + "t/" + r.Tenant + "/x/"
-		order := tk(r.CreatedAt) + "/" + r.Key
-		out[x+"s/"+r.State.String()+"/"+order] = ""
+		x := p + "t/" + r.Tenant + "/X"
+		order := tb(r.CreatedAt) + r.Key
+		out[x+"s"+strconv.Itoa(int(r.State))+order] = ""
 		for n, v := range r.Labels {
-			out[x+"l/"+url.QueryEscape(n)+"="+url.QueryEscape(v)+"/"+order] = ""
+			out[x+"l"+url.QueryEscape(n)+"="+url.QueryEscape(v)+"/"+order] = ""
 		}
 		if r.ParentKey != "" {
-			out[x+"p/"+url.QueryEscape(r.ParentKey)+"/"+order] = ""
+			out[x+"p"+url.QueryEscape(r.ParentKey)+"/"+order] = ""
 		}
 		if r.State == intent.StateInProgress && r.Lease != nil && r.Lease.SessionID != "" {
 			out[p+"x/h/"+r.Tenant+"/"+r.Lease.SessionID+"/"+r.Key] = ""
 		}
 		if r.State.Final() && !r.RetainUntil.IsZero() {
-			out[p+"x/r/"+tk(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key] = ""
+			out[p+"Xr"+tb(r.RetainUntil)+r.Tenant+"/"+r.Key] = ""
 		}
 		if !r.State.Final() {
 			out[p+"x/o/"+tk(r.CreatedAt)+"/"+r.Tenant+"/"+r.Key] = ""
 		}
 		if r.State == intent.StateUnknown || r.State == intent.StateNeedsReview {
-			out[p+"x/q/"+r.State.String()+"/"+r.Tenant+"/"+order] = ""
+			out[p+"x/q/"+r.State.String()+"/"+r.Tenant+"/"+tk(r.CreatedAt)+"/"+r.Key] = ""
 		}
 	}
 	return out
@@ -588,6 +594,8 @@ func TestIndexesMatchRecordsUnderConcurrentTransitions(t *testing.T) {
 	}
 	got := rawKVs(t, c, "/intentd/v1/t/default/x/")
 	maps.Copy(got, rawKVs(t, c, "/intentd/v1/x/"))
+	maps.Copy(got, rawKVs(t, c, "/intentd/v1/t/default/X"))
+	maps.Copy(got, rawKVs(t, c, "/intentd/v1/Xr"))
 	want := wantIndexes(recs)
 	for k := range rawKVs(t, c, "/intentd/v1/t/default/s/") {
 		want["/intentd/v1/x/ss/default/"+strings.TrimPrefix(k, "/intentd/v1/t/default/s/")] = ""

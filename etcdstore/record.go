@@ -1,10 +1,12 @@
 package etcdstore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,19 +36,68 @@ func (k keys) parseIntent(etcdKey string) (tenant, key string, ok bool) {
 	return tenant, key, ok && !strings.Contains(tenant, "/")
 }
 
-// Index prefixes. An index entry's key ends in the record's order (see
-// order), which ends in the intent key; its value is empty (see
-// indexedKey).
-func (k keys) stateIndex(tenant string, st intent.State) string {
+// Index layouts. A record's tenant-scoped state, label and parent entries
+// end in its order (registration time, then key), its cluster-wide
+// retention entry in its end of retention, tenant and key; every value is
+// empty (see indexedKey). Two layouts spell them:
+//
+//   - layoutCompact, written by this version: one-letter tags, the state as
+//     one digit, and times as 8 big-endian bytes, e.g.
+//     t/<tenant>/Xs4<8 bytes><key> and Xr<8 bytes><tenant>/<key>;
+//   - layoutDecimal, of earlier versions: x/s/<STATE>/<20-digit ns>/<key>,
+//     x/r/<20-digit ns>/<tenant>/<key>, which existing data dirs hold.
+//
+// Both sort by the same (time, key), so List, children and the janitor
+// read both and merge; a record's next write moves its entries to the
+// compact layout (the decimal ones are deleted in the same transaction), and
+// its stored form says which layout its entries are in (IndexLayout). The
+// holder, unfinished, review-queue and tombstone-retention indexes keep one
+// layout.
+const (
+	layoutDecimal = 0
+	layoutCompact = 1
+)
+
+func (k keys) stateIndexIn(layout int, tenant string, st intent.State) string {
+	if layout == layoutCompact {
+		return k.tenant(tenant) + "Xs" + string([]byte{'0' + byte(st)})
+	}
 	return k.tenant(tenant) + "x/s/" + st.String() + "/"
 }
 
-func (k keys) labelIndex(tenant string, l intent.Label) string {
-	return k.tenant(tenant) + "x/l/" + url.QueryEscape(l.Name) + "=" + url.QueryEscape(l.Value) + "/"
+func (k keys) labelIndexIn(layout int, tenant string, l intent.Label) string {
+	tag := "x/l/"
+	if layout == layoutCompact {
+		tag = "Xl"
+	}
+	return k.tenant(tenant) + tag + url.QueryEscape(l.Name) + "=" + url.QueryEscape(l.Value) + "/"
 }
 
-func (k keys) parentIndex(tenant, parent string) string {
-	return k.tenant(tenant) + "x/p/" + url.QueryEscape(parent) + "/"
+func (k keys) parentIndexIn(layout int, tenant, parent string) string {
+	tag := "x/p/"
+	if layout == layoutCompact {
+		tag = "Xp"
+	}
+	return k.tenant(tenant) + tag + url.QueryEscape(parent) + "/"
+}
+
+func (k keys) retentionsIn(layout int) string {
+	if layout == layoutCompact {
+		return k.prefix + "Xr"
+	}
+	return k.prefix + "x/r/"
+}
+
+// indexRange is an index prefix in one layout.
+type indexRange struct {
+	prefix string
+	layout int
+}
+
+// inBothLayouts is the ranges of one index: the compact layout's and the
+// decimal one's.
+func inBothLayouts(at func(layout int) string) []indexRange {
+	return []indexRange{{at(layoutCompact), layoutCompact}, {at(layoutDecimal), layoutDecimal}}
 }
 
 // The cluster-wide indexes the janitor scans: intents held per session,
@@ -68,7 +119,6 @@ func (k keys) openSession(tenant, id string) string {
 	return k.openSessions() + tenant + "/" + id
 }
 
-func (k keys) retentions() string     { return k.prefix + "x/r/" }
 func (k keys) tombRetentions() string { return k.prefix + "x/zr/" }
 func (k keys) election() string       { return k.prefix + "janitor/" }
 
@@ -76,60 +126,111 @@ func (k keys) election() string       { return k.prefix + "janitor/" }
 // Store.Installation).
 func (k keys) installation() string { return k.prefix + "installation" }
 
-// timeKey is a fixed-width, byte-ordered spelling of t.
+// timeKey is a fixed-width, byte-ordered decimal spelling of t (the
+// decimal layout, and the indexes with one layout).
 func timeKey(t time.Time) string { return fmt.Sprintf("%020d", t.UnixNano()) }
 
-// order is where a record sorts in the tenant-scoped indexes: by
-// registration time, then key. It never changes over the record's life.
-func order(r *machine.Record) string { return timeKey(r.CreatedAt) + "/" + r.Key }
+// timeBytes is the compact layout's spelling of t: 8 big-endian bytes of
+// its nanoseconds, the sign bit flipped so that they sort as the times do.
+func timeBytes(t time.Time) string { return timeBytesOf(t.UnixNano()) }
 
-// indexKeys lists every index key a record version needs. Transitions put
-// the keys the new version gains and delete the ones it loses, in the same
-// transaction as the record, so the indexes cannot drift from the records.
-func (k keys) indexKeys(r *machine.Record) []string {
+func timeBytesOf(ns int64) string {
+	return string(binary.BigEndian.AppendUint64(nil, uint64(ns)^(1<<63)))
+}
+
+// position is where an entry sorts in a tenant-scoped index, the same in
+// either layout: its registration time (compact spelling), then its key.
+// List's page tokens carry one.
+func position(created time.Time, key string) string { return timeBytes(created) + key }
+
+// positionIn is the order an entry at position pos has in layout's keys:
+// the position itself, or the decimal "<20 digits>/<key>"; false when pos is
+// not a position.
+func positionIn(layout int, pos string) (string, bool) {
+	if len(pos) < 8 {
+		return "", false
+	}
+	if layout == layoutCompact {
+		return pos, true
+	}
+	ns := int64(binary.BigEndian.Uint64([]byte(pos[:8])) ^ (1 << 63))
+	return fmt.Sprintf("%020d", ns) + "/" + pos[8:], true
+}
+
+// scannedEntry is the position and intent key of an index entry of range r
+// whose key ends in order (the part after r's prefix).
+func scannedEntry(r indexRange, order string, value []byte) (scanned, bool) {
+	if r.layout == layoutCompact {
+		if len(order) < 8 {
+			return scanned{}, false
+		}
+		return scanned{order: order, key: order[8:]}, true
+	}
+	digits, key, ok := strings.Cut(order, "/")
+	ns, err := strconv.ParseInt(digits, 10, 64)
+	if !ok || err != nil {
+		return scanned{}, false
+	}
+	return scanned{order: timeBytesOf(ns) + indexedKey(key, value), key: indexedKey(key, value)}, true
+}
+
+// indexKeys lists every index key a record version needs in layout.
+// Transitions put the keys the new version gains and delete the ones it
+// loses, in the same transaction as the record, so the indexes cannot
+// drift from the records.
+func (k keys) indexKeys(r *machine.Record, layout int) []string {
 	if r == nil {
 		return nil
 	}
-	o := order(r)
-	out := []string{k.stateIndex(r.Tenant, r.State) + o}
+	var o, retention string
+	if layout == layoutCompact {
+		o, retention = position(r.CreatedAt, r.Key), timeBytes(r.RetainUntil)+r.Tenant+"/"+r.Key
+	} else {
+		o, retention = timeKey(r.CreatedAt)+"/"+r.Key, timeKey(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key
+	}
+	out := []string{k.stateIndexIn(layout, r.Tenant, r.State) + o}
 	for name, value := range r.Labels {
-		out = append(out, k.labelIndex(r.Tenant, intent.Label{Name: name, Value: value})+o)
+		out = append(out, k.labelIndexIn(layout, r.Tenant, intent.Label{Name: name, Value: value})+o)
 	}
 	if r.ParentKey != "" {
-		out = append(out, k.parentIndex(r.Tenant, r.ParentKey)+o)
+		out = append(out, k.parentIndexIn(layout, r.Tenant, r.ParentKey)+o)
 	}
 	if r.State == intent.StateInProgress && r.Lease != nil && r.Lease.SessionID != "" {
 		out = append(out, k.holder(r.Tenant, r.Lease.SessionID)+r.Key)
 	}
 	if r.State.Final() && !r.RetainUntil.IsZero() {
-		out = append(out, k.retentions()+timeKey(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key)
+		out = append(out, k.retentionsIn(layout)+retention)
 	}
 	if !r.State.Final() {
 		out = append(out, k.unfinished()+timeKey(r.CreatedAt)+"/"+r.Tenant+"/"+r.Key)
 	}
 	if r.State == intent.StateUnknown || r.State == intent.StateNeedsReview {
-		out = append(out, k.reviewQueue(r.State)+r.Tenant+"/"+o)
+		out = append(out, k.reviewQueue(r.State)+r.Tenant+"/"+timeKey(r.CreatedAt)+"/"+r.Key)
 	}
 	return out
 }
 
-// indexedKey is the intent key a tenant-scoped index entry names, from
-// the order its key ends in: the part after the registration time. Entries
-// written by earlier versions hold the intent key as their value too,
-// which is then taken as it is.
-func indexedKey(order string, value []byte) string {
+// indexedKey is the intent key a decimal-layout entry names: the key its
+// order ends in, or, in entries of earlier versions that held it as their
+// value, the value.
+func indexedKey(key string, value []byte) string {
 	if len(value) > 0 {
 		return string(value)
 	}
-	_, key, _ := strings.Cut(order, "/")
 	return key
 }
 
-// indexOps turns the index difference between two versions into etcd ops.
-// An entry's value is empty: its key already ends in the intent key, and
+// indexOps turns the index difference between two versions into etcd ops:
+// from's entries are in the layout it was read in, to's in the compact one
+// (so a record's first write by this version moves its entries). An
+// entry's value is empty: its key already ends in the intent key, and
 // bbolt is charged for every byte of both.
 func (k keys) indexOps(from, to *machine.Record) []clientv3.Op {
-	old, next := k.indexKeys(from), k.indexKeys(to)
+	var old []string
+	if from != nil {
+		old = k.indexKeys(from, from.IndexLayout)
+	}
+	next := k.indexKeys(to, layoutCompact)
 	var ops []clientv3.Op
 	for _, key := range old {
 		if !slices.Contains(next, key) {

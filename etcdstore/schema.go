@@ -65,7 +65,9 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 func encodeRecord(r *machine.Record) ([]byte, error) {
 	m, err := toCompact(r)
 	if err == nil {
-		m.Tenant, m.Key = "", ""
+		// The record's write puts its index entries in the compact layout
+		// (indexOps), whatever layout it was read in.
+		m.Tenant, m.Key, m.IndexLayout = "", "", layoutCompact
 		var b []byte
 		if b, err = marshal.MarshalAppend([]byte{formatCompact}, m); err == nil {
 			return b, nil
@@ -229,6 +231,7 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 		MaxAttempts:   int(m.MaxAttempts),
 		Attempts:      int(m.Attempts),
 		EndedToken:    fencing.Token(m.EndedToken),
+		IndexLayout:   int(m.IndexLayout),
 	}
 	if m.FingerprintOfParams {
 		r.Fingerprint = intent.Fingerprint(r.Params)

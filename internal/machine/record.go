@@ -43,6 +43,11 @@ type Record struct {
 	MaxAttempts int
 	Attempts    int
 	EndedToken  fencing.Token
+	// IndexLayout is the store's layout of the index entries of the
+	// version read (a store's concern, so that a record's next write can
+	// move them to the current one); a decision copies it and never reads
+	// it.
+	IndexLayout int
 }
 
 // Lease is the current (or last) lease of an intent.

@@ -75,8 +75,12 @@ type Record struct {
 	// retain_from_completion says retain_until is completed_at + retention,
 	// not repeated in retain_until.
 	RetainFromCompletion bool `protobuf:"varint,23,opt,name=retain_from_completion,json=retainFromCompletion,proto3" json:"retain_from_completion,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// index_layout is the layout of the record's index entries (see
+	// etcdstore/record.go): 0, the earlier versions' (decimal times, state
+	// names); 1, the compact one.
+	IndexLayout   uint32 `protobuf:"varint,24,opt,name=index_layout,json=indexLayout,proto3" json:"index_layout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
@@ -268,6 +272,13 @@ func (x *Record) GetRetainFromCompletion() bool {
 		return x.RetainFromCompletion
 	}
 	return false
+}
+
+func (x *Record) GetIndexLayout() uint32 {
+	if x != nil {
+		return x.IndexLayout
+	}
+	return 0
 }
 
 // Lease is a record's current (or last) lease.
@@ -833,7 +844,7 @@ var File_storage_v1_storage_proto protoreflect.FileDescriptor
 const file_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"\x18storage/v1/storage.proto\x12\n" +
-	"storage.v1\"\xd7\a\n" +
+	"storage.v1\"\xfa\a\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -862,7 +873,8 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\vended_token\x18\x15 \x01(\x04R\n" +
 	"endedToken\x122\n" +
 	"\x15fingerprint_of_params\x18\x16 \x01(\bR\x13fingerprintOfParams\x124\n" +
-	"\x16retain_from_completion\x18\x17 \x01(\bR\x14retainFromCompletion\x1a9\n" +
+	"\x16retain_from_completion\x18\x17 \x01(\bR\x14retainFromCompletion\x12!\n" +
+	"\findex_layout\x18\x18 \x01(\rR\vindexLayout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
