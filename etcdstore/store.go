@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/bytelru"
 	"github.com/intentd/intentd/internal/machine"
 )
 
@@ -32,9 +32,12 @@ type Config struct {
 	// after ambiguous outcomes; past it the store returns
 	// intent.ErrUnavailable.
 	OperationTimeout time.Duration
-	// CacheSize is how many records the store remembers: final ones are
-	// replayed from memory; others only seed an optimistic write.
-	CacheSize int
+	// CacheBytes bounds the memory of what the store remembers, in bytes
+	// of Go heap as estimated per entry (cache.go): records, of which
+	// final ones are replayed from memory and others only seed an
+	// optimistic write, and sessions (1/16 of it). The least recently
+	// used go first.
+	CacheBytes int64
 	// DefaultRetention is how long a final record is kept when its
 	// registration names no retention; MaxRetention is the most a
 	// registration may ask for. TombstoneRetention is how long the
@@ -62,6 +65,15 @@ type Config struct {
 	ObserveTxn func(write bool, d time.Duration)
 }
 
+// DefaultCacheBytes is the default of Config.CacheBytes: about 50,000
+// completed intents of the benchmark's size (a record of 300-byte params
+// and result with its history is about 1.3 KB decoded), the last minute
+// of a busy installation's work, which is when retries come.
+const DefaultCacheBytes = 64 << 20
+
+// minCacheBytes leaves room for some records and sessions.
+const minCacheBytes = 1 << 20
+
 // DefaultMaxAttempts is the default of Config.MaxAttempts: enough for a
 // downstream outage of a few minutes to pass through reconciliation (a
 // failed lookup is a MarkUnknown, and counts), few enough that an intent
@@ -74,7 +86,7 @@ func DefaultConfig() Config {
 		Prefix:             "/intentd/v1/",
 		RequestTimeout:     3 * time.Second,
 		OperationTimeout:   10 * time.Second,
-		CacheSize:          100_000,
+		CacheBytes:         DefaultCacheBytes,
 		DefaultRetention:   30 * 24 * time.Hour,
 		MaxRetention:       365 * 24 * time.Hour,
 		TombstoneRetention: 2 * 365 * 24 * time.Hour,
@@ -113,8 +125,8 @@ func (c Config) Validate() error {
 	if c.OperationTimeout < c.RequestTimeout {
 		badAgainst("OperationTimeout", c.OperationTimeout, "must be at least", "RequestTimeout", c.RequestTimeout)
 	}
-	if c.CacheSize < 1 {
-		bad("CacheSize", strconv.Itoa(c.CacheSize), "must be at least 1")
+	if c.CacheBytes < minCacheBytes {
+		bad("CacheBytes", strconv.FormatInt(c.CacheBytes, 10), fmt.Sprintf("must be at least %d (1 MiB)", minCacheBytes))
 	}
 	if c.DefaultRetention > c.MaxRetention {
 		badAgainst("DefaultRetention", c.DefaultRetention, "must be at most", "MaxRetention", c.MaxRetention)
@@ -187,10 +199,10 @@ type Store struct {
 	watcher clientv3.Watcher
 
 	// records remembers the newest version this store saw of each intent.
-	records *lru.Cache[string, cached]
+	records *bytelru.Cache[string, cached]
 	// sessions remembers sessions this store saw; a session never changes
 	// once opened, it only ends.
-	sessions *lru.Cache[string, session]
+	sessions *bytelru.Cache[string, session]
 
 	// rules are the state diagram's settings (package machine).
 	rules machine.Rules
@@ -282,11 +294,12 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	records, err := lru.New[string, cached](cfg.CacheSize)
+	forSessions := cfg.CacheBytes / sessionCacheShare
+	records, err := bytelru.New(cfg.CacheBytes-forSessions, cachedBytes)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
-	sessions, err := lru.New[string, session](cfg.CacheSize)
+	sessions, err := bytelru.New(forSessions, sessionBytes)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}

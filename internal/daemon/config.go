@@ -273,6 +273,7 @@ var storeFlags = map[string]string{
 	"MaxRetention":       "--max-retention",
 	"TombstoneRetention": "--tombstone-retention",
 	"MaxAttempts":        "--max-attempts",
+	"CacheBytes":         "--cache-bytes",
 }
 
 // storeFlag is the flag of a store field, or "store " and the field's name

@@ -15,7 +15,7 @@ import (
 // itself, so a new store field cannot reach the operator under its Go
 // name unnoticed.
 func TestEveryStoreFieldHasItsFlagOrIsTheDaemons(t *testing.T) {
-	setByDaemon := map[string]bool{"CacheSize": true, "Now": true, "Logger": true, "TracerProvider": true, "ObserveTxn": true}
+	setByDaemon := map[string]bool{"Now": true, "Logger": true, "TracerProvider": true, "ObserveTxn": true}
 	typ := reflect.TypeFor[etcdstore.Config]()
 	fields := map[string]bool{}
 	for f := range typ.Fields() {
@@ -50,7 +50,8 @@ func TestBadStoreFieldNamesItsFlag(t *testing.T) {
 		{"max retention", func(c *etcdstore.Config) { c.MaxRetention = time.Hour }, "--retention 720h0m0s: must be at most --max-retention 1h0m0s"},
 		{"tombstone retention", func(c *etcdstore.Config) { c.TombstoneRetention = time.Hour }, "--tombstone-retention 1h0m0s: must be at least --retention 720h0m0s"},
 		{"max attempts", func(c *etcdstore.Config) { c.MaxAttempts = 0 }, "--max-attempts 0: want 1 to 1000"},
-		{"a field the daemon sets", func(c *etcdstore.Config) { c.CacheSize = 0 }, "store CacheSize 0: must be at least 1"},
+		{"cache bytes", func(c *etcdstore.Config) { c.CacheBytes = 1000 }, "--cache-bytes 1000: must be at least 1048576 (1 MiB)"},
+		{"a field the daemon sets", func(c *etcdstore.Config) { c.Logger = nil }, "store Logger: must be set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -148,6 +148,7 @@ argument.`,
 	f.DurationVar(&cfg.Store.MaxRetention, "max-retention", cfg.Store.MaxRetention, "the longest retention a registration may ask for")
 	f.DurationVar(&cfg.Store.TombstoneRetention, "tombstone-retention", cfg.Store.TombstoneRetention, "how long the tombstone of a removed record is kept")
 	f.IntVar(&cfg.Store.MaxAttempts, "max-attempts", cfg.Store.MaxAttempts, "attempts of an intent that may end without a report (lease lapsed, MarkUnknown) before it goes to NEEDS_REVIEW, unless its registration sets max_attempts (1-1000)")
+	f.Int64Var(&cfg.Store.CacheBytes, "cache-bytes", cfg.Store.CacheBytes, "memory for remembered records (final ones replay without etcd) and sessions, in bytes of heap (at least 1 MiB)")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the gRPC listener (turns TLS on; reloaded on change or SIGHUP)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA that client certificates must chain to (mutual TLS)")

@@ -1,0 +1,115 @@
+package etcdstore
+
+import (
+	"math/bits"
+	"unsafe"
+
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/machine"
+)
+
+// The store's caches are bounded in bytes (Config.CacheBytes), each entry
+// counted at the estimate below: the Go heap its key and value occupy,
+// headers and what they point to, as decoded from etcd. The estimate
+// counts each allocation (a struct, a string's or slice's bytes) rounded
+// up as Go's allocator rounds it (alloc), and a map as the groups of slots
+// Go's maps allocate. TestCacheEstimateIsTheHeapARecordHolds
+// measures it against the heap that decoded records occupy: whatever a
+// cached entry comes to hold (a new field of machine.Record, a converted
+// answer next to it) must be counted here.
+
+// sessionCacheShare is the part of Config.CacheBytes the session cache
+// gets; the records get the rest. A session entry is about 250 bytes and
+// a worker holds one, while records are one per intent.
+const sessionCacheShare = 16
+
+// A map of strings is a header and groups of 8 slots (a key and a value
+// header each) behind 8 control bytes, filled to 7/8 at most.
+const (
+	mapHeader    = 48
+	mapGroupSize = 8 + 8*2*16
+)
+
+var (
+	recordSize  = int64(unsafe.Sizeof(machine.Record{}))
+	leaseSize   = int64(unsafe.Sizeof(machine.Lease{}))
+	resultSize  = int64(unsafe.Sizeof(intent.Result{}))
+	failureSize = int64(unsafe.Sizeof(intent.Failure{}))
+	eventSize   = int64(unsafe.Sizeof(intent.Event{}))
+)
+
+// alloc is n bytes as Go's allocator hands them out: small sizes in
+// classes 8 or 16 bytes apart, larger ones in steps of an eighth of
+// their power of two (close to its size classes; above 32 KiB, pages).
+func alloc(n int) int64 {
+	switch {
+	case n <= 0:
+		return 0
+	case n <= 32:
+		return int64((n + 7) &^ 7)
+	case n <= 256:
+		return int64((n + 15) &^ 15)
+	}
+	step := 1 << (bits.Len(uint(n-1)) - 3)
+	return int64((n + step - 1) &^ (step - 1))
+}
+
+// cachedBytes estimates a record cache entry besides the cache's own
+// (bytelru.EntryOverhead): its key's bytes, the value and its record.
+func cachedBytes(key string, c cached) int64 {
+	return alloc(len(key)) + int64(unsafe.Sizeof(c)) + recordBytes(c.rec)
+}
+
+// recordBytes estimates the heap a decoded record occupies.
+func recordBytes(r *machine.Record) int64 {
+	if r == nil {
+		return 0
+	}
+	n := alloc(int(recordSize)) + alloc(len(r.Tenant)) + alloc(len(r.Key)) + alloc(cap(r.Params)) +
+		alloc(len(r.ParamsVersion)) + alloc(len(r.Fingerprint)) + alloc(len(r.ParentKey))
+	n += stringMapBytes(r.Labels)
+	if l := r.Lease; l != nil {
+		n += alloc(int(leaseSize)) + alloc(len(l.SessionID)) + alloc(len(l.Worker)) + alloc(len(l.RequestID))
+	}
+	n += resultBytes(r.Result) + failureBytes(r.Failure)
+	n += alloc(cap(r.History) * int(eventSize))
+	for i := range r.History {
+		e := &r.History[i]
+		n += alloc(len(e.SessionID)) + alloc(len(e.Worker)) + alloc(len(e.PayloadSHA256)) + alloc(len(e.Reason)) +
+			alloc(len(e.Principal)) + alloc(len(e.Channel)) + alloc(len(e.RequestID))
+		n += resultBytes(e.Result) + failureBytes(e.Failure)
+	}
+	return n
+}
+
+func resultBytes(r *intent.Result) int64 {
+	if r == nil {
+		return 0
+	}
+	return alloc(int(resultSize)) + alloc(cap(r.Payload)) + stringMapBytes(r.ExternalRefs)
+}
+
+func failureBytes(f *intent.Failure) int64 {
+	if f == nil {
+		return 0
+	}
+	return alloc(int(failureSize)) + alloc(len(f.Code)) + alloc(len(f.Message))
+}
+
+func stringMapBytes(m map[string]string) int64 {
+	if m == nil {
+		return 0
+	}
+	groups := max(1, (len(m)*8+6)/7/8)
+	n := alloc(mapHeader) + alloc(groups*mapGroupSize)
+	for k, v := range m {
+		n += alloc(len(k)) + alloc(len(v))
+	}
+	return n
+}
+
+// sessionBytes estimates a session cache entry besides the cache's own:
+// its key's bytes and the session.
+func sessionBytes(key string, s session) int64 {
+	return int64(unsafe.Sizeof(s)) + alloc(len(key)) + alloc(len(s.tenant)) + alloc(len(s.id)) + alloc(len(s.rec.Worker))
+}
