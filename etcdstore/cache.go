@@ -15,11 +15,12 @@ import (
 // up as Go's allocator rounds it (alloc), and a map as the groups of slots
 // Go's maps allocate. TestCacheEstimateIsTheHeapARecordHolds
 // measures it against the heap that decoded records occupy: whatever a
-// cached entry comes to hold (a new field of machine.Record, a converted
-// answer next to it) must be counted here.
+// cached entry comes to hold (a new field of machine.Record, the converted
+// answer in its memo, counted from the first replay on) must be counted
+// here.
 
 // sessionCacheShare is the part of Config.CacheBytes the session cache
-// gets; the records get the rest. A session entry is about 250 bytes and
+// gets; the records get the rest. A session entry is about 300 bytes and
 // a worker holds one, while records are one per intent.
 const sessionCacheShare = 16
 
@@ -57,7 +58,24 @@ func alloc(n int) int64 {
 // cachedBytes estimates a record cache entry besides the cache's own
 // (bytelru.EntryOverhead): its key's bytes, the value and its record.
 func cachedBytes(key string, c cached) int64 {
-	return alloc(len(key)) + int64(unsafe.Sizeof(c)) + recordBytes(c.rec)
+	n := alloc(len(key)) + int64(unsafe.Sizeof(c)) + recordBytes(c.rec)
+	if c.memo != nil {
+		n += alloc(int(unsafe.Sizeof(*c.memo)))
+	}
+	if c.replayed {
+		n += memoBytes(c.rec)
+	}
+	return n
+}
+
+// memoBytes is what a replayed final record's memo may hold: the server's
+// converted answer (intent.MemoBytes).
+func memoBytes(r *machine.Record) int64 {
+	payload := 0
+	if r.Result != nil {
+		payload = len(r.Result.Payload)
+	}
+	return intent.MemoBytes(len(r.Params), payload)
 }
 
 // recordBytes estimates the heap a decoded record occupies.

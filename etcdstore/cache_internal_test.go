@@ -3,70 +3,60 @@ package etcdstore
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/intentd/intentd/internal/etcdtest"
 )
 
 // The record cache's estimate of an entry is the heap a record decoded
 // from etcd occupies, within the allocator's rounding: measured for every
-// golden record (each format the store reads), decoded many times and
+// golden record in each format the store reads, decoded many times and
 // kept. An estimate far below what a record holds would let the cache
 // grow past its budget; far above, hold fewer records than it could.
 func TestCacheEstimateIsTheHeapARecordHolds(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "records", "*"))
-	if err != nil {
-		t.Fatal(err)
+	type golden struct {
+		name, tenant, key string
+		modRev            int64
 	}
-	tested := 0
-	for _, f := range files {
-		name := filepath.Base(f)
-		if strings.HasPrefix(name, "tombstone") || strings.HasPrefix(name, "session") || strings.HasPrefix(name, ".") {
-			continue
-		}
-		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
+	var cases []golden
+	for _, tc := range recordCases {
+		cases = append(cases, golden{tc.name, tc.stored.Tenant, tc.stored.Key, 1000})
+	}
+	typical := golden{typicalCompleted.name, typicalCompleted.stored.Tenant, typicalCompleted.stored.Key, typicalCompleted.modRev}
+	for _, g := range append(cases, typical) {
+		for _, ext := range []string{".json", ".pb", ".pb2"} {
+			if _, err := os.Stat(goldenPath(g.name, ext)); err != nil {
+				continue // a case that format has no file of
 			}
-			const n = 5000
-			keep := make([]cached, n)
-			keys := make([]string, n)
-			before := heapInUse()
-			for i := range keep {
-				rec, err := decodeRecord(b, 1000)
-				if err != nil {
-					t.Fatal(err)
+			t.Run(g.name+ext, func(t *testing.T) {
+				b := readGolden(t, g.name, ext)
+				const n = 5000
+				keep := make([]cached, n)
+				keys := make([]string, n)
+				before := heapInUse()
+				for i := range keep {
+					rec, err := decodeRecord(g.tenant, g.key, b, g.modRev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					keep[i] = cached{rec: rec, rev: g.modRev}
+					keys[i] = cacheKey(rec.Tenant, rec.Key)
 				}
-				keep[i] = cached{rec: rec, rev: 1000}
-				keys[i] = cacheKey(rec.Tenant, rec.Key)
-			}
-			// The values' headers (cached{}) are the slice's, allocated
-			// before: count them as the estimate does.
-			measured := float64(heapInUse()-before)/n + float64(16)
-			estimate := float64(cachedBytes(keys[0], keep[0]))
-			runtime.KeepAlive(keep)
-			runtime.KeepAlive(keys)
-			t.Logf("%d stored bytes: %.0f bytes of heap per decoded record, estimated %.0f", len(b), measured, estimate)
-			if estimate < 0.85*measured || estimate > 1.3*measured {
-				t.Errorf("estimate %.0f bytes, measured %.0f: want within -15%% to +30%% of it", estimate, measured)
-			}
-		})
-		tested++
+				// The entries' own headers are the slice's, allocated
+				// before: count them as the estimate does.
+				measured := float64(heapInUse()-before)/n + float64(unsafe.Sizeof(cached{}))
+				estimate := float64(cachedBytes(keys[0], keep[0]))
+				runtime.KeepAlive(keep)
+				runtime.KeepAlive(keys)
+				t.Logf("%d stored bytes: %.0f bytes of heap per decoded record, estimated %.0f", len(b), measured, estimate)
+				if estimate < 0.85*measured || estimate > 1.3*measured {
+					t.Errorf("estimate %.0f bytes, measured %.0f: want within -15%% to +30%% of it", estimate, measured)
+				}
+			})
+		}
 	}
-	if tested == 0 {
-		t.Fatal("no golden records found")
-	}
-}
-
-func heapInUse() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 // The store's record cache holds at most Config.CacheBytes of heap,
@@ -79,19 +69,17 @@ func TestRecordCacheStaysWithinItsBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join("testdata", "records", "completed_typical.pb"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := typicalCompleted
+	b := readGolden(t, tc.name, ".pb2")
 	const n = 20_000 // about 40 MiB of records
 	before := heapInUse()
 	for i := range n {
-		rec, err := decodeRecord(b, int64(1000+i))
+		key := fmt.Sprintf("key-%06d", i)
+		rec, err := decodeRecord(tc.stored.Tenant, key, b, int64(1000+i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec.Key = fmt.Sprintf("key-%06d", i)
-		s.remember(rec.Tenant, rec.Key, rec, int64(1000+i))
+		s.remember(rec.Tenant, key, rec, int64(1000+i))
 	}
 	grown := heapInUse() - before
 	t.Logf("%d records shown, %d cached: %d KiB estimated, heap grew %d KiB", n, s.records.Len(), s.records.Bytes()>>10, grown>>10)
@@ -101,11 +89,64 @@ func TestRecordCacheStaysWithinItsBytes(t *testing.T) {
 	if limit := cfg.CacheBytes * 5 / 4; grown > limit {
 		t.Errorf("heap grew %d KiB, want at most %d KiB (CacheBytes and a quarter)", grown>>10, limit>>10)
 	}
-	rec, _ := decodeRecord(b, 1)
-	if _, ok := s.cachedView(rec.Tenant, fmt.Sprintf("key-%06d", n-1)); !ok {
+	if _, _, ok := s.cachedView(tc.stored.Tenant, fmt.Sprintf("key-%06d", n-1)); !ok {
 		t.Error("the last record shown is not cached")
 	}
-	if _, ok := s.cachedView(rec.Tenant, "key-000000"); ok {
+	if _, _, ok := s.cachedView(tc.stored.Tenant, "key-000000"); ok {
 		t.Error("the first record shown is still cached, want it forgotten")
 	}
+}
+
+// A final record's entry counts, from its first replay on, what its memo
+// may hold (the server's converted answer): replaying every cached record
+// makes room for those answers by forgetting records.
+func TestReplayedRecordsCountTheirMemo(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CacheBytes = 1 << 20
+	s, err := New(etcdtest.Start(t).Client(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := typicalCompleted
+	b := readGolden(t, tc.name, ".pb2")
+	const n = 2000
+	for i := range n {
+		key := fmt.Sprintf("key-%06d", i)
+		rec, err := decodeRecord(tc.stored.Tenant, key, b, int64(1000+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.remember(rec.Tenant, key, rec, int64(1000+i))
+	}
+	held, bytes := s.records.Len(), s.records.Bytes()
+	var replayed int
+	for i := n - held; i < n; i++ {
+		key := fmt.Sprintf("key-%06d", i)
+		if _, memo, ok := s.cachedView(tc.stored.Tenant, key); ok {
+			s.replayedFrom(tc.stored.Tenant, key, memo)
+			s.replayedFrom(tc.stored.Tenant, key, memo) // counted once
+			replayed++
+		}
+	}
+	rec, err := decodeRecord(tc.stored.Tenant, "k", b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perMemo := memoBytes(rec)
+	t.Logf("%d records held (%d KiB); after %d replays %d held (%d KiB); %d bytes per memo", held, bytes>>10, replayed, s.records.Len(), s.records.Bytes()>>10, perMemo)
+	if got := s.records.Bytes(); got > cfg.CacheBytes-cfg.CacheBytes/sessionCacheShare {
+		t.Errorf("record cache holds %d bytes, over its budget", got)
+	}
+	// Each replayed entry grew by perMemo: fewer fit.
+	perEntry := bytes / int64(held)
+	if want := int(int64(held) * perEntry / (perEntry + perMemo)); s.records.Len() > want+1 {
+		t.Errorf("after replaying every cached record: %d held, want at most %d (each now counts its memo)", s.records.Len(), want+1)
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

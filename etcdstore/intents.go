@@ -84,6 +84,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			s.stats.replays.Add(1)
 			out := acquisition(d.Answer)
 			out.Memo = memo
+			s.replayedFrom(req.Tenant, req.Key, memo)
 			return out, nil
 		}
 	}

@@ -269,6 +269,9 @@ type cached struct {
 	// (intent.Memo), nil for a record that is not final. A newer version
 	// gets a new entry and so a new memo.
 	memo *intent.Memo
+	// replayed is set once the memo was handed out with a replay: from
+	// then on the entry counts what the memo may hold (cachedBytes).
+	replayed bool
 }
 
 // session is what the store knows of an open session.
@@ -436,6 +439,19 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 		c.memo = new(intent.Memo)
 	}
 	s.records.Add(k, c)
+}
+
+// replayedFrom counts, against the record cache's budget, what the memo
+// handed out with a replay may come to hold, the first time it is handed
+// out (the version's entry, if still the one cached).
+func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
+	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
+		if c.memo != memo || c.replayed {
+			return c, false
+		}
+		c.replayed = true
+		return c, true
+	})
 }
 
 // cachedView is a view of the remembered version of a record, if any: not

@@ -245,12 +245,11 @@ func (b *bench) seed(ctx context.Context, s *intentdServer, n int) (time.Duratio
 		return 0, fmt.Errorf("writing copies: %w", err)
 	}
 	// Push the seeding's large entries out of etcd's in-memory raft log:
-	// it keeps every entry until a snapshot, taken every 10,000 entries
-	// (etcd's default), then the last 5,000. 15,000 tiny writes of one key
-	// of the benchmark's own, outside intentd's prefix, hold a snapshot
-	// taken at least 5,000 entries after the seeding's last, so the log
-	// is left with entries the size that API writes make. A small seeding
-	// leaves too little there to matter (1,000 intents: 2.5 MB).
+	// intentd's embedded etcd keeps up to 200 applied entries (100 behind
+	// a snapshot it takes every 100; etcd's default would keep 5,000), so
+	// 300 tiny writes of one key of the benchmark's own, outside intentd's
+	// prefix, leave it with entries the size that API writes make. A small
+	// seeding leaves too little there to matter.
 	if n > 10_000 {
 		if err := flushRaftLog(ctx, s.etcd); err != nil {
 			return 0, fmt.Errorf("flushing the raft log: %w", err)
@@ -269,10 +268,10 @@ func (b *bench) seed(ctx context.Context, s *intentdServer, n int) (time.Duratio
 	return time.Since(start), nil
 }
 
-// flushRaftLog writes etcd's snapshot interval and its catch-up entries
-// in tiny transactions.
+// flushRaftLog writes more than the raft entries intentd's embedded etcd
+// keeps in memory, in tiny transactions.
 func flushRaftLog(ctx context.Context, cli *clientv3.Client) error {
-	const entries = 15_000
+	const entries = 300
 	var next atomic.Int64
 	var first firstError
 	var wg sync.WaitGroup

@@ -55,9 +55,13 @@ func New[K comparable, V any](budget int64, size func(K, V) int64) (*Cache[K, V]
 // than the whole budget is not kept (and any older value of key is
 // dropped).
 func (c *Cache[K, V]) Add(key K, value V) {
-	n := c.size(key, value) + EntryOverhead
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.add(key, value)
+}
+
+func (c *Cache[K, V]) add(key K, value V) {
+	n := c.size(key, value) + EntryOverhead
 	c.lru.Remove(key)
 	if n > c.budget {
 		return
@@ -67,6 +71,23 @@ func (c *Cache[K, V]) Add(key K, value V) {
 	}
 	c.lru.Add(key, entry[V]{v: value, bytes: n})
 	c.used += n
+}
+
+// Update replaces key's value, if it holds one, by what f returns when f
+// says so, and accounts for its new size (evicting others if it grew), in
+// one step: no Add in between can be overwritten by an older value.
+func (c *Cache[K, V]) Update(key K, f func(V) (V, bool)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Peek(key)
+	if !ok {
+		return
+	}
+	v, ok := f(e.v)
+	if !ok {
+		return
+	}
+	c.add(key, v)
 }
 
 // Get returns key's value and marks it most recently used.

@@ -3,6 +3,7 @@ package bytelru_test
 import (
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/intentd/intentd/internal/bytelru"
@@ -88,6 +89,35 @@ func TestGetKeepsAnEntryAndReplacingOrRemovingReleasesItsBytes(t *testing.T) {
 	}
 	if got, want := c.Bytes(), o+10; got != int64(want) {
 		t.Errorf("after an oversized value: Bytes() = %d, want %d", got, want)
+	}
+}
+
+func TestUpdateResizesAnEntryInPlace(t *testing.T) {
+	const o = bytelru.EntryOverhead
+	c, err := bytelru.New[int, string](3*(o+10), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(0, "0123456789")
+	c.Add(1, "0123456789")
+	c.Update(2, func(string) (string, bool) { t.Error("f called for a key not held"); return "", true })
+	c.Update(1, func(v string) (string, bool) { return v + v, false })
+	if got, want := c.Bytes(), 2*(o+10); got != int64(want) {
+		t.Errorf("after an Update that keeps the value: Bytes() = %d, want %d", got, want)
+	}
+	c.Update(0, func(v string) (string, bool) { return v + v, true })
+	if got, want := c.Bytes(), 2*o+30; got != int64(want) {
+		t.Errorf("after an Update that grew a value: Bytes() = %d, want %d", got, want)
+	}
+	c.Update(1, func(v string) (string, bool) { return strings.Repeat(v, 16), true }) // 160 bytes: 0 must go
+	if _, ok := c.Get(0); ok {
+		t.Error("key 0 still held after key 1 grew past the budget")
+	}
+	if v, _ := c.Get(1); len(v) != 160 {
+		t.Errorf("key 1 = %d bytes, want the updated 160", len(v))
+	}
+	if got, want := c.Bytes(), o+160; got != int64(want) {
+		t.Errorf("Bytes() = %d, want %d", got, want)
 	}
 }
 
