@@ -14,17 +14,22 @@
 //	t/<tenant>/z/<key>                  the tombstone of a record removed after
 //	                                    its retention (key, fingerprint, final
 //	                                    state, when)
-//	t/<tenant>/x/s/<STATE>/<order>      index by state        (value: empty)
-//	t/<tenant>/x/l/<name>=<value>/<order> index by label      (escaped name, value)
-//	t/<tenant>/x/p/<parent>/<order>     index by parent       (escaped parent key)
+//	t/<tenant>/Xs<state digit><order>   index by state        (value: empty)
+//	t/<tenant>/Xl<name>=<value>/<order> index by label        (escaped name, value)
+//	t/<tenant>/Xp<parent>/<order>       index by parent       (escaped parent key)
 //
-// where <order> is "<registration time, 20-digit ns>/<key>", so that every
-// listing is oldest first. Index entries have empty values: the key names
-// the intent (entries written by earlier versions hold the intent key as
-// their value, and still read). Cluster-wide, for the janitor:
+// where <order> is the registration time as 8 big-endian bytes of
+// nanoseconds (sign bit flipped), then the key, so that every listing is
+// oldest first. Index entries have empty values: the key names the intent.
+// Records not written since an earlier version keep that version's
+// entries, t/<tenant>/x/s/<STATE>/<20-digit ns>/<key> and so on (some with
+// the intent key as their value), which List and the janitor read too, and
+// a record's next write moves them (record.go). Cluster-wide, for the
+// janitor:
 //
 //	x/h/<tenant>/<session-id>/<key>     intents held under a session
-//	x/r/<retain-until ns>/<tenant>/<key> final records by end of retention
+//	Xr<retain-until, 8 bytes><tenant>/<key> final records by end of retention
+//	                                    (earlier versions: x/r/<20-digit ns>/...)
 //	x/zr/<until ns>/<tenant>/<key>      tombstones by end of their retention
 //	x/o/<registered ns>/<tenant>/<key>  intents not final yet, by age
 //	janitor/                            the janitor's election
