@@ -135,21 +135,31 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 	for len(page.Intents) < size && examined < scanBudget && !exhausted {
 		var cands []scanned
 		exhausted = true
-		for _, r := range ranges {
+		// Every range in one transaction: one round trip, one revision.
+		reads := make([]clientv3.Op, len(ranges))
+		for i, r := range ranges {
 			start := r.prefix
 			if after != "" {
 				order, _ := positionIn(r.layout, after)
 				start = r.prefix + order + "\x00"
 			}
-			resp, err := s.get(ctx, start, rev, clientv3.WithRange(clientv3.GetPrefixRangeEnd(r.prefix)), clientv3.WithLimit(int64(size)))
-			if err != nil {
-				return nil, err
+			opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(r.prefix)), clientv3.WithLimit(int64(size))}
+			if rev > 0 {
+				opts = append(opts, clientv3.WithRev(rev))
 			}
-			if rev == 0 {
-				rev = resp.Header.Revision
-			}
-			exhausted = exhausted && !resp.More
-			for _, kv := range resp.Kvs {
+			reads[i] = clientv3.OpGet(start, opts...)
+		}
+		resp, err := s.readTxn(ctx, rev, reads)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for i, r := range ranges {
+			rr := resp.Responses[i].GetResponseRange()
+			exhausted = exhausted && !rr.More
+			for _, kv := range rr.Kvs {
 				if e, ok := scannedEntry(r, string(kv.Key[len(r.prefix):]), kv.Value); ok {
 					cands = append(cands, e)
 				}
@@ -204,6 +214,21 @@ func (s *Store) get(ctx context.Context, key string, rev int64, opts ...clientv3
 	return resp, nil
 }
 
+// readTxn runs reads (at rev, 0: now) in one transaction, with compaction
+// made plain.
+func (s *Store) readTxn(ctx context.Context, rev int64, reads []clientv3.Op) (*clientv3.TxnResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Txn(rctx).Then(reads...).Commit()
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, &intent.CompactedError{Requested: rev}
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return resp, nil
+}
+
 // readRecords reads the records an index scan named, at rev, in one
 // transaction; an entry whose record is gone is nil.
 func (s *Store) readRecords(ctx context.Context, tenant string, cands []scanned, rev int64) ([]*cached, error) {
@@ -214,14 +239,9 @@ func (s *Store) readRecords(ctx context.Context, tenant string, cands []scanned,
 	for i, c := range cands {
 		ops[i] = clientv3.OpGet(s.keys.intent(tenant, c.key), clientv3.WithRev(rev))
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return nil, &intent.CompactedError{Requested: rev}
-	}
+	resp, err := s.readTxn(ctx, rev, ops)
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, err
 	}
 	out := make([]*cached, len(cands))
 	for i, r := range resp.Responses {
