@@ -251,6 +251,21 @@ type Stats struct {
 	LapsesByAcquire, LapsesByJanitor int64
 }
 
+// CacheUsage is what the store's caches hold now: entries, and their
+// estimated bytes of heap (at most Config.CacheBytes together).
+type CacheUsage struct {
+	Records, RecordBytes   int64
+	Sessions, SessionBytes int64
+}
+
+// CacheUsage returns what the store's caches hold.
+func (s *Store) CacheUsage() CacheUsage {
+	return CacheUsage{
+		Records: int64(s.records.Len()), RecordBytes: s.records.Bytes(),
+		Sessions: int64(s.sessions.Len()), SessionBytes: s.sessions.Bytes(),
+	}
+}
+
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{

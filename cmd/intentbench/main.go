@@ -326,7 +326,7 @@ func (b *bench) runMain(ctx context.Context) error {
 	}
 	if m := in.proc.memory(); m.peak > 0 {
 		b.rss = m.peak
-		fmt.Fprintf(b.out, "intentd after these workloads: RSS %s (anonymous %s), peak %s; Go heap in use %s\n\n", mib(m.rss), mib(m.anon), mib(m.peak), mib(in.heap()))
+		fmt.Fprintf(b.out, "intentd after these workloads: RSS %s (anonymous %s), peak %s; Go heap in use %s, of which its caches %s (estimated)\n\n", mib(m.rss), mib(m.anon), mib(m.peak), mib(in.heap()), mib(in.cacheBytes()))
 	}
 	return b.saveHeap(in)
 }

@@ -37,7 +37,14 @@ type intentdServer struct {
 
 // heap is the Go heap intentd's objects occupy (live and not yet swept),
 // from its /metrics; zero when unknown.
-func (s *intentdServer) heap() int64 {
+func (s *intentdServer) heap() int64 { return int64(s.metric("go_memstats_heap_alloc_bytes")) }
+
+// cacheBytes is the heap intentd's store estimates its caches hold.
+func (s *intentdServer) cacheBytes() int64 { return int64(s.metric("intentd_store_cache_bytes")) }
+
+// metric is the sum of the samples of the named metric in intentd's
+// /metrics, whatever their labels; zero when unknown.
+func (s *intentdServer) metric(name string) float64 {
 	if s.metrics == "" {
 		return 0
 	}
@@ -50,13 +57,18 @@ func (s *intentdServer) heap() int64 {
 	if err != nil {
 		return 0
 	}
+	var sum float64
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "go_memstats_heap_alloc_bytes "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return int64(f)
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
+			continue
+		}
+		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
+			f, _ := strconv.ParseFloat(rest[i+1:], 64)
+			sum += f
 		}
 	}
-	return 0
+	return sum
 }
 
 // startIntentd runs intentd's own command in a child process with its

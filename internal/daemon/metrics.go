@@ -105,6 +105,12 @@ func (m *metrics) exportStore(store *etcdstore.Store) {
 	lapses := prometheus.NewDesc("intentd_lease_lapses_total",
 		"Leases found lapsed without a report (the holder's session ended) and recorded, by the path that noticed first: acquire or janitor.",
 		[]string{"noticed_by"}, nil)
+	cacheBytes := prometheus.NewDesc("intentd_store_cache_bytes",
+		"Estimated heap held by the store's caches (records, sessions), together at most --cache-bytes.",
+		[]string{"cache"}, nil)
+	cacheEntries := prometheus.NewDesc("intentd_store_cache_entries",
+		"Entries in the store's caches (records, sessions).",
+		[]string{"cache"}, nil)
 	m.registry.MustRegister(
 		counter("intentd_store_commits_total", "Transitions written to etcd.", func(s etcdstore.Stats) int64 { return s.Commits }),
 		counter("intentd_store_conflicts_total", "Writes whose compare failed and were decided again.", func(s etcdstore.Stats) int64 { return s.Conflicts }),
@@ -115,6 +121,16 @@ func (m *metrics) exportStore(store *etcdstore.Store) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "intentd_etcd_revision", Help: "Highest etcd revision this replica has seen (its revision floor): an etcd restored from a snapshot must be bumped above it, or intentd refuses it.",
 		}, func() float64 { return float64(store.HighestRevision()) }),
+		collectFunc{desc: cacheBytes, collect: func(ch chan<- prometheus.Metric) {
+			u := store.CacheUsage()
+			ch <- prometheus.MustNewConstMetric(cacheBytes, prometheus.GaugeValue, float64(u.RecordBytes), "records")
+			ch <- prometheus.MustNewConstMetric(cacheBytes, prometheus.GaugeValue, float64(u.SessionBytes), "sessions")
+		}},
+		collectFunc{desc: cacheEntries, collect: func(ch chan<- prometheus.Metric) {
+			u := store.CacheUsage()
+			ch <- prometheus.MustNewConstMetric(cacheEntries, prometheus.GaugeValue, float64(u.Records), "records")
+			ch <- prometheus.MustNewConstMetric(cacheEntries, prometheus.GaugeValue, float64(u.Sessions), "sessions")
+		}},
 		collectFunc{desc: lapses, collect: func(ch chan<- prometheus.Metric) {
 			st := stats()
 			ch <- prometheus.MustNewConstMetric(lapses, prometheus.CounterValue, float64(st.LapsesByAcquire), "acquire")

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
@@ -236,6 +237,15 @@ func TestMetricsTellTheStory(t *testing.T) {
 	}
 	if reads := delta("intentd_etcd_txn_duration_seconds", "kind", "read"); reads == 0 {
 		t.Error("intentd_etcd_txn_duration_seconds{kind=read} counted no transaction")
+	}
+	// The story's intents and sessions are remembered, within the budget.
+	for _, cache := range []string{"records", "sessions"} {
+		if n := value(after, "intentd_store_cache_entries", "cache", cache); n < 1 {
+			t.Errorf("intentd_store_cache_entries{cache=%s} = %v, want the story's", cache, n)
+		}
+	}
+	if b := value(after, "intentd_store_cache_bytes"); b < 1 || b > etcdstore.DefaultCacheBytes {
+		t.Errorf("intentd_store_cache_bytes = %v, want some, at most --cache-bytes %d", b, etcdstore.DefaultCacheBytes)
 	}
 }
 
