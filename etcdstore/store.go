@@ -65,11 +65,14 @@ type Config struct {
 	ObserveTxn func(write bool, d time.Duration)
 }
 
-// DefaultCacheBytes is the default of Config.CacheBytes: about 50,000
+// DefaultCacheBytes is the default of Config.CacheBytes: about 13,000
 // completed intents of the benchmark's size (a record of 300-byte params
-// and result with its history is about 1.3 KB decoded), the last minute
-// of a busy installation's work, which is when retries come.
-const DefaultCacheBytes = 64 << 20
+// and result with its history is about 2.4 KB decoded; 7 KB once replayed,
+// with the server's converted answer), seconds to minutes of a busy
+// installation's work, which is when retries come; an older one is
+// replayed after one etcd read. Twice as much, with Go's collector's
+// headroom, kept the main intentd of the benchmark above 300 MiB.
+const DefaultCacheBytes = 32 << 20
 
 // minCacheBytes leaves room for some records and sessions.
 const minCacheBytes = 1 << 20
