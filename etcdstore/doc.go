@@ -30,7 +30,9 @@
 //	x/h/<tenant>/<session-id>/<key>     intents held under a session
 //	Xr<retain-until, 8 bytes><tenant>/<key> final records by end of retention
 //	                                    (earlier versions: x/r/<20-digit ns>/...)
-//	x/zr/<until ns>/<tenant>/<key>      tombstones by end of their retention
+//	Zr<until, 8 bytes><tenant>/<key>    tombstones by end of their retention
+//	                                    (earlier versions: x/zr/<20-digit ns>/...,
+//	                                    the intent key as value)
 //	x/o/<registered ns>/<tenant>/<key>  intents not final yet, by age
 //	janitor/                            the janitor's election
 //	installation                        this installation's random id, written

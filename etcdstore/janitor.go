@@ -119,7 +119,9 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	for _, r := range inBothLayouts(s.keys.retentionsIn) {
-		removed, err := s.sweepRetainedIn(ctx, r, now)
+		removed, err := s.sweepDue(ctx, r, now, func(_, tenant, key string) (bool, error) {
+			return s.remove(ctx, tenant, key, now)
+		})
 		n += removed
 		if err != nil {
 			return n, err
@@ -128,7 +130,10 @@ func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 	return n, nil
 }
 
-func (s *Store) sweepRetainedIn(ctx context.Context, r indexRange, now time.Time) (int, error) {
+// sweepDue calls each for every entry of the end-of-retention index r due
+// at now, <prefix><until, 8 bytes><tenant>/<key> or <prefix><until, 20
+// digits>/<tenant>/<key>, and counts those it reports done.
+func (s *Store) sweepDue(ctx context.Context, r indexRange, now time.Time, each func(entry, tenant, key string) (bool, error)) (int, error) {
 	n := 0
 	due := now.Add(time.Nanosecond)
 	start, end := r.prefix, r.prefix+timeKey(due)
@@ -141,8 +146,6 @@ func (s *Store) sweepRetainedIn(ctx context.Context, r indexRange, now time.Time
 			return n, err
 		}
 		for _, kv := range resp.Kvs {
-			// <prefix>Xr<8 bytes: until><tenant>/<key>, or
-			// <prefix>x/r/<20 digits: until>/<tenant>/<key>
 			rest := string(kv.Key[len(r.prefix):])
 			if r.layout == layoutCompact && len(rest) > 8 {
 				rest = rest[8:]
@@ -155,11 +158,11 @@ func (s *Store) sweepRetainedIn(ctx context.Context, r indexRange, now time.Time
 			if !ok {
 				continue
 			}
-			removed, err := s.remove(ctx, tenant, key, now)
+			done, err := each(string(kv.Key), tenant, key)
 			if err != nil {
 				return n, err
 			}
-			if removed {
+			if done {
 				n++
 			}
 		}
@@ -182,35 +185,27 @@ func (s *Store) remove(ctx context.Context, tenant, key string, now time.Time) (
 	return a.Written, err
 }
 
-// sweepTombstones removes tombstones past their own retention. After that
-// a late retry of the key finds nothing at all (NOT_FOUND): a tombstone is
-// kept much longer than any retry is expected to arrive.
+// sweepTombstones removes tombstones past their own retention, found in
+// their index in both layouts. After that a late retry of the key finds
+// nothing at all (NOT_FOUND): a tombstone is kept much longer than any
+// retry is expected to arrive.
 func (s *Store) sweepTombstones(ctx context.Context, now time.Time) (int, error) {
 	n := 0
-	start, end := s.keys.tombRetentions(), s.keys.tombRetentions()+timeKey(now.Add(time.Nanosecond))
-	for {
-		resp, err := s.get(ctx, start, 0, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(sweepBatch))
+	for _, r := range inBothLayouts(s.keys.tombRetentionsIn) {
+		removed, err := s.sweepDue(ctx, r, now, func(entry, tenant, key string) (bool, error) {
+			dctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+			defer cancel()
+			if _, err := s.kv.Txn(dctx).Then(clientv3.OpDelete(s.keys.tombstone(tenant, key)), clientv3.OpDelete(entry)).Commit(); err != nil {
+				return false, unavailable(err) // deleting twice is harmless: the next pass retries
+			}
+			return true, nil
+		})
+		n += removed
 		if err != nil {
 			return n, err
 		}
-		for _, kv := range resp.Kvs {
-			parts := strings.SplitN(strings.TrimPrefix(string(kv.Key), s.keys.tombRetentions()), "/", 3)
-			if len(parts) != 3 {
-				continue
-			}
-			dctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-			_, err := s.kv.Txn(dctx).Then(clientv3.OpDelete(s.keys.tombstone(parts[1], parts[2])), clientv3.OpDelete(string(kv.Key))).Commit()
-			cancel()
-			if err != nil {
-				return n, unavailable(err) // deleting twice is harmless: the next pass retries
-			}
-			n++
-		}
-		if !resp.More {
-			return n, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	return n, nil
 }
 
 // RunJanitor sweeps every interval while this replica holds the janitor

@@ -271,4 +271,33 @@ func TestIndexEntriesOfThePreviousLayoutServe(t *testing.T) {
 	if got := listKeys(t, fresh, queries["all"], 2); !slices.Equal(got, []string{"k-2", "k-4", "k-5", "k-8"}) {
 		t.Errorf("List after the sweep = %v, want k-2, k-4, k-5, k-8", got)
 	}
+	if got := keysUnder(t, cli, s.keys.prefix+"Zr"); len(got) != 5 {
+		t.Errorf("compact tombstone entries after the sweep: %q, want the 5 removed records'", got)
+	}
+
+	// A tombstone of the previous version (format 0x01, its decimal entry
+	// holding the intent key) answers EXPIRED, and is swept with the new
+	// ones when its retention ends.
+	old1 := tombstoneCases[0].tomb // order-5, until at(59)
+	if _, err := cli.Txn(ctx).Then(
+		clientv3.OpPut(s.keys.tombstone("default", old1.Key), string(readGolden(t, tombstoneCases[0].name, ".pb"))),
+		clientv3.OpPut(fmt.Sprintf("/intentd/v1/x/zr/%020d/default/%s", old1.Until.UnixNano(), old1.Key), old1.Key),
+	).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fresh.Get(ctx, "default", old1.Key); !errors.Is(err, intent.ErrExpired) {
+		t.Errorf("Get of a previous version's tombstone: err = %v, want EXPIRED", err)
+	}
+	now = now.Add(cfg.TombstoneRetention + time.Hour)
+	if rep, err = fresh.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep.TombstonesRemoved != 6 {
+		t.Errorf("Sweep removed %d tombstones, want 6 (5 compact, 1 of the previous version)", rep.TombstonesRemoved)
+	}
+	for _, prefix := range []string{s.keys.prefix + "x/zr/", s.keys.prefix + "Zr", s.keys.tenant("default") + "z/"} {
+		if got := keysUnder(t, cli, prefix); len(got) != 0 {
+			t.Errorf("keys under %q after the tombstones' sweep: %q", prefix, got)
+		}
+	}
 }

@@ -119,8 +119,21 @@ func (k keys) openSession(tenant, id string) string {
 	return k.openSessions() + tenant + "/" + id
 }
 
-func (k keys) tombRetentions() string { return k.prefix + "x/zr/" }
-func (k keys) election() string       { return k.prefix + "janitor/" }
+// tombRetentionsIn is the tombstones' index by end of retention in layout;
+// tombRetention, a tombstone's entry in the compact layout (empty value:
+// the key names the tombstone; earlier versions' held the intent key).
+func (k keys) tombRetentionsIn(layout int) string {
+	if layout == layoutCompact {
+		return k.prefix + "Zr"
+	}
+	return k.prefix + "x/zr/"
+}
+
+func (k keys) tombRetention(until time.Time, tenant, key string) string {
+	return k.tombRetentionsIn(layoutCompact) + timeBytes(until) + tenant + "/" + key
+}
+
+func (k keys) election() string { return k.prefix + "janitor/" }
 
 // installation is the key of the installation's identity (see
 // Store.Installation).

@@ -24,8 +24,7 @@ import (
 //     (proto/storage/v1/storage.proto), the format this version writes; a
 //     record's tenant and key are its etcd key's, not repeated in the value;
 //   - formatCompact1 (0x01): the same message with the tenant and key in
-//     it, which the previous version wrote (tombstones keep this byte: a
-//     tombstone holds its key);
+//     it (a tombstone's key), which the previous version wrote;
 //   - '{': JSON (schema_json.go), the format earlier versions wrote.
 //
 // Existing data dirs hold the older formats until a record's next write
@@ -48,9 +47,9 @@ import (
 // stored form. They copy fields and share the rest (params, labels,
 // payloads, external refs).
 
-// formatCompact is the first byte of a compact record this version writes;
-// formatCompact1, of a compact record of the previous version, and of a
-// compact tombstone. JSON starts with '{'.
+// formatCompact is the first byte of a compact record or tombstone this
+// version writes; formatCompact1, of one of the previous version. JSON
+// starts with '{'.
 const (
 	formatCompact  byte = 0x02
 	formatCompact1 byte = 0x01
@@ -101,29 +100,35 @@ func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, 
 	return r, nil
 }
 
+// encodeTombstone is t's stored value, without its key: its etcd key's.
 func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 	var c times
-	m := &storagepb.Tombstone{Key: t.Key, State: int32(t.State), RemovedAt: c.epoch(t.RemovedAt)}
+	m := &storagepb.Tombstone{State: int32(t.State), RemovedAt: c.epoch(t.RemovedAt)}
 	m.Fingerprint, m.FingerprintText = hexBytes(t.Fingerprint)
 	c.base = t.RemovedAt
 	m.CompletedAt, m.Until = c.since(t.CompletedAt), c.since(t.Until)
 	if c.err != nil {
 		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", c.err)
 	}
-	b, err := marshal.MarshalAppend([]byte{formatCompact1}, m)
+	b, err := marshal.MarshalAppend([]byte{formatCompact}, m)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: encode tombstone: %w", err)
 	}
 	return b, nil
 }
 
-func decodeTombstone(b []byte) (*machine.Tombstone, error) {
-	if len(b) == 0 || b[0] != formatCompact1 {
+// decodeTombstone decodes the tombstone of key, in any format (the
+// current one does not hold the key).
+func decodeTombstone(key string, b []byte) (*machine.Tombstone, error) {
+	if len(b) == 0 || (b[0] != formatCompact && b[0] != formatCompact1) {
 		return decodeJSONTombstone(b)
 	}
 	var m storagepb.Tombstone
 	if err := proto.Unmarshal(b[1:], &m); err != nil {
 		return nil, err
+	}
+	if b[0] == formatCompact {
+		m.Key = key
 	}
 	removed := fromEpoch(m.RemovedAt)
 	return &machine.Tombstone{Key: m.Key, State: intent.State(m.State), Fingerprint: hexString(m.Fingerprint, m.FingerprintText),

@@ -21,13 +21,12 @@ import (
 )
 
 // updateGolden rewrites the golden files of the format this version writes
-// (testdata/records/*.pb2, and the tombstones' *.pb) from the cases below.
-// Rewriting them is only right together with a migration of existing data
-// dirs. The records' .pb files (the compact format of the previous version,
-// format byte 0x01) and the JSON files are never rewritten: they were
-// captured from the formats earlier versions wrote, which existing data
-// dirs hold.
-var updateGolden = flag.Bool("update-golden", false, "rewrite etcdstore/testdata/records/*.pb2 and the tombstones' *.pb (only with a storage migration)")
+// (testdata/records/*.pb2) from the cases below. Rewriting them is only
+// right together with a migration of existing data dirs. The .pb files (the
+// compact format of the previous version, format byte 0x01) and the JSON
+// files are never rewritten: they were captured from the formats earlier
+// versions wrote, which existing data dirs hold.
+var updateGolden = flag.Bool("update-golden", false, "rewrite etcdstore/testdata/records/*.pb2 (only with a storage migration)")
 
 func at(minute int) time.Time {
 	return time.Date(2026, 3, 1, 10, minute, 0, 123456789, time.UTC)
@@ -361,7 +360,7 @@ func TestStoredRecordsKeepTheirFormat(t *testing.T) {
 			if !bytes.Equal(encoded, golden) {
 				t.Errorf("JSON schema of the tombstone =\n%s\nwant (testdata)\n%s", encoded, golden)
 			}
-			got, err := decodeTombstone(golden)
+			got, err := decodeTombstone(tc.tomb.Key, golden)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -428,11 +427,11 @@ func TestCompactRecordsKeepTheirFormat(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := compactGolden(t, tc.name, ".pb", encoded)
+			golden := compactGolden(t, tc.name, ".pb2", encoded)
 			if !bytes.Equal(encoded, golden) {
 				t.Errorf("encodeTombstone =\n%x\nwant (testdata)\n%x", encoded, golden)
 			}
-			got, err := decodeTombstone(golden)
+			got, err := decodeTombstone(tc.tomb.Key, golden)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -464,6 +463,27 @@ func TestPreviousCompactRecordsStillDecode(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("decodeRecord =\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+// TestPreviousCompactTombstonesStillDecode: tombstones in the compact format
+// of the previous version (format byte 0x01, the key in the value) decode
+// to their cases as before.
+func TestPreviousCompactTombstonesStillDecode(t *testing.T) {
+	for _, tc := range tombstoneCases {
+		t.Run(tc.name, func(t *testing.T) {
+			golden := readGolden(t, tc.name, ".pb")
+			if len(golden) == 0 || golden[0] != formatCompact1 {
+				t.Fatalf("%s.pb starts %x, want the previous compact format byte %#x", tc.name, golden[:min(len(golden), 1)], formatCompact1)
+			}
+			got, err := decodeTombstone("", golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*got, tc.tomb) {
+				t.Errorf("decodeTombstone = %+v, want %+v", *got, tc.tomb)
 			}
 		})
 	}
@@ -620,9 +640,6 @@ func testStoredRecordsServe(t *testing.T, cli *clientv3.Client, s *Store, ext st
 				t.Errorf("Get =\n%+v\nwant\n%+v", got, w)
 			}
 		})
-	}
-	if ext == ".pb2" {
-		return // tombstones are still written with format byte 0x01: .pb is this version's
 	}
 	for _, tc := range tombstoneCases {
 		t.Run(tc.name+ext, func(t *testing.T) {

@@ -399,7 +399,7 @@ func decodeAt(tenant, key string, rkv, tkv *mvccpb.KeyValue) (rec *machine.Recor
 		rev = rkv.ModRevision
 	}
 	if tkv != nil {
-		if tomb, err = decodeTombstone(tkv.Value); err != nil {
+		if tomb, err = decodeTombstone(key, tkv.Value); err != nil {
 			return nil, 0, nil, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
 		}
 	}
@@ -666,7 +666,7 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 			return outcome{}, nil, err
 		}
 		m.ops = append(m.ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
-			clientv3.OpPut(s.keys.tombRetentions()+timeKey(t.Until)+"/"+tenant+"/"+v.Key, v.Key))
+			clientv3.OpPut(s.keys.tombRetention(t.Until, tenant, v.Key), ""))
 		m.ops = append(m.ops, s.keys.indexOps(v.Rec, nil)...)
 	}
 	for _, c := range d.Create {

@@ -746,8 +746,10 @@ func (x *Event) GetByHolder() bool {
 // Tombstone is the value of a tombstone key.
 type Tombstone struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	State int32                  `protobuf:"varint,2,opt,name=state,proto3" json:"state,omitempty"`
+	// key is the intent key: set after format byte 0x01; absent after 0x02,
+	// whose reader takes it from the tombstone's etcd key.
+	Key   string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	State int32  `protobuf:"varint,2,opt,name=state,proto3" json:"state,omitempty"`
 	// fingerprint and fingerprint_text: as in Record.
 	Fingerprint     []byte `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	FingerprintText string `protobuf:"bytes,4,opt,name=fingerprint_text,json=fingerprintText,proto3" json:"fingerprint_text,omitempty"`
