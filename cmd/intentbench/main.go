@@ -78,9 +78,13 @@ type config struct {
 	scaleSmall        int
 	scaleLarge        int
 	scaleWorkers      int
-	intentdAddr       string
-	intentdEtcd       []string
-	etcdEndpoints     []string
+	// scaleEtcdApart runs the scale workload's intentds on etcds in
+	// processes of their own, so that intentd's memory is told from its
+	// store's.
+	scaleEtcdApart bool
+	intentdAddr    string
+	intentdEtcd    []string
+	etcdEndpoints  []string
 	// heapProfiles, if set, is where each started intentd's heap profile
 	// is written when its memory is reported.
 	heapProfiles string
@@ -116,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.scaleSmall, "scale-small", 1000, "completed intents stored in the small store of the scale workload")
 	fs.IntVar(&c.scaleLarge, "scale-large", 100000, "completed intents stored in the large store (the figures' '1m'; 1000000 takes a few minutes to seed)")
 	fs.IntVar(&c.scaleWorkers, "scale-workers", 16, "concurrent Acquires in the scale workload")
+	fs.BoolVar(&c.scaleEtcdApart, "scale-etcd-apart", false, "run the scale workload's intentds on etcds in processes of their own (as with an external etcd cluster), so that the memory table shows intentd's and its etcd's apart")
 	fs.StringVar(&c.intentdAddr, "intentd-addr", "", "measure a running intentd at this gRPC address instead of starting one (plaintext, no authentication)")
 	intentdEtcd := fs.String("intentd-etcd", "", "with --intentd-addr: its etcd's endpoints, comma-separated, to count the revisions it writes")
 	fs.StringVar(&c.heapProfiles, "heap-profiles", "", "write each started intentd's heap profile (pprof, in use after a GC) into this directory when its memory is reported: <name>.heap")
@@ -278,7 +283,7 @@ func (b *bench) runMain(ctx context.Context) error {
 	if b.cfg.intentdAddr != "" {
 		in, err = externalIntentd(ctx, b.cfg.intentdAddr, b.cfg.intentdEtcd)
 	} else {
-		in, err = b.startIntentd(ctx, "intentd")
+		in, err = b.startIntentd(ctx, "intentd", nil)
 	}
 	if err != nil {
 		return err
@@ -289,7 +294,7 @@ func (b *bench) runMain(ctx context.Context) error {
 		if len(b.cfg.etcdEndpoints) > 0 {
 			raw, err = externalEtcd(ctx, b.cfg.etcdEndpoints)
 		} else {
-			raw, err = startEtcd(ctx, b.dir)
+			raw, err = startEtcd(ctx, b.dir, "raw-etcd")
 		}
 		if err != nil {
 			return err

@@ -30,12 +30,23 @@ const pageSize = 100
 // store after compaction and defragmentation, and prints both intentds'
 // memory.
 func (b *bench) runScale(ctx context.Context) error {
-	small, err := b.startIntentd(ctx, "intentd-small")
+	var stores [2]*etcdServer // nil: embedded in intentd
+	if b.cfg.scaleEtcdApart {
+		for i, name := range []string{"etcd-small", "etcd-large"} {
+			e, err := startEtcd(ctx, b.dir, name)
+			if err != nil {
+				return err
+			}
+			defer e.close()
+			stores[i] = e
+		}
+	}
+	small, err := b.startIntentd(ctx, "intentd-small", stores[0])
 	if err != nil {
 		return err
 	}
 	defer small.close()
-	large, err := b.startIntentd(ctx, "intentd-large")
+	large, err := b.startIntentd(ctx, "intentd-large", stores[1])
 	if err != nil {
 		return err
 	}
@@ -136,11 +147,19 @@ func (b *bench) runScale(ctx context.Context) error {
 	}
 	rows = append(rows, []string{"large ÷ small", "", acqRatio.format(2), "", pageRatio.format(2)})
 	table(b.out, rows)
-	table(b.out, [][]string{
+	mem := [][]string{
 		{"store", "intents", "etcd keys", "db in use after compaction + defrag", "bytes per intent", "intentd RSS", "anonymous", "Go heap", "peak"},
 		{fmt.Sprintf("small (%d seeded)", b.cfg.scaleSmall), num(float64(intents), 0), num(float64(keys[0]), 0), mib(inUse), num(perIntent, 0), mib(smallMem.rss), mib(smallMem.anon), mib(smallHeap), mib(smallMem.peak)},
 		{fmt.Sprintf("large (%d seeded)", b.cfg.scaleLarge), num(float64(int64(b.cfg.scaleLarge)+queueDepth+cycles[1].Load()), 0), num(float64(keys[1]), 0), "", "", mib(largeMem.rss), mib(largeMem.anon), mib(largeHeap), mib(largeMem.peak)},
-	})
+	}
+	if b.cfg.scaleEtcdApart {
+		mem[0][5] = "intentd RSS (its etcd apart)"
+		for i, name := range []string{"small", "large"} {
+			m := stores[i].proc.memory()
+			mem = append(mem, []string{name + "'s etcd", "", "", "", "", mib(m.rss), mib(m.anon), "", mib(m.peak)})
+		}
+	}
+	table(b.out, mem)
 	return nil
 }
 

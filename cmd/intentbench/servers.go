@@ -75,8 +75,9 @@ func (s *intentdServer) metric(name string) float64 {
 // defaults (embedded etcd, fsync on, default logging) on a fresh data
 // directory under the bench's, with ports of its own and the rate limits
 // off (the benchmark is one principal); with --heap-profiles, its pprof
-// endpoint on too.
-func (b *bench) startIntentd(ctx context.Context, name string) (*intentdServer, error) {
+// endpoint on too. Given an etcd (not nil), intentd uses it instead of an
+// embedded one.
+func (b *bench) startIntentd(ctx context.Context, name string, etcd *etcdServer) (*intentdServer, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -90,8 +91,14 @@ func (b *bench) startIntentd(ctx context.Context, name string) (*intentdServer, 
 		return nil, err
 	}
 	args := []string{"--data-dir", data, "--listen", addr, "--metrics-listen", metrics,
-		"--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0",
 		"--rate-per-principal", "0", "--rate-per-tenant", "0"}
+	endpoints := []string{"unix://" + filepath.Join(data, "etcd.sock")}
+	if etcd != nil {
+		endpoints = []string{etcd.endpoint}
+		args = append(args, "--etcd-endpoints", etcd.endpoint)
+	} else {
+		args = append(args, "--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0")
+	}
 	pprof := ""
 	if b.cfg.heapProfiles != "" {
 		if pprof, err = freeAddr(); err != nil {
@@ -105,7 +112,7 @@ func (b *bench) startIntentd(ctx context.Context, name string) (*intentdServer, 
 		return nil, err
 	}
 	s := &intentdServer{name: name, child: c, proc: proc{pid: c.pid()}, metrics: "http://" + metrics + "/metrics", pprof: pprof}
-	if err := s.connect(ctx, addr, []string{"unix://" + filepath.Join(data, "etcd.sock")}); err != nil {
+	if err := s.connect(ctx, addr, endpoints); err != nil {
 		s.close()
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -183,29 +190,31 @@ func (s *intentdServer) close() {
 // etcdServer is the raw peer: an etcd the benchmark's clients write to
 // directly, in a process of its own.
 type etcdServer struct {
-	child *child
-	etcd  *clientv3.Client
-	proc  proc
+	child    *child
+	etcd     *clientv3.Client
+	proc     proc
+	endpoint string // its client URL, when the benchmark started it
 }
 
-// startEtcd runs an embedded etcd with its defaults in a child process.
-func startEtcd(ctx context.Context, dir string) (*etcdServer, error) {
+// startEtcd runs an embedded etcd with its defaults in a child process
+// named name, its data in a directory of that name under dir.
+func startEtcd(ctx context.Context, dir, name string) (*etcdServer, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	c, err := startChild(dir, "raw-etcd", "etcd", filepath.Join(dir, "raw-etcd"), "http://"+addr)
+	c, err := startChild(dir, name, "etcd", filepath.Join(dir, name), "http://"+addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &etcdServer{child: c, proc: proc{pid: c.pid()}}
+	s := &etcdServer{child: c, proc: proc{pid: c.pid()}, endpoint: "http://" + addr}
 	if s.etcd, err = etcdClient([]string{addr}); err != nil {
 		s.close()
 		return nil, err
 	}
 	if err := waitEtcd(ctx, c, s.etcd); err != nil {
 		s.close()
-		return nil, fmt.Errorf("raw etcd: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return s, nil
 }
