@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"fmt"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -17,8 +18,10 @@ func NewWithKV(c *clientv3.Client, kv clientv3.KV, cfg Config) (*Store, error) {
 // DecodeRecord decodes a record stored under etcdKey (in the default
 // prefix), in any format, for tests that read etcd's keys directly.
 func DecodeRecord(etcdKey string, b []byte) (*machine.Record, error) {
-	tenant, key, ok := keys{DefaultConfig().Prefix}.parseIntent(etcdKey)
-	if !ok {
+	// <prefix>t/<tenant>/i/<key>: a tenant holds no '/', a key may.
+	rest, ok := strings.CutPrefix(etcdKey, DefaultConfig().Prefix+"t/")
+	tenant, key, found := strings.Cut(rest, "/i/")
+	if !ok || !found {
 		return nil, fmt.Errorf("%q is not the etcd key of a record", etcdKey)
 	}
 	return decodeRecord(tenant, key, b, 0)

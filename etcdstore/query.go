@@ -55,7 +55,7 @@ func decodePageToken(s string) (rev int64, after string, err error) {
 		}
 		after = e.order
 	}
-	if err != nil || t.Rev <= 0 || (after != "" && len(after) < 8) {
+	if err != nil || t.Rev <= 0 || (after != "" && len(after) < 8) { // a position is 8 bytes and a key
 		return 0, "", intent.Invalid("page_token", "not a token this server issued")
 	}
 	return t.Rev, after, nil
@@ -140,8 +140,7 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 		for i, r := range ranges {
 			start := r.prefix
 			if after != "" {
-				order, _ := positionIn(r.layout, after)
-				start = r.prefix + order + "\x00"
+				start = r.prefix + positionIn(r.layout, after) + "\x00"
 			}
 			opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(r.prefix)), clientv3.WithLimit(int64(size))}
 			if rev > 0 {

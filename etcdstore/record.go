@@ -25,17 +25,6 @@ func (k keys) intent(tenant, key string) string    { return k.intents(tenant) + 
 func (k keys) session(tenant, id string) string    { return k.tenant(tenant) + "s/" + id }
 func (k keys) tombstone(tenant, key string) string { return k.tenant(tenant) + "z/" + key }
 
-// parseIntent is the tenant and intent key of a record's etcd key (a
-// tenant holds no '/'; a key may).
-func (k keys) parseIntent(etcdKey string) (tenant, key string, ok bool) {
-	rest, ok := strings.CutPrefix(etcdKey, k.prefix+"t/")
-	if !ok {
-		return "", "", false
-	}
-	tenant, key, ok = strings.Cut(rest, "/i/")
-	return tenant, key, ok && !strings.Contains(tenant, "/")
-}
-
 // Index layouts. A record's tenant-scoped state, label and parent entries
 // end in its order (registration time, then key), its cluster-wide
 // retention entry in its end of retention, tenant and key; every value is
@@ -156,18 +145,14 @@ func timeBytesOf(ns int64) string {
 // List's page tokens carry one.
 func position(created time.Time, key string) string { return timeBytes(created) + key }
 
-// positionIn is the order an entry at position pos has in layout's keys:
-// the position itself, or the decimal "<20 digits>/<key>"; false when pos is
-// not a position.
-func positionIn(layout int, pos string) (string, bool) {
-	if len(pos) < 8 {
-		return "", false
-	}
+// positionIn is the order an entry at position pos (at least 8 bytes) has
+// in layout's keys: the position itself, or the decimal "<20 digits>/<key>".
+func positionIn(layout int, pos string) string {
 	if layout == layoutCompact {
-		return pos, true
+		return pos
 	}
 	ns := int64(binary.BigEndian.Uint64([]byte(pos[:8])) ^ (1 << 63))
-	return fmt.Sprintf("%020d", ns) + "/" + pos[8:], true
+	return fmt.Sprintf("%020d", ns) + "/" + pos[8:]
 }
 
 // scannedEntry is the position and intent key of an index entry of range r
