@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,7 +126,7 @@ const cycleTTL = 300 * time.Second
 // runCycle compares intentd's cycle with two raw CAS transactions at each
 // level of concurrency.
 func (b *bench) runCycle(ctx context.Context, in *intentdServer, raw *etcdServer) error {
-	ids, err := b.sessions(ctx, in, slicesMax(b.cfg.levels), cycleTTL)
+	ids, err := b.sessions(ctx, in, slices.Max(b.cfg.levels), cycleTTL)
 	if err != nil {
 		return err
 	}
@@ -201,7 +202,7 @@ func latencies(rs []round) string {
 // runReplay compares intentd's answer for a COMPLETED intent with a raw
 // linearizable Get of the same record and with a gRPC health check.
 func (b *bench) runReplay(ctx context.Context, in *intentdServer, raw *etcdServer, echo *echoServer) error {
-	n := slicesMax(b.cfg.replayLevels)
+	n := slices.Max(b.cfg.replayLevels)
 	ids, err := b.sessions(ctx, in, n, cycleTTL)
 	if err != nil {
 		return err
@@ -546,12 +547,4 @@ func (f *firstError) get() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.err
-}
-
-func slicesMax(xs []int) int {
-	m := 0
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
