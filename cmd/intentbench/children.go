@@ -280,6 +280,12 @@ func (p proc) idleCPU(ctx context.Context, d time.Duration) time.Duration {
 		return -1
 	case <-time.After(d):
 	}
+	return p.cpuSince(c0)
+}
+
+// cpuSince is the CPU time the process has spent since cpu returned c0;
+// negative when either reading is unknown.
+func (p proc) cpuSince(c0 time.Duration) time.Duration {
 	if c1 := p.cpu(); c0 >= 0 && c1 >= 0 {
 		return c1 - c0
 	}

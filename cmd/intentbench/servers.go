@@ -401,9 +401,7 @@ func (b *bench) interleave(ctx context.Context, what string, peers []peer, conc 
 			if err != nil {
 				return nil, fmt.Errorf("%s, %s, C=%d: %w", what, p.name, conc, err)
 			}
-			if cpu1 := p.proc.cpu(); cpu0 >= 0 && cpu1 >= 0 {
-				rd.cpu = cpu1 - cpu0
-			}
+			rd.cpu = p.proc.cpuSince(cpu0)
 			if rev1 := revision(ctx, p.etcd); rev0 >= 0 && rev1 >= 0 {
 				rd.revs = rev1 - rev0
 			}

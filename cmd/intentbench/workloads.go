@@ -362,9 +362,7 @@ func (b *bench) runContention(ctx context.Context, in *intentdServer) error {
 		if err != nil {
 			return fmt.Errorf("contention: %w", err)
 		}
-		if cpu1 := in.proc.cpu(); cpu0 >= 0 && cpu1 >= 0 {
-			rd.cpu = cpu1 - cpu0
-		}
+		rd.cpu = in.proc.cpuSince(cpu0)
 		rounds = append(rounds, rd)
 		done = append(done, float64(completed.Load()-c0)/rd.elapsed.Seconds())
 	}
@@ -472,10 +470,7 @@ func (b *bench) runHeartbeat(ctx context.Context, in *intentdServer) error {
 		return err
 	}
 	rev1, raft1 := etcdStatus(ctx, in.etcd)
-	cpu := time.Duration(-1)
-	if cpu1 := in.proc.cpu(); cpu0 >= 0 && cpu1 >= 0 {
-		cpu = cpu1 - cpu0
-	}
+	cpu := in.proc.cpuSince(cpu0)
 	writes, entries := math.NaN(), math.NaN()
 	if rev0 >= 0 && rev1 >= 0 {
 		writes = float64(rev1-rev0) / elapsed.Seconds()
