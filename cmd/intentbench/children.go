@@ -200,12 +200,25 @@ func freeAddr() (string, error) {
 // SERVING, the child exits, or a minute passes.
 func waitServing(ctx context.Context, c *child, conn *grpc.ClientConn) error {
 	hc := healthpb.NewHealthClient(conn)
+	return poll(ctx, c, "serving", func(ctx context.Context) error {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			err = fmt.Errorf("status %v", resp.GetStatus())
+		}
+		return err
+	})
+}
+
+// poll calls try, with a second for each call, every 50 ms until it
+// succeeds, the child (if any) exits, or a minute passes; the error then
+// says the server was not yet what, with try's last error.
+func poll(ctx context.Context, c *child, what string, try func(context.Context) error) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		err := try(cctx)
 		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		if err == nil {
 			return nil
 		}
 		if c != nil {
@@ -214,7 +227,7 @@ func waitServing(ctx context.Context, c *child, conn *grpc.ClientConn) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not serving within a minute (last: %v)", err)
+			return fmt.Errorf("not %s within a minute (last: %v)", what, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -235,28 +235,10 @@ func externalEtcd(ctx context.Context, endpoints []string) (*etcdServer, error) 
 
 // waitEtcd waits until a linearizable read answers.
 func waitEtcd(ctx context.Context, c *child, cli *clientv3.Client) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := cli.Get(cctx, "intentbench-probe")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if c != nil {
-			if err := c.exited(); err != nil {
-				return err
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering within a minute (last: %v)", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return poll(ctx, c, "answering", func(ctx context.Context) error {
+		_, err := cli.Get(ctx, "intentbench-probe")
+		return err
+	})
 }
 
 func (s *etcdServer) close() {
