@@ -119,7 +119,10 @@ func num(x float64, prec int) string {
 	return b.String()
 }
 
-func ms(d float64) float64 { return d / float64(time.Millisecond) }
+// pctMs is a round's q-quantile latency in ms, for over.
+func pctMs(q float64) func(round) float64 {
+	return func(r round) float64 { return float64(r.pct(q)) / float64(time.Millisecond) }
+}
 
 // ratio is a ÷ b, NaN when either is unknown or b is zero.
 func ratio(a, b float64) float64 {

@@ -106,8 +106,7 @@ func (b *bench) runScale(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p99 := func(r round) float64 { return ms(float64(r.pct(0.99))) }
-	p50 := func(r round) float64 { return ms(float64(r.pct(0.5))) }
+	p50, p99 := pctMs(0.5), pctMs(0.99)
 	acqRatio, pageRatio := pairQuantileRatio(acq[1], acq[0], 0.99), pairQuantileRatio(pages[1], pages[0], 0.99)
 	b.res["acquire_p99_1m_vs_1k"], b.res["queue_page_1m_vs_1k"] = acqRatio.med, pageRatio.med
 

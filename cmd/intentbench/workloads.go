@@ -194,9 +194,7 @@ func (b *bench) rawCycle(ctx context.Context, cli *clientv3.Client, key string) 
 }
 
 func latencies(rs []round) string {
-	p50 := over(rs, func(r round) float64 { return ms(float64(r.pct(0.5))) })
-	p99 := over(rs, func(r round) float64 { return ms(float64(r.pct(0.99))) })
-	return num(p50.med, 2) + " / " + num(p99.med, 2)
+	return num(over(rs, pctMs(0.5)).med, 2) + " / " + num(over(rs, pctMs(0.99)).med, 2)
 }
 
 // runReplay compares intentd's answer for a COMPLETED intent with a raw
