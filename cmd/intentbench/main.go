@@ -266,9 +266,6 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if b.rss > 0 {
-		b.res["rss_mb"] = float64(b.rss) / (1 << 20)
-	}
 	fmt.Fprintf(stdout, "took %s; load average %s\n", time.Since(start).Round(time.Second), loadAverage())
 	fmt.Fprintln(stdout, b.res.line())
 	return nil
@@ -330,7 +327,7 @@ func (b *bench) runMain(ctx context.Context) error {
 		}
 	}
 	if m := in.proc.memory(); m.peak > 0 {
-		b.rss = m.peak
+		b.res["rss_mb"] = float64(m.peak) / (1 << 20)
 		fmt.Fprintf(b.out, "intentd after these workloads: RSS %s (anonymous %s), peak %s; Go heap in use %s, of which its caches %s (estimated)\n\n", mib(m.rss), mib(m.anon), mib(m.peak), mib(in.heap()), mib(in.cacheBytes()))
 	}
 	return b.saveHeap(in)

@@ -33,7 +33,6 @@ type bench struct {
 	result   []byte
 	rawValue []byte
 	res      results
-	rss      int64 // the main intentd's peak RSS, bytes
 }
 
 func newBench(cfg config, out io.Writer, progress func(string, ...any), dir string) (*bench, error) {
