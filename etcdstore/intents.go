@@ -1,7 +1,6 @@
 package etcdstore
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -221,30 +220,15 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, er
 func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Child, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	// The parent index in both layouts, merged by position: the first
-	// maxChildren of each hold the first maxChildren of both.
+	// The parent index in both layouts, merged by position.
 	ranges := inBothLayouts(func(l int) string { return s.keys.parentIndexIn(l, tenant, key) })
-	reads := make([]clientv3.Op, len(ranges))
-	for i, r := range ranges {
-		reads[i] = clientv3.OpGet(r.prefix, clientv3.WithPrefix(), clientv3.WithLimit(maxChildren))
-	}
-	idx, err := s.kv.Txn(rctx).Then(reads...).Commit()
+	entries, _, _, err := s.scanIndex(rctx, ranges, "", 0, maxChildren)
 	if err != nil {
-		return nil, unavailable(err)
-	}
-	var entries []scanned
-	for i, r := range ranges {
-		for _, kv := range idx.Responses[i].GetResponseRange().Kvs {
-			if e, ok := scannedEntry(r, string(kv.Key[len(r.prefix):]), kv.Value); ok {
-				entries = append(entries, e)
-			}
-		}
+		return nil, err
 	}
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	slices.SortFunc(entries, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })
-	entries = entries[:min(len(entries), maxChildren)]
 	ops := make([]clientv3.Op, len(entries))
 	keys := make([]string, len(entries))
 	for i, e := range entries {

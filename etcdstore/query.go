@@ -134,41 +134,10 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 	examined, exhausted := 0, false
 	for len(page.Intents) < size && examined < scanBudget && !exhausted {
 		var cands []scanned
-		exhausted = true
-		// Every range in one transaction: one round trip, one revision.
-		reads := make([]clientv3.Op, len(ranges))
-		for i, r := range ranges {
-			start := r.prefix
-			if after != "" {
-				start = r.prefix + positionIn(r.layout, after) + "\x00"
-			}
-			opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(r.prefix)), clientv3.WithLimit(int64(size))}
-			if rev > 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			reads[i] = clientv3.OpGet(start, opts...)
-		}
-		resp, err := s.readTxn(ctx, rev, reads)
+		var err error
+		cands, rev, exhausted, err = s.scanIndex(ctx, ranges, after, rev, size)
 		if err != nil {
 			return nil, err
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for i, r := range ranges {
-			rr := resp.Responses[i].GetResponseRange()
-			exhausted = exhausted && !rr.More
-			for _, kv := range rr.Kvs {
-				if e, ok := scannedEntry(r, string(kv.Key[len(r.prefix):]), kv.Value); ok {
-					cands = append(cands, e)
-				}
-			}
-		}
-		slices.SortFunc(cands, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })
-		// Each range gave at most size entries: the first size of the
-		// merge are the next ones in order, whatever lies beyond.
-		if len(cands) > size {
-			cands, exhausted = cands[:size], false
 		}
 		recs, err := s.readRecords(ctx, q.Tenant, cands, rev)
 		if err != nil {
@@ -194,6 +163,50 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 		page.NextPageToken = pageToken{Rev: rev, After: []byte(after)}.String()
 	}
 	return page, nil
+}
+
+// scanIndex reads up to limit entries of each range past position after
+// (from the start when empty), every range in one transaction (one round
+// trip, one revision: rev, 0 for now), and returns the first limit of
+// them merged by position, the revision read, and whether every range was
+// read to its end. Each range gave at most limit entries: the first limit
+// of the merge are the next ones in order, whatever lies beyond.
+func (s *Store) scanIndex(ctx context.Context, ranges []indexRange, after string, rev int64, limit int) ([]scanned, int64, bool, error) {
+	reads := make([]clientv3.Op, len(ranges))
+	for i, r := range ranges {
+		start := r.prefix
+		if after != "" {
+			start = r.prefix + positionIn(r.layout, after) + "\x00"
+		}
+		opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(r.prefix)), clientv3.WithLimit(int64(limit))}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		reads[i] = clientv3.OpGet(start, opts...)
+	}
+	resp, err := s.readTxn(ctx, rev, reads)
+	if err != nil {
+		return nil, rev, false, err
+	}
+	if rev == 0 {
+		rev = resp.Header.Revision
+	}
+	var entries []scanned
+	exhausted := true
+	for i, r := range ranges {
+		rr := resp.Responses[i].GetResponseRange()
+		exhausted = exhausted && !rr.More
+		for _, kv := range rr.Kvs {
+			if e, ok := scannedEntry(r, string(kv.Key[len(r.prefix):]), kv.Value); ok {
+				entries = append(entries, e)
+			}
+		}
+	}
+	slices.SortFunc(entries, func(a, b scanned) int { return cmp.Compare(a.order, b.order) })
+	if len(entries) > limit {
+		entries, exhausted = entries[:limit], false
+	}
+	return entries, rev, exhausted, nil
 }
 
 // get is a range read at rev (0: now), with compaction made plain.
