@@ -1,7 +1,6 @@
 package etcdstore
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -167,7 +166,7 @@ func toCompact(r *machine.Record) (*storagepb.Record, error) {
 	}
 	resultDigest := ""
 	if r.Result != nil && len(r.Result.Payload) > 0 {
-		resultDigest = payloadDigest(r.Result.Payload)
+		resultDigest = machine.PayloadDigest(r.Result.Payload)
 	}
 	l := r.Lease
 	if l != nil {
@@ -246,7 +245,7 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 	}
 	resultDigest := ""
 	if r.Result != nil && len(r.Result.Payload) > 0 {
-		resultDigest = payloadDigest(r.Result.Payload)
+		resultDigest = machine.PayloadDigest(r.Result.Payload)
 	}
 	if l := m.Lease; l != nil {
 		r.Lease = &machine.Lease{Token: fencing.Token(l.Token), Slot: int(l.Slot), Mode: intent.Mode(l.Mode), SessionID: sessionString(l.Session, l.SessionText),
@@ -281,13 +280,6 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 		r.History[i] = e
 	}
 	return r
-}
-
-// payloadDigest is a result payload's digest as history entries hold it
-// (machine's digest).
-func payloadDigest(p []byte) string {
-	sum := sha256.Sum256(p)
-	return hex.EncodeToString(sum[:])
 }
 
 func toCompactResult(r *intent.Result) *storagepb.Result {

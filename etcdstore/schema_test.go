@@ -732,7 +732,7 @@ func TestCompactRecordLeavesOutWhatItHoldsTwice(t *testing.T) {
 				{Time: at(0), Kind: intent.EventRegistered, Accepted: true, RequestID: "reg-1"},
 				{Time: at(1), Kind: intent.EventAcquired, Token: 77, Mode: intent.ModeExecute, SessionID: "1f", Worker: "w-1", Accepted: true, RequestID: "reg-1", Issued: true},
 				{Time: at(2), Kind: intent.EventCompleted, Token: 77, SessionID: "1f", Worker: "w-1", Accepted: true, RequestID: "rep-1",
-					Result: &intent.Result{}, PayloadSHA256: payloadDigest(payload)},
+					Result: &intent.Result{}, PayloadSHA256: machine.PayloadDigest(payload)},
 			}}
 	}
 	type shared struct{ fingerprint, retention, likeLease, byHolder, digest bool }
@@ -754,7 +754,7 @@ func TestCompactRecordLeavesOutWhatItHoldsTwice(t *testing.T) {
 			shared{true, true, true, false, true}},
 		{"a completion under another token", func(r *machine.Record) { r.History[2].Token = 78 },
 			shared{true, true, true, false, true}},
-		{"a completion of another payload", func(r *machine.Record) { r.History[2].PayloadSHA256 = payloadDigest([]byte("other")) },
+		{"a completion of another payload", func(r *machine.Record) { r.History[2].PayloadSHA256 = machine.PayloadDigest([]byte("other")) },
 			shared{true, true, true, true, false}},
 		{"a result without a payload", func(r *machine.Record) { r.Result.Payload = nil },
 			shared{true, true, true, true, false}},

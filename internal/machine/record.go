@@ -193,10 +193,16 @@ func digest(r *intent.Result) (*intent.Result, string) {
 	}
 	sum := ""
 	if len(r.Payload) > 0 {
-		h := sha256.Sum256(r.Payload)
-		sum = hex.EncodeToString(h[:])
+		sum = PayloadDigest(r.Payload)
 	}
 	return &intent.Result{ExternalRefs: r.ExternalRefs}, sum
+}
+
+// PayloadDigest is a result payload's digest as history entries hold it:
+// its SHA-256, in lowercase hex.
+func PayloadDigest(p []byte) string {
+	h := sha256.Sum256(p)
+	return hex.EncodeToString(h[:])
 }
 
 func sameResult(a, b *intent.Result) bool {
