@@ -101,7 +101,7 @@ func seed(b *testing.B, s *Store, cli *clientv3.Client, recs []*machine.Record) 
 			b.Fatal(err)
 		}
 		ops = append(ops, clientv3.OpPut(s.keys.intent(r.Tenant, r.Key), string(val)))
-		ops = append(ops, s.keys.indexOps(nil, r)...)
+		ops = s.keys.appendIndexOps(ops, nil, r)
 	}
 	if len(ops) == 0 {
 		return

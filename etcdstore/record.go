@@ -218,18 +218,20 @@ func indexedKey(key string, value []byte) string {
 	return key
 }
 
-// indexOps turns the index difference between two versions into etcd ops:
-// from's entries are in the layout it was read in, to's in the compact one
-// (so a record's first write by this version moves its entries). An
-// entry's value is empty: its key already ends in the intent key, and
-// bbolt is charged for every byte of both.
-func (k keys) indexOps(from, to *machine.Record) []clientv3.Op {
+// appendIndexOps appends to ops the index difference between two versions
+// as etcd ops: from's entries are in the layout it was read in, to's in the
+// compact one (so a record's first write by this version moves its
+// entries). An entry's value is empty: its key already ends in the intent
+// key, and bbolt is charged for every byte of both.
+func (k keys) appendIndexOps(ops []clientv3.Op, from, to *machine.Record) []clientv3.Op {
 	var old []string
 	if from != nil {
 		old = k.indexKeys(from, from.IndexLayout)
 	}
 	next := k.indexKeys(to, layoutCompact)
-	var ops []clientv3.Op
+	// An op is 248 bytes: growing the slice an op at a time was a tenth
+	// of what a cycle allocated.
+	ops = slices.Grow(ops, len(old)+len(next))
 	for _, key := range old {
 		if !slices.Contains(next, key) {
 			ops = append(ops, clientv3.OpDelete(key))

@@ -641,7 +641,13 @@ const maxTxnOps = 128
 // own is refused here, before it could share one. It returns the value
 // written for d.Next, if any.
 func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (outcome, []byte, error) {
-	m := &member{cmps: make([]clientv3.Cmp, len(d.Guards))}
+	// The record, its index entries, a tombstone's three writes, and each
+	// child with its entries: room for all but unusual label counts.
+	m := &member{
+		cmps:  make([]clientv3.Cmp, len(d.Guards)),
+		reads: make([]string, 0, len(d.Guards)),
+		ops:   make([]clientv3.Op, 0, 8+6*len(d.Create)),
+	}
 	for i, g := range d.Guards {
 		m.cmps[i] = s.compare(tenant, g)
 		m.reads = append(m.reads, string(m.cmps[i].KeyBytes()))
@@ -658,7 +664,7 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 			return outcome{}, nil, err
 		}
 		m.ops = append(m.ops, clientv3.OpPut(k, string(next)))
-		m.ops = append(m.ops, s.keys.indexOps(v.Rec, d.Next)...)
+		m.ops = s.keys.appendIndexOps(m.ops, v.Rec, d.Next)
 	}
 	if t := d.Tombstone; t != nil {
 		tomb, err := encodeTombstone(t)
@@ -667,7 +673,7 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 		}
 		m.ops = append(m.ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
 			clientv3.OpPut(s.keys.tombRetention(t.Until, tenant, v.Key), ""))
-		m.ops = append(m.ops, s.keys.indexOps(v.Rec, nil)...)
+		m.ops = s.keys.appendIndexOps(m.ops, v.Rec, nil)
 	}
 	for _, c := range d.Create {
 		val, err := encodeRecord(c)
@@ -675,7 +681,7 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 			return outcome{}, nil, err
 		}
 		m.ops = append(m.ops, clientv3.OpPut(s.keys.intent(tenant, c.Key), string(val)))
-		m.ops = append(m.ops, s.keys.indexOps(nil, c)...)
+		m.ops = s.keys.appendIndexOps(m.ops, nil, c)
 	}
 	if len(m.ops) > maxTxnOps || len(m.cmps) > maxTxnOps {
 		return outcome{}, nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(m.ops), maxTxnOps)
