@@ -84,6 +84,8 @@ const maxInFlight = 8
 type committer struct {
 	kv      clientv3.KV
 	timeout time.Duration
+	// observe, if set, is told the members of each request sent.
+	observe func(members int)
 
 	mu      sync.Mutex
 	pending []*member
@@ -228,6 +230,9 @@ func has(set map[string]struct{}, k string) bool {
 
 // send commits a batch and tells each member its outcome.
 func (c *committer) send(members []*member) {
+	if c.observe != nil {
+		c.observe(len(members))
+	}
 	if len(members) == 1 {
 		// Alone: the plain transaction, on the caller's own context.
 		m := members[0]

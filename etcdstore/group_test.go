@@ -2,6 +2,7 @@ package etcdstore_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -69,12 +70,20 @@ func mustDistinct(t *testing.T, tokens map[string]fencing.Token) (shared int) {
 // Concurrent transitions on distinct intents go to etcd as a few shared
 // transactions, not one each, and the leases issued in one transaction
 // (one etcd revision) still get distinct tokens, which fence as before:
-// each intent completes under its own token.
+// each intent completes under its own token. Config.ObserveBatch is told
+// each transaction's transitions.
 func TestConcurrentTransitionsShareTransactions(t *testing.T) {
 	c := newCluster(t)
 	var writes, reads int
 	counting := countingKV(c.cli.KV, &writes, &reads)
-	s, err := etcdstore.NewWithKV(c.cli, counting, etcdstore.DefaultConfig())
+	var batches []int // guarded by counting.mu, like writes
+	cfg := etcdstore.DefaultConfig()
+	cfg.ObserveBatch = func(transitions int) {
+		counting.mu.Lock()
+		defer counting.mu.Unlock()
+		batches = append(batches, transitions)
+	}
+	s, err := etcdstore.NewWithKV(c.cli, counting, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,18 +94,23 @@ func TestConcurrentTransitionsShareTransactions(t *testing.T) {
 		keys[i] = fmt.Sprintf("group-%d", i)
 	}
 	counting.mu.Lock()
-	writes = 0
+	writes, batches = 0, nil
 	counting.mu.Unlock()
 
 	tokens := acquireAll(t, s, sessions, keys)
 	counting.mu.Lock()
-	acquireWrites := writes
+	acquireWrites, acquireBatches := writes, slices.Clone(batches)
 	counting.mu.Unlock()
 	if len(tokens) != n {
 		t.Fatalf("%d of %d Acquires issued a lease", len(tokens), n)
 	}
 	if acquireWrites >= n {
 		t.Errorf("%d Acquires took %d write transactions, want fewer: concurrent writes share one", n, acquireWrites)
+	}
+	// Every Acquire is one transition here (none conflicts): the batches
+	// observed are the write transactions, and carry them all.
+	if sum := sumOf(acquireBatches); len(acquireBatches) != acquireWrites || sum != n || slices.Max(acquireBatches) < 2 {
+		t.Errorf("ObserveBatch saw %v (%d transitions in %d transactions), want the %d write transactions carrying all %d, some more than one", acquireBatches, sum, len(acquireBatches), acquireWrites, n)
 	}
 	if shared := mustDistinct(t, tokens); shared == 0 {
 		t.Errorf("no two of %d leases were issued at one revision; the shared transactions issued one lease each", n)
@@ -117,6 +131,14 @@ func TestConcurrentTransitionsShareTransactions(t *testing.T) {
 		}
 	}
 	t.Logf("%d Acquires in %d write transactions", n, acquireWrites)
+}
+
+func sumOf(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // A shared transaction whose reply is lost leaves every member's outcome

@@ -63,6 +63,10 @@ type Config struct {
 	// deletes), failed ones included. It runs on the hot path: keep it
 	// cheap.
 	ObserveTxn func(write bool, d time.Duration)
+	// ObserveBatch, if set, is told how many transitions each etcd
+	// transaction of the group commit carried (1 when a write went alone;
+	// see group.go). It runs on the hot path: keep it cheap.
+	ObserveBatch func(transitions int)
 }
 
 // DefaultCacheBytes is the default of Config.CacheBytes: about 13,000
@@ -329,7 +333,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 		tracer: newTracer(cfg.TracerProvider)}
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
-	s.group = &committer{kv: s.kv, timeout: cfg.RequestTimeout}
+	s.group = &committer{kv: s.kv, timeout: cfg.RequestTimeout, observe: cfg.ObserveBatch}
 	return s, nil
 }
 

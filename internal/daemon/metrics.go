@@ -22,8 +22,9 @@ import (
 // stale-token refusals, fingerprint conflicts); what became of attempts
 // (MarkUnknown, lapsed leases, intents sent to review after too many);
 // the review queue's depth and the open sessions; the store's commits,
-// conflicts, ambiguous commits, replays from memory and etcd transaction
-// latency; the janitor's work; readiness; how full etcd's database is; and
+// conflicts, ambiguous commits, replays from memory, etcd transaction
+// latency and how many transitions each transaction carried; the
+// janitor's work; readiness; how full etcd's database is; and
 // the Go runtime. The README's metrics table lists every name, and a test
 // holds it to /metrics.
 type metrics struct {
@@ -33,8 +34,10 @@ type metrics struct {
 	txn      *prometheus.HistogramVec
 	// txnRead and txnWrite are txn's two children, resolved once.
 	txnRead, txnWrite prometheus.Observer
-	sweeps            *prometheus.CounterVec
-	overdue           prometheus.Gauge
+	// batch is the group commit's transitions per etcd transaction.
+	batch   prometheus.Histogram
+	sweeps  *prometheus.CounterVec
+	overdue prometheus.Gauge
 	// queue (by state) and sessions are counted across tenants (see
 	// etcdstore.Store.Depths).
 	queue    *prometheus.GaugeVec
@@ -56,6 +59,10 @@ func newMetrics() *metrics {
 			Name: "intentd_etcd_txn_duration_seconds", Help: "Duration of the store's etcd transactions (kind: read, or write when it puts or deletes), failed ones included.",
 			Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"kind"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "intentd_store_batch_transitions", Help: "Transitions each etcd transaction of the group commit carried: calls on distinct intents that arrive while earlier transactions are in flight share one (1: a write that went alone).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128},
+		}),
 		queue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "intentd_review_queue_intents", Help: "Intents waiting for a reviewer, by state (UNKNOWN, NEEDS_REVIEW), across tenants; the same figure from every replica.",
 		}, []string{"state"}),
@@ -84,7 +91,7 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.grpc, m.answers.outcomes, m.answers.stale, m.answers.fingerprint, m.txn,
+		m.grpc, m.answers.outcomes, m.answers.stale, m.answers.fingerprint, m.txn, m.batch,
 		m.sweeps, m.overdue, m.queue, m.sessions, m.dbSize, m.dbInUse, m.dbQuota,
 	)
 	for _, st := range []string{"UNKNOWN", "NEEDS_REVIEW"} {
@@ -181,6 +188,9 @@ func (m *metrics) observeTxn(write bool, d time.Duration) {
 		m.txnRead.Observe(d.Seconds())
 	}
 }
+
+// observeBatch is etcdstore.Config.ObserveBatch.
+func (m *metrics) observeBatch(transitions int) { m.batch.Observe(float64(transitions)) }
 
 // depths records the review queue's depth and the open sessions.
 func (m *metrics) depths(d etcdstore.Depths) {

@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	defer flushTraces(tr, cfg.ShutdownTimeout, log)
 	scfg.Logger = log
 	scfg.TracerProvider = tr.Provider()
-	scfg.ObserveTxn = m.observeTxn
+	scfg.ObserveTxn, scfg.ObserveBatch = m.observeTxn, m.observeBatch
 	store, floors, err := openStore(ctx, cfg, scfg, cli, endpoints, m, log)
 	if err != nil {
 		return err
