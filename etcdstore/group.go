@@ -84,7 +84,8 @@ const maxInFlight = 8
 type committer struct {
 	kv      clientv3.KV
 	timeout time.Duration
-	// observe, if set, is told the members of each request sent.
+	// observe, if set, is told the members of each request etcd took (a
+	// request refused whole and sent again in halves counts as the halves).
 	observe func(members int)
 
 	mu      sync.Mutex
@@ -230,12 +231,12 @@ func has(set map[string]struct{}, k string) bool {
 
 // send commits a batch and tells each member its outcome.
 func (c *committer) send(members []*member) {
-	if c.observe != nil {
-		c.observe(len(members))
-	}
 	if len(members) == 1 {
 		// Alone: the plain transaction, on the caller's own context.
 		m := members[0]
+		if c.observe != nil {
+			c.observe(1)
+		}
 		ctx, cancel := context.WithTimeout(m.ctx, c.timeout)
 		resp, err := c.kv.Txn(ctx).If(m.cmps...).Then(m.ops...).Commit()
 		cancel()
@@ -261,6 +262,9 @@ func (c *committer) send(members []*member) {
 		c.send(members[:half])
 		c.send(members[half:])
 		return
+	}
+	if c.observe != nil {
+		c.observe(len(members))
 	}
 	for i, m := range members {
 		if err != nil {

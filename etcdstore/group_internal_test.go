@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -125,11 +126,13 @@ func TestSharedTransactionOutcomePerMember(t *testing.T) {
 
 // An etcd configured with a lower --max-txn-ops than the default refuses
 // a full batch whole; nothing was written, and the batch goes again in
-// halves until it passes.
+// halves until it passes. The batches observed are the requests etcd
+// took, not the refused ones.
 func TestSharedTransactionTooManyOpsIsSplit(t *testing.T) {
 	cli := etcdtest.StartWith(t, t.TempDir(), func(cfg *embed.Config) { cfg.MaxTxnOps = 4 }).Client(t)
 	ctx := context.Background()
-	c := &committer{kv: cli.KV, timeout: DefaultConfig().RequestTimeout}
+	var observed []int
+	c := &committer{kv: cli.KV, timeout: DefaultConfig().RequestTimeout, observe: func(n int) { observed = append(observed, n) }}
 	var members []*member
 	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
 		m := withOps(put(k), 2)
@@ -141,6 +144,11 @@ func TestSharedTransactionTooManyOpsIsSplit(t *testing.T) {
 		if o := <-m.done; o.err != nil || !o.succeeded {
 			t.Errorf("member %s: %+v, want committed", m.writes[0], o)
 		}
+	}
+	// 6 members of 2 ops need 6+2 ops: refused; halves of 3 need 5:
+	// refused; then 1 and 2 members (3 and 4 ops) pass.
+	if want := []int{1, 2, 1, 2}; !slices.Equal(observed, want) {
+		t.Errorf("observed batches %v, want %v: the requests etcd took", observed, want)
 	}
 }
 

@@ -46,8 +46,8 @@ type Config struct {
 	// Store configures the store: the etcd key prefix (--prefix), the
 	// timeouts of etcd calls (--request-timeout, --operation-timeout),
 	// retentions and the attempts limit. Run sets its Logger,
-	// TracerProvider, ObserveTxn and ObserveBatch; Now (nil: the wall clock) is left to
-	// whoever builds the config (a test main shifts it).
+	// TracerProvider, ObserveTxn and ObserveBatch; Now (nil: the wall
+	// clock) is left to whoever builds the config (a test main shifts it).
 	Store etcdstore.Config
 	// DialTimeout bounds connecting to etcd at start.
 	DialTimeout time.Duration
