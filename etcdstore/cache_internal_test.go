@@ -1,12 +1,15 @@
 package etcdstore
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/etcdtest"
 )
 
@@ -89,10 +92,10 @@ func TestRecordCacheStaysWithinItsBytes(t *testing.T) {
 	if limit := cfg.CacheBytes * 5 / 4; grown > limit {
 		t.Errorf("heap grew %d KiB, want at most %d KiB (CacheBytes and a quarter)", grown>>10, limit>>10)
 	}
-	if _, _, ok := s.cachedView(tc.stored.Tenant, fmt.Sprintf("key-%06d", n-1)); !ok {
+	if _, ok := s.cachedEntry(tc.stored.Tenant, fmt.Sprintf("key-%06d", n-1)); !ok {
 		t.Error("the last record shown is not cached")
 	}
-	if _, _, ok := s.cachedView(tc.stored.Tenant, "key-000000"); ok {
+	if _, ok := s.cachedEntry(tc.stored.Tenant, "key-000000"); ok {
 		t.Error("the first record shown is still cached, want it forgotten")
 	}
 }
@@ -122,9 +125,9 @@ func TestReplayedRecordsCountTheirMemo(t *testing.T) {
 	var replayed int
 	for i := n - held; i < n; i++ {
 		key := fmt.Sprintf("key-%06d", i)
-		if _, memo, ok := s.cachedView(tc.stored.Tenant, key); ok {
-			s.replayedFrom(tc.stored.Tenant, key, memo)
-			s.replayedFrom(tc.stored.Tenant, key, memo) // counted once
+		if c, ok := s.cachedEntry(tc.stored.Tenant, key); ok {
+			s.replayedFrom(tc.stored.Tenant, key, c.memo)
+			s.replayedFrom(tc.stored.Tenant, key, c.memo) // counted once
 			replayed++
 		}
 	}
@@ -149,4 +152,42 @@ func heapInUse() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// A replay through Acquire charges its entry for the memo the first time
+// it hands the memo out, and leaves the entry as it is on later replays.
+func TestAcquireReplayChargesTheMemoOnce(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	s, err := New(cli, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "replayed-once"
+	happyPath(t, s, cli, key, sess.ID)
+	c, ok := s.cachedEntry("default", key)
+	if !ok || c.memo == nil || c.replayed {
+		t.Fatalf("after Complete: entry %+v, cached %v; want a final entry with a memo, not replayed", c, ok)
+	}
+	before := s.records.Bytes()
+	replay := func() *intent.Acquisition {
+		a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again", ExpectedFingerprint: c.rec.Fingerprint})
+		if err != nil || a.Outcome != intent.OutcomeCompleted || a.Memo != c.memo {
+			t.Fatalf("replay: %+v, %v; want COMPLETED with the entry's memo", a, err)
+		}
+		return a
+	}
+	replay()
+	charged := s.records.Bytes()
+	if after, _ := s.cachedEntry("default", key); !after.replayed || charged <= before {
+		t.Errorf("after the first replay: replayed %v, cache %d bytes (was %d); want the memo charged", after.replayed, charged, before)
+	}
+	replay()
+	if again := s.records.Bytes(); again != charged {
+		t.Errorf("after a second replay the cache holds %d bytes, want %d as after the first", again, charged)
+	}
 }

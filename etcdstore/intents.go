@@ -72,18 +72,20 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return nil, err
 		}
 	}
-	cached, memo, known := s.cachedView(req.Tenant, req.Key)
+	entry, known := s.cachedEntry(req.Tenant, req.Key)
 	// A final record is replayed from memory, unless etcd went back: then
 	// nothing is answered, not even from memory.
 	if known && s.floor.refused.Load() == nil {
-		if d, ok := machine.ReplayFinal(cached, fp, s.cfg.Now()); ok {
+		if d, ok := machine.ReplayFinal(entry.view(req.Key), fp, s.cfg.Now()); ok {
 			if d.Err != nil {
 				return nil, d.Err
 			}
 			s.stats.replays.Add(1)
 			out := acquisition(d.Answer)
-			out.Memo = memo
-			s.replayedFrom(req.Tenant, req.Key, memo)
+			out.Memo = entry.memo
+			if !entry.replayed {
+				s.replayedFrom(req.Tenant, req.Key, entry.memo)
+			}
 			return out, nil
 		}
 	}
@@ -175,8 +177,8 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	}
 	r.Children = children
 	var start *machine.View
-	if v, _, ok := s.cachedView(r.Tenant, r.Key); ok && len(children) == 0 {
-		start = v // optimistic: the guards send us to a fresh read if it changed
+	if c, ok := s.cachedEntry(r.Tenant, r.Key); ok && len(children) == 0 {
+		start = c.view(r.Key) // optimistic: the guards send us to a fresh read if it changed
 	}
 	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, r.Tenant, r.Key, others) }
 	call := machine.ReportCall{Report: &r, Principal: intent.PrincipalFrom(ctx)}

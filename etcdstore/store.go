@@ -465,7 +465,9 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 
 // replayedFrom counts, against the record cache's budget, what the memo
 // handed out with a replay may come to hold, the first time it is handed
-// out (the version's entry, if still the one cached).
+// out (the version's entry, if still the one cached). Callers that read
+// the entry skip it once the entry says it was replayed: a replay then
+// takes the cache's lock once.
 func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
 	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
 		if c.memo != memo || c.replayed {
@@ -476,14 +478,16 @@ func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
 	})
 }
 
-// cachedView is a view of the remembered version of a record, if any: not
-// fresh (see machine.View), with that version's memo.
-func (s *Store) cachedView(tenant, key string) (*machine.View, *intent.Memo, bool) {
-	c, ok := s.records.Get(cacheKey(tenant, key))
-	if !ok {
-		return nil, nil, false
-	}
-	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}, c.memo, true
+// cachedEntry is the remembered version of a record, if any, with that
+// version's memo and whether a replay has handed it out yet.
+func (s *Store) cachedEntry(tenant, key string) (cached, bool) {
+	return s.records.Get(cacheKey(tenant, key))
+}
+
+// view is a view of the entry's version of the record under key: not
+// fresh (see machine.View).
+func (c cached) view(key string) *machine.View {
+	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}
 }
 
 // decideFunc is one call's decide function of package machine, bound to
