@@ -119,7 +119,14 @@ func (k keys) tombRetentionsIn(layout int) string {
 }
 
 func (k keys) tombRetention(until time.Time, tenant, key string) string {
-	return k.tombRetentionsIn(layoutCompact) + timeBytes(until) + tenant + "/" + key
+	return k.tombRetentionsIn(layoutCompact) + dueOrder(until, tenant, key)
+}
+
+// dueOrder is where an entry of an end-of-retention index (records' Xr,
+// tombstones' Zr) sorts in the compact layout: its end of retention, then
+// tenant and key, as sweepDue reads them back.
+func dueOrder(until time.Time, tenant, key string) string {
+	return timeBytes(until) + tenant + "/" + key
 }
 
 func (k keys) election() string { return k.prefix + "janitor/" }
@@ -182,7 +189,7 @@ func (k keys) indexKeys(r *machine.Record, layout int) []string {
 	}
 	var o, retention string
 	if layout == layoutCompact {
-		o, retention = position(r.CreatedAt, r.Key), timeBytes(r.RetainUntil)+r.Tenant+"/"+r.Key
+		o, retention = position(r.CreatedAt, r.Key), dueOrder(r.RetainUntil, r.Tenant, r.Key)
 	} else {
 		o, retention = timeKey(r.CreatedAt)+"/"+r.Key, timeKey(r.RetainUntil)+"/"+r.Tenant+"/"+r.Key
 	}
