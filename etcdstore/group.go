@@ -84,8 +84,8 @@ const maxInFlight = 8
 type committer struct {
 	kv      clientv3.KV
 	timeout time.Duration
-	// observe, if set, is told the members of each request etcd took (a
-	// request refused whole and sent again in halves counts as the halves).
+	// observe, if set, is told the members of each request sent (a batch
+	// refused whole and sent again in halves counts as the halves only).
 	observe func(members int)
 
 	mu      sync.Mutex
