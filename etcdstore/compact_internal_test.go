@@ -47,9 +47,9 @@ func happyPath(t *testing.T, s *Store, cli *clientv3.Client, key, session string
 }
 
 // TestCompletedRecordIsCompact: the record a happy path leaves is stored in
-// the compact format, under half its JSON and within 720 bytes (the
-// JSON of earlier versions took 1.8 KB, so 4.3 KB of etcd per retained
-// intent).
+// the compact format, compressed, under a third of its JSON and within 500
+// bytes (the JSON of earlier versions took 1.8 KB, so 4.3 KB of etcd per
+// retained intent; uncompressed, the compact format takes 547).
 func TestCompletedRecordIsCompact(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
 	s, err := New(cli, DefaultConfig())
@@ -70,11 +70,11 @@ func TestCompletedRecordIsCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("completed record: %d bytes stored, %d bytes as JSON", len(b), len(js))
-	if len(b) == 0 || b[0] != formatCompact {
-		t.Fatalf("stored value starts %q, want the compact format byte %#x", b[:min(len(b), 8)], formatCompact)
+	if len(b) == 0 || b[0] != formatCompressed {
+		t.Fatalf("stored value starts %q, want the compressed format byte %#x", b[:min(len(b), 8)], formatCompressed)
 	}
-	if len(b) > 720 || 2*len(b) >= len(js) {
-		t.Errorf("completed record: %d bytes stored, want at most 720 and under half its %d bytes of JSON", len(b), len(js))
+	if len(b) > 500 || 3*len(b) >= len(js) {
+		t.Errorf("completed record: %d bytes stored, want at most 500 and under a third of its %d bytes of JSON", len(b), len(js))
 	}
 }
 

@@ -62,8 +62,11 @@
 // its JSON by the compact format: an existing data dir migrates record by
 // record, with no migration step. The same holds for the compact records
 // of the previous version (format byte 0x01), which held their tenant and
-// key; this version's (0x02) take them from their etcd key. testdata/records
-// pins every format byte for byte. A replica of an earlier version cannot
+// key; this version's (0x02) take them from their etcd key, and a final
+// record's value is stored zstd-compressed (0x03) when that saves a
+// sixteenth of it (compress.go). testdata/records pins every uncompressed
+// format byte for byte, and holds a compressed record every version must
+// decode. A replica of an earlier version cannot
 // read a later format (it refuses the value as corrupt, never misreads it):
 // upgrade every replica before the first value in the new format is written
 // (stop the old ones, then start the new).

@@ -22,6 +22,9 @@ import (
 //   - formatCompact (0x02): the protobuf of package storagepb's message
 //     (proto/storage/v1/storage.proto), the format this version writes; a
 //     record's tenant and key are its etcd key's, not repeated in the value;
+//   - formatCompressed (0x03): a record in a final state, whose 0x02 value
+//     is stored compressed (zstd) when that saves at least a sixteenth of it
+//     (storedValue): what is retained longest is what is kept smallest;
 //   - formatCompact1 (0x01): the same message with the tenant and key in
 //     it (a tombstone's key), which the previous version wrote;
 //   - '{': JSON (schema_json.go), the format earlier versions wrote.
@@ -47,11 +50,13 @@ import (
 // payloads, external refs).
 
 // formatCompact is the first byte of a compact record or tombstone this
-// version writes; formatCompact1, of one of the previous version. JSON
+// version writes, formatCompressed of a final record it compresses
+// (compress.go); formatCompact1, of one of the previous version. JSON
 // starts with '{'.
 const (
-	formatCompact  byte = 0x02
-	formatCompact1 byte = 0x01
+	formatCompressed byte = 0x03
+	formatCompact    byte = 0x02
+	formatCompact1   byte = 0x01
 )
 
 // marshal is deterministic, so that a value's bytes follow from the record
@@ -81,6 +86,11 @@ func encodeRecord(r *machine.Record) ([]byte, error) {
 func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, error) {
 	var r *machine.Record
 	var err error
+	if len(b) > 0 && b[0] == formatCompressed {
+		if b, err = decompressRecord(b); err != nil {
+			return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
+		}
+	}
 	if len(b) > 0 && (b[0] == formatCompact || b[0] == formatCompact1) {
 		var m storagepb.Record
 		if err = proto.Unmarshal(b[1:], &m); err == nil {

@@ -671,7 +671,7 @@ func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *m
 		if next, err = encodeRecord(d.Next); err != nil {
 			return outcome{}, nil, err
 		}
-		m.ops = append(m.ops, clientv3.OpPut(k, string(next)))
+		m.ops = append(m.ops, clientv3.OpPut(k, string(storedValue(d.Next, next))))
 		m.ops = s.keys.appendIndexOps(m.ops, v.Rec, d.Next)
 	}
 	if t := d.Tombstone; t != nil {

@@ -68,6 +68,7 @@ type config struct {
 	levels            []int
 	replayLevels      []int
 	payload           int
+	payloadText       string
 	workloads         []string
 	contentionWorkers int
 	contentionIntents int
@@ -110,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	levels := fs.String("levels", "1,16,64,256", "cycle concurrency levels, comma-separated, ascending")
 	replayLevels := fs.String("replay-levels", "1,64", "replay concurrency levels, comma-separated, ascending")
 	fs.IntVar(&c.payload, "payload", 300, "bytes of params and of result per intent (the raw peer writes as many)")
+	fs.StringVar(&c.payloadText, "payload-text", "random", "what the payloads hold: random (letters and digits, as ids and tokens: they hardly compress) or repeat (one letter over and over: compresses to nothing)")
 	list := fs.String("workloads", strings.Join(workloads, ","), "workloads to run, comma-separated: "+strings.Join(workloads, ", "))
 	fs.IntVar(&c.contentionWorkers, "contention-workers", 64, "workers in the contention workload")
 	fs.IntVar(&c.contentionIntents, "contention-intents", 8, "intents they contend for at a time")
@@ -162,6 +164,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, bad("--rounds %d: want at least 1", c.rounds)
 	case c.payload < 16 || c.payload > 65536:
 		return c, bad("--payload %d: want 16 to 65536 bytes", c.payload)
+	case c.payloadText != "random" && c.payloadText != "repeat":
+		return c, bad("--payload-text %q: want random or repeat", c.payloadText)
 	case c.contentionWorkers < 1 || c.contentionIntents < 1:
 		return c, bad("--contention-workers %d, --contention-intents %d: want at least 1 each", c.contentionWorkers, c.contentionIntents)
 	case c.hbWorkers < 1:

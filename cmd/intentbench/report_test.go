@@ -149,6 +149,7 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		{[]string{"--levels", "16,1"}, "--levels \"16,1\": want ascending levels"},
 		{[]string{"--replay-levels", ""}, "--replay-levels"},
 		{[]string{"--payload", "8"}, "--payload 8"},
+		{[]string{"--payload-text", "json"}, `--payload-text "json": want random or repeat`},
 		{[]string{"--workloads", "cycle,fast"}, `unknown workload "fast"`},
 		{[]string{"--heartbeat-intents", "10"}, "--heartbeat-intents 10"},
 		{[]string{"--heartbeat-intents", "100000"}, "--heartbeat-intents 100000"},
@@ -173,5 +174,28 @@ func TestDefaultFlagsAreValid(t *testing.T) {
 	}
 	if got := strings.Join(cfg.workloads, ","); got != strings.Join(workloads, ",") {
 		t.Errorf("default workloads %q, want all: %q", got, strings.Join(workloads, ","))
+	}
+}
+
+// TestPayloadTextIsWhatItSays: random text is letters and digits, the same
+// in every call (every intent of a run, and the raw peer, write the same
+// bytes), and far from the one repeated letter of repeat.
+func TestPayloadTextIsWhatItSays(t *testing.T) {
+	random, again := payloadText("random", 300), payloadText("random", 300)
+	if len(random) != 300 || random != again {
+		t.Fatalf("random text: %d bytes, stable %v", len(random), random == again)
+	}
+	seen := map[rune]bool{}
+	for _, r := range random {
+		if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", r) {
+			t.Fatalf("random text holds %q", r)
+		}
+		seen[r] = true
+	}
+	if len(seen) < 50 {
+		t.Errorf("random text uses %d distinct characters, want most of 62", len(seen))
+	}
+	if got := payloadText("repeat", 300); got != strings.Repeat("x", 300) {
+		t.Errorf("repeat text = %q", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -36,9 +37,10 @@ type bench struct {
 }
 
 func newBench(cfg config, out io.Writer, progress func(string, ...any), dir string) (*bench, error) {
-	// Params whose canonical JSON, {"note":"xx…"}, is cfg.payload bytes;
+	// Params whose canonical JSON, {"note":"…"}, is cfg.payload bytes;
 	// a result payload of the same size; the raw peer writes as many.
-	params, err := structpb.NewStruct(map[string]any{"note": strings.Repeat("x", cfg.payload-len(`{"note":""}`))})
+	text := payloadText(cfg.payloadText, cfg.payload)
+	params, err := structpb.NewStruct(map[string]any{"note": text[:cfg.payload-len(`{"note":""}`)]})
 	if err != nil {
 		return nil, err
 	}
@@ -46,10 +48,29 @@ func newBench(cfg config, out io.Writer, progress func(string, ...any), dir stri
 		cfg: cfg, out: out, progress: progress, dir: dir,
 		run:      fmt.Sprintf("%x", time.Now().UnixNano()),
 		params:   params,
-		result:   []byte(`{"r":"` + strings.Repeat("x", cfg.payload-len(`{"r":""}`)) + `"}`),
-		rawValue: bytes.Repeat([]byte("x"), cfg.payload),
+		result:   []byte(`{"r":"` + text[:cfg.payload-len(`{"r":""}`)] + `"}`),
+		rawValue: []byte(text),
 		res:      results{},
 	}, nil
+}
+
+// payloadText is n bytes of payload text of the kind --payload-text names:
+// letters and digits drawn with a fixed seed (random), which intentd's
+// compression of final records can hardly shrink (about 6 bits a byte),
+// or one letter over and over (repeat), which it shrinks to almost
+// nothing. Every intent of a run carries the same text, as a copy of the
+// seeded template does.
+func payloadText(kind string, n int) string {
+	if kind == "repeat" {
+		return strings.Repeat("x", n)
+	}
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	r := rand.New(rand.NewPCG(14, 1024))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[r.IntN(len(alphabet))]
+	}
+	return string(b)
 }
 
 func (b *bench) key(kind string) string { return fmt.Sprintf("%s-%s-%d", kind, b.run, b.seq.Add(1)) }
