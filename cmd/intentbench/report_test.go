@@ -178,12 +178,16 @@ func TestDefaultFlagsAreValid(t *testing.T) {
 }
 
 // TestPayloadTextIsWhatItSays: random text is letters and digits, the same
-// in every call (every intent of a run, and the raw peer, write the same
-// bytes), and far from the one repeated letter of repeat.
+// for a seed (every intent of a run, and the raw peer, write the same
+// bytes), another for another seed, and far from the one repeated letter
+// of repeat.
 func TestPayloadTextIsWhatItSays(t *testing.T) {
-	random, again := payloadText("random", 300), payloadText("random", 300)
+	random, again, other := payloadText("random", 300, 1), payloadText("random", 300, 1), payloadText("random", 300, 2)
 	if len(random) != 300 || random != again {
 		t.Fatalf("random text: %d bytes, stable %v", len(random), random == again)
+	}
+	if random[:32] == other[:32] {
+		t.Errorf("random texts of two seeds begin alike: %q", random[:32])
 	}
 	seen := map[rune]bool{}
 	for _, r := range random {
@@ -195,7 +199,7 @@ func TestPayloadTextIsWhatItSays(t *testing.T) {
 	if len(seen) < 50 {
 		t.Errorf("random text uses %d distinct characters, want most of 62", len(seen))
 	}
-	if got := payloadText("repeat", 300); got != strings.Repeat("x", 300) {
+	if got := payloadText("repeat", 300, 1); got != strings.Repeat("x", 300) {
 		t.Errorf("repeat text = %q", got)
 	}
 }

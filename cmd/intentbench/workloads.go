@@ -39,7 +39,7 @@ type bench struct {
 func newBench(cfg config, out io.Writer, progress func(string, ...any), dir string) (*bench, error) {
 	// Params whose canonical JSON, {"note":"…"}, is cfg.payload bytes;
 	// a result payload of the same size; the raw peer writes as many.
-	text := payloadText(cfg.payloadText, cfg.payload)
+	text, other := payloadText(cfg.payloadText, cfg.payload, 1), payloadText(cfg.payloadText, cfg.payload, 2)
 	params, err := structpb.NewStruct(map[string]any{"note": text[:cfg.payload-len(`{"note":""}`)]})
 	if err != nil {
 		return nil, err
@@ -48,24 +48,25 @@ func newBench(cfg config, out io.Writer, progress func(string, ...any), dir stri
 		cfg: cfg, out: out, progress: progress, dir: dir,
 		run:      fmt.Sprintf("%x", time.Now().UnixNano()),
 		params:   params,
-		result:   []byte(`{"r":"` + text[:cfg.payload-len(`{"r":""}`)] + `"}`),
+		result:   []byte(`{"r":"` + other[:cfg.payload-len(`{"r":""}`)] + `"}`),
 		rawValue: []byte(text),
 		res:      results{},
 	}, nil
 }
 
 // payloadText is n bytes of payload text of the kind --payload-text names:
-// letters and digits drawn with a fixed seed (random), which intentd's
+// letters and digits drawn from the given seed (random), which intentd's
 // compression of final records can hardly shrink (about 6 bits a byte),
 // or one letter over and over (repeat), which it shrinks to almost
-// nothing. Every intent of a run carries the same text, as a copy of the
-// seeded template does.
-func payloadText(kind string, n int) string {
+// nothing. The params and the result are drawn from seeds of their own,
+// so that neither compresses into a reference to the other; every intent
+// of a run carries the same two, as a copy of the seeded template does.
+func payloadText(kind string, n int, seed uint64) string {
 	if kind == "repeat" {
 		return strings.Repeat("x", n)
 	}
 	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-	r := rand.New(rand.NewPCG(14, 1024))
+	r := rand.New(rand.NewPCG(seed, 1024))
 	b := make([]byte, n)
 	for i := range b {
 		b[i] = alphabet[r.IntN(len(alphabet))]
