@@ -8,16 +8,17 @@ import (
 	"github.com/intentd/intentd/internal/machine"
 )
 
-// Final records are what the store keeps longest (their retention, a week
-// by default) and reads least (a replay misses the cache once at most), so
+// Final records are what the store keeps longest (their retention, 30 days
+// by default) and reads least (replays are mostly served from the cache), so
 // they are the ones worth storing small: a final record's value goes to
 // etcd compressed, as formatCompressed, when that saves at least a
-// sixteenth of it. Params and results are mostly JSON or ids: a sixth of
-// internal/fill's purchase goes (563 to 474 bytes), a quarter of a record
-// whose payloads are random letters and digits, for about 9 µs of one core
-// at Complete and 5 µs at a cache miss (BenchmarkFinalRecordValue). Records
-// still in flight are written as they are: their values are replaced
-// within seconds, and compressing them would cost every Acquire.
+// sixteenth of it. Params and results are mostly JSON: a sixth of
+// internal/fill's purchase goes (563 to 474 bytes), for about 9 µs of one
+// core at Complete and 5 µs at a cache miss (BenchmarkFinalRecordValue);
+// random text or payloads compressed already gain nothing and are stored
+// as they are. Records still in flight are written as they are: their
+// values are replaced within seconds, and compressing them would cost
+// every Acquire.
 //
 // zstd at its fastest level, without a checksum (etcd keeps the value
 // intact, and a damaged frame fails to decode all the same), from one
@@ -53,9 +54,12 @@ func must[T any](v T, err error) T {
 
 // storedValue is what goes to etcd for r, whose encodeRecord is plain:
 // plain itself, or, for a final record, plain compressed if that is at
-// least a sixteenth smaller.
+// least a sixteenth smaller. A record larger than a transaction can carry
+// stays plain, to be refused as too large as it would be uncompressed:
+// compressed, it could be written, and then not read back within the
+// decoder's bound.
 func storedValue(r *machine.Record, plain []byte) []byte {
-	if !r.State.Final() || len(plain) < minCompressed {
+	if !r.State.Final() || len(plain) < minCompressed || len(plain) > maxTxnBytes {
 		return plain
 	}
 	out := make([]byte, 1, len(plain)-len(plain)/16)

@@ -54,10 +54,13 @@ func TestFinalRecordsAreStoredCompressed(t *testing.T) {
 		compressed bool
 		either     bool // a final golden case: compressed or not, by its size
 	}
+	oversized := purchase
+	oversized.Result = &intent.Result{Payload: bytes.Repeat([]byte("x"), maxTxnBytes)}
 	cases := []testCase{
 		{name: "completed purchase", rec: purchase, compressed: true},
 		{name: "the same purchase, held", rec: held},
 		{name: "completed, random payload", rec: incompressible},
+		{name: "completed, larger than a transaction", rec: oversized},
 	}
 	for _, tc := range recordCases {
 		cases = append(cases, testCase{name: tc.name, rec: tc.stored, either: tc.stored.State.Final()})
