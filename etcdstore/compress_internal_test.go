@@ -148,43 +148,25 @@ func TestCorruptCompressedRecordsAreCorrupt(t *testing.T) {
 }
 
 // TestCompletedRecordsReachEtcdCompressed: through the store, a completed
-// intent's record is compressed in etcd, and a replica with an empty cache
-// reads it back as the one that wrote it does.
+// intent's record is compressed in etcd (TestCompletedRecordIsCompact
+// checks its size), and a replica with an empty cache reads it back as the
+// one that wrote it has it.
 func TestCompletedRecordsReachEtcdCompressed(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	s, err := New(cli, DefaultConfig())
+	writer, err := New(cli, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	sess, err := s.OpenSession(ctx, "default", "w", time.Minute)
+	sess, err := writer.OpenSession(ctx, "default", "fill-worker-3", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	purchase := purchaseCompleted()
-	reg := intent.Registration{Tenant: "default", Key: purchase.Key, Params: purchase.Params}
-	a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: reg.Key, SessionID: sess.ID, RequestID: "a", Register: &reg})
-	if err != nil {
-		t.Fatal(err)
+	const key = "purchase-000000000042"
+	if v := happyPath(t, writer, cli, key, sess.ID); v[0] != formatCompressed {
+		t.Fatalf("completed record stored with format byte %#x, want %#x (compressed)", v[0], formatCompressed)
 	}
-	raw := func() []byte {
-		resp, err := cli.Get(ctx, s.keys.intent("default", reg.Key))
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("get the record: %v, %d keys", err, len(resp.Kvs))
-		}
-		return resp.Kvs[0].Value
-	}
-	if v := raw(); v[0] != formatCompact {
-		t.Errorf("held record stored with format byte %#x, want %#x (uncompressed)", v[0], formatCompact)
-	}
-	if _, err := s.Report(ctx, intent.Report{Tenant: "default", Key: reg.Key, Kind: intent.ReportComplete, Token: a.Lease.Token,
-		Result: purchase.Result}); err != nil {
-		t.Fatal(err)
-	}
-	if v := raw(); v[0] != formatCompressed {
-		t.Errorf("completed record stored with format byte %#x, want %#x (compressed)", v[0], formatCompressed)
-	}
-	writer, err := s.Get(ctx, "default", reg.Key)
+	written, err := writer.Get(ctx, "default", key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,15 +174,15 @@ func TestCompletedRecordsReachEtcdCompressed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := fresh.Get(ctx, "default", reg.Key)
+	read, err := fresh.Get(ctx, "default", key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(reader, writer) {
-		t.Errorf("a fresh replica reads\n%+v\nthe writer has\n%+v", reader, writer)
+	if !reflect.DeepEqual(read, written) {
+		t.Errorf("a fresh replica reads\n%+v\nthe writer has\n%+v", read, written)
 	}
-	if string(reader.Result.Payload) != string(purchase.Result.Payload) {
-		t.Errorf("result payload read back = %s, want %s", reader.Result.Payload, purchase.Result.Payload)
+	if want := `{"order_id":"SO-42","amount":"84.90","currency":"EUR"}`; string(read.Result.Payload) != want {
+		t.Errorf("result payload read back = %s, want %s", read.Result.Payload, want)
 	}
 }
 
