@@ -150,9 +150,13 @@ func TestReplicaCutOff(t *testing.T) {
 // Scenario 8. A slow link, then late heartbeats. First one etcd member's
 // client link and three of eight workers' links to intentd turn slow. Then,
 // at the moment one of the slow workers has placed its order and is still
-// finishing its side effect, those workers' requests stop arriving for 5s,
-// longer than their 3s session TTL: their heartbeats are late and their
-// leases lapse in etcd. The intent is delivered again to the other workers,
+// finishing its side effect, those workers' requests stop arriving for
+// blackhole (8s), well over their 3s session TTL: their heartbeats are late
+// and their leases lapse in etcd. (The lapse is noted some 3.5 to 5 s into
+// the blackhole: the TTL after the last heartbeat that got through, etcd's
+// half-second expiry check, the janitor's pass; with 5 s, the late
+// Complete once arrived before the takeover, and was rightly
+// accepted, there being no newer token.) The intent is delivered again to the other workers,
 // which wait on the lease, see it lapse, take over by reconciling (they
 // find the order) and complete under a newer token; the slow worker's
 // Complete, arriving after the heal, is refused as stale. No intent is
@@ -198,7 +202,8 @@ func TestSlowLinkLateHeartbeats(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no slow worker placed an order within 15s")
 	}
-	late := e.Faults.Inject("late-heartbeats", "workers 0-%d's requests to intentd blackholed for 5s (session TTL 3s), while one finishes %s", slowWorkers-1, key)
+	const blackhole = 8 * time.Second
+	late := e.Faults.Inject("late-heartbeats", "workers 0-%d's requests to intentd blackholed for %s (session TTL 3s), while one finishes %s", slowWorkers-1, blackhole, key)
 	slow.Set(harness.Upstream, harness.Blackhole)
 	// Whichever worker is idle takes a delivery, slow ones included, and a
 	// slow one then hangs in the blackhole with it: the striking worker is
@@ -209,7 +214,7 @@ func TestSlowLinkLateHeartbeats(t *testing.T) {
 	for range slowWorkers {
 		load.Deliver(key)
 	}
-	time.Sleep(5 * time.Second)
+	time.Sleep(blackhole)
 	slow.Heal()
 	m.Proxy.Heal()
 	e.Faults.Heal(late)
