@@ -22,43 +22,71 @@ const queueDepth = 200
 // largest).
 const pageSize = 100
 
-// runScale starts two intentds of their own, one holding cfg.scaleSmall
-// completed intents and one cfg.scaleLarge, each with the same review
-// queue, and compares in interleaved rounds the p99 of Acquire (fresh
-// intents, with register) and of reading the review queue's first page.
-// Then it measures the bytes in use per retained intent of the small
-// store after compaction and defragmentation, and prints both intentds'
-// memory.
-func (b *bench) runScale(ctx context.Context) error {
-	var stores [2]*etcdServer // nil: embedded in intentd
-	if b.cfg.scaleEtcdApart {
-		for i, name := range []string{"etcd-small", "etcd-large"} {
-			e, err := startEtcd(ctx, b.dir, name)
-			if err != nil {
-				return err
-			}
-			defer e.close()
-			stores[i] = e
+// scaleStores are the scale workload's two intentds, seeded, with their
+// etcds when those run apart.
+type scaleStores struct {
+	small, large         *intentdServer
+	etcds                [2]*etcdServer // nil: embedded in intentd
+	seedSmall, seedLarge time.Duration
+}
+
+// close stops every server of the stores.
+func (st *scaleStores) close() {
+	for _, s := range []*intentdServer{st.small, st.large} {
+		if s != nil {
+			s.close()
 		}
 	}
-	small, err := b.startIntentd(ctx, "intentd-small", stores[0])
-	if err != nil {
-		return err
+	for _, e := range st.etcds {
+		if e != nil {
+			e.close()
+		}
 	}
-	defer small.close()
-	large, err := b.startIntentd(ctx, "intentd-large", stores[1])
-	if err != nil {
-		return err
+}
+
+// prepareScale starts the scale workload's two intentds, one to hold
+// cfg.scaleSmall completed intents and one cfg.scaleLarge, and seeds them,
+// each with the same review queue. It touches no other server, so it may
+// run while the heartbeat workload, which keeps the main intentd all but
+// idle, waits out its intervals.
+func (b *bench) prepareScale(ctx context.Context) (_ *scaleStores, err error) {
+	st := &scaleStores{}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	if b.cfg.scaleEtcdApart {
+		for i, name := range []string{"etcd-small", "etcd-large"} {
+			if st.etcds[i], err = startEtcd(ctx, b.dir, name); err != nil {
+				return nil, err
+			}
+		}
 	}
-	defer large.close()
-	seedSmall, err := b.seed(ctx, small, b.cfg.scaleSmall)
-	if err != nil {
-		return fmt.Errorf("scale, seeding %d: %w", b.cfg.scaleSmall, err)
+	if st.small, err = b.startIntentd(ctx, "intentd-small", st.etcds[0]); err != nil {
+		return nil, err
 	}
-	seedLarge, err := b.seed(ctx, large, b.cfg.scaleLarge)
-	if err != nil {
-		return fmt.Errorf("scale, seeding %d: %w", b.cfg.scaleLarge, err)
+	if st.large, err = b.startIntentd(ctx, "intentd-large", st.etcds[1]); err != nil {
+		return nil, err
 	}
+	if st.seedSmall, err = b.seed(ctx, st.small, b.cfg.scaleSmall); err != nil {
+		return nil, fmt.Errorf("scale, seeding %d: %w", b.cfg.scaleSmall, err)
+	}
+	if st.seedLarge, err = b.seed(ctx, st.large, b.cfg.scaleLarge); err != nil {
+		return nil, fmt.Errorf("scale, seeding %d: %w", b.cfg.scaleLarge, err)
+	}
+	return st, nil
+}
+
+// runScale compares the seeded stores in interleaved rounds: the p99 of
+// Acquire (fresh intents, with register) and of reading the review queue's
+// first page. Then it measures the bytes in use per retained intent of the
+// small store after compaction and defragmentation, and prints both
+// intentds' memory.
+func (b *bench) runScale(ctx context.Context, st *scaleStores) error {
+	small, large, stores := st.small, st.large, st.etcds
+	seedSmall, seedLarge := st.seedSmall, st.seedLarge
+	var err error
 	servers := []*intentdServer{small, large}
 	var ids [2][]string
 	for i, s := range servers {

@@ -34,6 +34,10 @@ type bench struct {
 	result   []byte
 	rawValue []byte
 	res      results
+	// whileHeartbeat, if set, is called once when the heartbeat workload
+	// starts its measured wait (run seeds the scale stores then), and set
+	// to nil.
+	whileHeartbeat func()
 }
 
 func newBench(cfg config, out io.Writer, progress func(string, ...any), dir string) (*bench, error) {
@@ -450,6 +454,10 @@ func (b *bench) runHeartbeat(ctx context.Context, in *intentdServer) error {
 	end := start.Add(b.cfg.hbDuration)
 	var beats atomic.Int64
 	b.progress("heartbeat: %d workers heartbeating every %s for %s", workers, every, b.cfg.hbDuration)
+	if start := b.whileHeartbeat; start != nil {
+		b.whileHeartbeat = nil // once, and run knows it started
+		start()
+	}
 	for w := range workers {
 		wg.Go(func() { // returns at the end of the measurement or on an error
 			stop := time.NewTimer(time.Until(end))
