@@ -45,13 +45,36 @@ func TestMemoBytesIsWhatAKeptAnswerHolds(t *testing.T) {
 	}
 }
 
-// settledHeap is the live heap once earlier tests' kept encodings are gone
-// (their cleanups run after a collection).
+// settledHeap is the live heap once earlier tests' kept encodings are gone.
+// Their cleanups run on a goroutine of the runtime's after a collection
+// finds their memos unreachable, and under load (CI runs packages in
+// parallel, with the race detector) can take longer than any fixed pause:
+// an earlier subtest's 5,000 entries, removed while the next one measured,
+// once made its answers look 2.5 times smaller than they are. So it
+// collects until the kept entries and the heap both stop shrinking.
 func settledHeap() int64 {
-	runtime.GC()
-	time.Sleep(50 * time.Millisecond)
-	runtime.GC()
 	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
+	prevKept, prevHeap, steady := -1, int64(-1), 0
+	for range 200 { // at most about 5 s
+		runtime.GC()
+		time.Sleep(25 * time.Millisecond)
+		runtime.ReadMemStats(&m)
+		kept, heap := keptEntries(), int64(m.HeapAlloc)
+		if kept == prevKept && prevHeap >= 0 && heap >= prevHeap-prevHeap/200 {
+			if steady++; steady == 2 {
+				break
+			}
+		} else {
+			steady = 0
+		}
+		prevKept, prevHeap = kept, heap
+	}
 	return int64(m.HeapAlloc)
+}
+
+// keptEntries counts the kept encodings whose memos are not yet collected.
+func keptEntries() int {
+	n := 0
+	keptWire.Range(func(any, any) bool { n++; return true })
+	return n
 }
