@@ -58,6 +58,21 @@ func rawPut(t *testing.T, target string) error {
 	return err
 }
 
+// rawGet reads one key through etcd's gRPC KV API on target, on a
+// connection of its own.
+func rawGet(t *testing.T, target string) error {
+	t.Helper()
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = pb.NewKVClient(conn).Range(ctx, &pb.RangeRequest{Key: []byte("/intentd/v1/")})
+	return err
+}
+
 // unixHTTP is an HTTP client that reaches sock whatever the URL says.
 func unixHTTP(sock string) *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -154,12 +169,13 @@ func TestSecondIntentdOnSameDataDirRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is in use") {
 		t.Fatalf("second intentd on %s: %v, want a refusal saying the data dir is in use", cfg.DataDir, err)
 	}
-	// Just started, etcd may answer 503 for a moment (its gateway connects
-	// to etcd on the first request; slow on a loaded machine): poll for an
-	// answer.
+	// Asked over etcd's gRPC API, on a connection of each attempt's own:
+	// its HTTP gateway, which dials etcd on its first request, answered 503
+	// for more than 15 s on a loaded machine, its own connection waiting out
+	// gRPC's reconnect backoff, which says nothing of the socket.
 	var rerr error
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, rerr = rawRange(t, unixHTTP(cfg.EmbedSocket()), "http://etcd"); rerr == nil || time.Now().After(deadline) {
+		if rerr = rawGet(t, "unix://"+cfg.EmbedSocket()); rerr == nil || time.Now().After(deadline) {
 			break
 		}
 	}
