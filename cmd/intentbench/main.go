@@ -262,31 +262,30 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "intentbench: %s, %d CPUs, GOMAXPROCS %d; workloads %s; load average %s\n\n", runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(cfg.workloads, ", "), loadAverage())
 	// The scale stores take most of a minute to seed: when the heartbeat
 	// workload runs, they are seeded while it waits out its intervals.
-	var prepared chan scalePrep
+	var seeding chan scalePrep // once the preparation started
 	if cfg.runs("scale") && cfg.runs("heartbeat") {
-		prepared = make(chan scalePrep, 1)
 		b.whileHeartbeat = func() {
+			seeding = make(chan scalePrep, 1)
 			go func() {
 				st, err := b.prepareScale(ctx)
-				prepared <- scalePrep{st, err}
+				seeding <- scalePrep{st, err}
 			}()
 		}
 	}
 	if cfg.runs("replay") || cfg.runs("cycle") || cfg.runs("contention") || cfg.runs("heartbeat") {
-		err := b.runMain(ctx)
-		if err != nil && b.whileHeartbeat == nil { // the preparation started
-			if p := <-prepared; p.stores != nil {
-				p.stores.close()
+		if err := b.runMain(ctx); err != nil {
+			if seeding != nil {
+				if p := <-seeding; p.stores != nil {
+					p.stores.close()
+				}
 			}
-		}
-		if err != nil {
 			return err
 		}
 	}
 	if cfg.runs("scale") {
-		p := scalePrep{}
-		if b.whileHeartbeat == nil && prepared != nil {
-			p = <-prepared
+		var p scalePrep
+		if seeding != nil {
+			p = <-seeding
 		} else {
 			p.stores, p.err = b.prepareScale(ctx)
 		}

@@ -34,9 +34,9 @@ type bench struct {
 	result   []byte
 	rawValue []byte
 	res      results
-	// whileHeartbeat, if set, is called once when the heartbeat workload
-	// starts its measured wait (run seeds the scale stores then), and set
-	// to nil.
+	// whileHeartbeat, if set, is called once, on the workload's goroutine,
+	// when the heartbeat workload starts its measured wait (run starts
+	// seeding the scale stores then).
 	whileHeartbeat func()
 }
 
@@ -455,7 +455,7 @@ func (b *bench) runHeartbeat(ctx context.Context, in *intentdServer) error {
 	var beats atomic.Int64
 	b.progress("heartbeat: %d workers heartbeating every %s for %s", workers, every, b.cfg.hbDuration)
 	if start := b.whileHeartbeat; start != nil {
-		b.whileHeartbeat = nil // once, and run knows it started
+		b.whileHeartbeat = nil // once
 		start()
 	}
 	for w := range workers {
