@@ -209,10 +209,10 @@ func pairQuantileRatio(a, b []round, q float64) spread {
 // another of the same length, in the etcd keys and values alike, so it is
 // byte for byte what intentd would have written for that key (save its
 // revisions, and tokens shared with the template); seed checks that
-// intentd answers a copy as the completed intent it is. A final record
-// stored compressed keeps what its frame spells of the template's key
-// (its request ids hold the key): the copy then carries the template's
-// request ids, in a value of the same size.
+// intentd answers a copy as the completed intent it is. In a final record
+// stored compressed, the template's key (which its request ids hold) need
+// not appear as such: a copy then keeps the template's request ids, in a
+// value of the same size.
 func (b *bench) seed(ctx context.Context, s *intentdServer, n int) (time.Duration, error) {
 	start := time.Now()
 	ids, err := b.sessions(ctx, s, 16, cycleTTL)
