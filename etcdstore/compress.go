@@ -62,10 +62,11 @@ func storedValue(r *machine.Record, plain []byte) []byte {
 	if !r.State.Final() || len(plain) < minCompressed || len(plain) > maxTxnBytes {
 		return plain
 	}
-	out := make([]byte, 1, len(plain)-len(plain)/16)
+	most := len(plain) - len(plain)/16
+	out := make([]byte, 1, most)
 	out[0] = formatCompressed
 	out = zstdEncoder.EncodeAll(plain[1:], out)
-	if len(out) > len(plain)-len(plain)/16 {
+	if len(out) > most {
 		return plain
 	}
 	return out

@@ -35,6 +35,17 @@ func purchaseCompleted() machine.Record {
 	return r
 }
 
+// encodedPurchase is purchaseCompleted and its encodeRecord.
+func encodedPurchase(tb testing.TB) (machine.Record, []byte) {
+	tb.Helper()
+	r := purchaseCompleted()
+	plain, err := encodeRecord(&r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r, plain
+}
+
 // TestFinalRecordsAreStoredCompressed: a final record is stored compressed
 // when that saves a sixteenth of it, anything else as encodeRecord has it,
 // and what is stored decodes to the record either way.
@@ -102,11 +113,7 @@ func TestFinalRecordsAreStoredCompressed(t *testing.T) {
 // version of the compressor may choose other bytes for the same record,
 // and every version must read what this one wrote.
 func TestCompressedRecordsKeepDecoding(t *testing.T) {
-	purchase := purchaseCompleted()
-	plain, err := encodeRecord(&purchase)
-	if err != nil {
-		t.Fatal(err)
-	}
+	purchase, plain := encodedPurchase(t)
 	golden := compactGolden(t, "completed_purchase", ".pb3", storedValue(&purchase, plain))
 	if len(golden) == 0 || golden[0] != formatCompressed {
 		t.Fatalf("completed_purchase.pb3 starts %x, want the compressed format byte %#x", golden[:min(len(golden), 1)], formatCompressed)
@@ -126,11 +133,7 @@ func TestCompressedRecordsKeepDecoding(t *testing.T) {
 // decompress, or decompresses to more than a transaction can carry, is
 // reported corrupt, as any unreadable value is.
 func TestCorruptCompressedRecordsAreCorrupt(t *testing.T) {
-	purchase := purchaseCompleted()
-	plain, err := encodeRecord(&purchase)
-	if err != nil {
-		t.Fatal(err)
-	}
+	purchase, plain := encodedPurchase(t)
 	stored := storedValue(&purchase, plain)
 	huge := zstdEncoder.EncodeAll(make([]byte, 2*maxTxnBytes), []byte{formatCompressed})
 	for name, b := range map[string][]byte{
@@ -190,11 +193,7 @@ func TestCompletedRecordsReachEtcdCompressed(t *testing.T) {
 // Complete (encode and compress) and at a cache miss (decompress and
 // decode), for the purchase.
 func BenchmarkFinalRecordValue(b *testing.B) {
-	purchase := purchaseCompleted()
-	plain, err := encodeRecord(&purchase)
-	if err != nil {
-		b.Fatal(err)
-	}
+	purchase, plain := encodedPurchase(b)
 	stored := storedValue(&purchase, plain)
 	b.Run("encode", func(b *testing.B) {
 		for b.Loop() {

@@ -43,9 +43,9 @@ func rawRange(t *testing.T, client *http.Client, url string) (string, error) {
 	return string(b), err
 }
 
-// rawPut writes a key through etcd's gRPC KV API on addr, without any
-// credentials.
-func rawPut(t *testing.T, target string) error {
+// rawKV calls etcd's gRPC KV API on target through fn, on a connection of
+// its own and without any credentials.
+func rawKV(t *testing.T, target string, fn func(context.Context, pb.KVClient) error) error {
 	t.Helper()
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -54,23 +54,25 @@ func rawPut(t *testing.T, target string) error {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err = pb.NewKVClient(conn).Put(ctx, &pb.PutRequest{Key: []byte("/intentd/v1/t/acme/i/forged"), Value: []byte(`{"state": 4}`)})
-	return err
+	return fn(ctx, pb.NewKVClient(conn))
 }
 
-// rawGet reads one key through etcd's gRPC KV API on target, on a
-// connection of its own.
+// rawPut writes a key through etcd's gRPC KV API on target.
+func rawPut(t *testing.T, target string) error {
+	t.Helper()
+	return rawKV(t, target, func(ctx context.Context, kv pb.KVClient) error {
+		_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("/intentd/v1/t/acme/i/forged"), Value: []byte(`{"state": 4}`)})
+		return err
+	})
+}
+
+// rawGet reads one key through etcd's gRPC KV API on target.
 func rawGet(t *testing.T, target string) error {
 	t.Helper()
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	return rawKV(t, target, func(ctx context.Context, kv pb.KVClient) error {
+		_, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("/intentd/v1/")})
 		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_, err = pb.NewKVClient(conn).Range(ctx, &pb.RangeRequest{Key: []byte("/intentd/v1/")})
-	return err
+	})
 }
 
 // unixHTTP is an HTTP client that reaches sock whatever the URL says.
