@@ -3,6 +3,10 @@ package etcdstore
 import (
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,3 +30,21 @@ func DecodeRecord(etcdKey string, b []byte) (*machine.Record, error) {
 	}
 	return decodeRecord(tenant, key, b, 0)
 }
+
+// Every commit the store's tests make checks that the record it caches and
+// answers with is the one a reader decodes from the value written.
+func init() {
+	checkCommitted = func(tenant, key string, committed *machine.Record, value []byte, rev int64) {
+		decoded, err := decodeRecord(tenant, key, value, rev)
+		if err != nil {
+			panic(fmt.Sprintf("etcdstore: committed record %s/%s does not decode: %v", tenant, key, err))
+		}
+		if diff := cmp.Diff(decoded, committed, cmpopts.EquateEmpty(), cmp.Comparer(sameTime)); diff != "" {
+			panic(fmt.Sprintf("etcdstore: committed record %s/%s is not what a reader decodes (-decoded +committed):\n%s", tenant, key, diff))
+		}
+	}
+}
+
+// sameTime: the same instant, in the same form (location, monotonic
+// reading), as == on time.Time compares them.
+func sameTime(a, b time.Time) bool { return a == b }

@@ -109,6 +109,31 @@ func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, 
 	return r, nil
 }
 
+// asCommitted turns r, the record a write just committed at revision rev,
+// into what a reader decodes from its value, without decoding it: a commit
+// used to decode its own write, after the transaction and before the answer
+// (2 to 4 µs for a record in flight, 20 µs for a compressed final one, whose
+// digests decoding also computes again). r must be the caller's own (a
+// decision's Next, built from a Clone) and is changed in place. What the
+// stored form changes, and only that: times come back in UTC, without a
+// monotonic reading (UTC drops it); the index entries are in the layout
+// this version writes; a lease issued by the write gets its token. Fields
+// stored empty and read back nil (labels, a payload, external refs) may
+// stay empty: nothing tells nil from empty. The store's tests compare it
+// with decodeRecord on every commit they make (export_test.go).
+func asCommitted(r *machine.Record, rev int64) *machine.Record {
+	r.CreatedAt, r.UpdatedAt, r.CompletedAt, r.RetainUntil = r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.CompletedAt.UTC(), r.RetainUntil.UTC()
+	if r.Lease != nil {
+		r.Lease.AcquiredAt = r.Lease.AcquiredAt.UTC()
+	}
+	for i := range r.History {
+		r.History[i].Time = r.History[i].Time.UTC()
+	}
+	r.IndexLayout = layoutCompact
+	r.Materialize(rev)
+	return r
+}
+
 // encodeTombstone is t's stored value, without its key: its etcd key's.
 func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 	var c times

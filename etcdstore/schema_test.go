@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
@@ -541,6 +543,61 @@ func TestCompactRecordRoundTrip(t *testing.T) {
 	if _, err := encodeRecord(&machine.Record{Key: "k", CreatedAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)}); !errors.Is(err, errTimeRange) {
 		t.Errorf("encodeRecord of a record created in 2300: error %v, want errTimeRange", err)
 	}
+}
+
+// TestCommittedRecordIsWhatAReaderDecodes: asCommitted, which a commit
+// uses instead of decoding its own write, gives what decodeRecord gives for
+// the value written: for every golden case, with its times as a writer's
+// clock gives them (with a monotonic reading) and in another zone. The
+// store's tests also compare the two on every commit they make
+// (export_test.go).
+func TestCommittedRecordIsWhatAReaderDecodes(t *testing.T) {
+	now := time.Now() // with a monotonic reading
+	clocks := map[string]func(time.Time) time.Time{
+		"monotonic":  func(t time.Time) time.Time { return now.Add(t.Sub(now)) },
+		"other zone": func(t time.Time) time.Time { return t.In(time.FixedZone("CET", 3600)) },
+	}
+	for _, tc := range recordCases {
+		for clock, retime := range clocks {
+			t.Run(tc.name+"/"+clock, func(t *testing.T) {
+				written := retimed(tc.stored.Clone(), retime)
+				if written.Lease != nil && written.Lease.Token == 0 {
+					written.Lease.Slot = 3 // as the store sets it in the write that issues the lease
+				}
+				b, err := encodeRecord(written)
+				if err != nil {
+					t.Fatal(err)
+				}
+				decoded, err := decodeRecord(written.Tenant, written.Key, b, tc.modRev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				committed := asCommitted(written.Clone(), tc.modRev)
+				if diff := cmp.Diff(decoded, committed, cmpopts.EquateEmpty(), cmp.Comparer(sameTime)); diff != "" {
+					t.Errorf("asCommitted differs from decodeRecord (-decoded +asCommitted):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// retimed is r with every time passed through f.
+func retimed(r *machine.Record, f func(time.Time) time.Time) *machine.Record {
+	at := func(t *time.Time) {
+		if !t.IsZero() {
+			*t = f(*t)
+		}
+	}
+	for _, t := range []*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.CompletedAt, &r.RetainUntil} {
+		at(t)
+	}
+	if r.Lease != nil {
+		at(&r.Lease.AcquiredAt)
+	}
+	for i := range r.History {
+		at(&r.History[i].Time)
+	}
+	return r
 }
 
 // BenchmarkRecordCodec is the cost of writing and reading one record of a

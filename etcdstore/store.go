@@ -589,10 +589,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			continue
 		}
 		s.stats.commits.Add(1)
-		committed, err := s.committed(tenant, key, &d, next, res.rev)
-		if err != nil {
-			return machine.Answer{}, err
-		}
+		committed := s.committed(tenant, key, &d, next, res.rev)
 		return answered(d.Finish(committed, res.rev), d.Err)
 	}
 }
@@ -609,14 +606,13 @@ func answered(a machine.Answer, refusal error) (machine.Answer, error) {
 // revision rev, with next the value written for d.Next, and returns the
 // record as a reader now sees it (tokens materialized; nil when the record
 // was removed).
-func (s *Store) committed(tenant, key string, d *machine.Decision, next []byte, rev int64) (*machine.Record, error) {
+func (s *Store) committed(tenant, key string, d *machine.Decision, next []byte, rev int64) *machine.Record {
 	var committed *machine.Record
 	if d.Next != nil {
-		// Decode our own write so that the cache and the caller see
-		// exactly what a reader would.
-		var err error
-		if committed, err = decodeRecord(tenant, key, next, rev); err != nil {
-			return nil, err
+		// The cache and the caller see exactly what a reader would.
+		committed = asCommitted(d.Next, rev)
+		if checkCommitted != nil {
+			checkCommitted(tenant, key, committed, next, rev)
 		}
 		s.remember(tenant, key, committed, rev)
 	} else {
@@ -635,8 +631,13 @@ func (s *Store) committed(tenant, key string, d *machine.Decision, next []byte, 
 		s.cfg.Logger.Warn("etcdstore: intent needs review: too many attempts ended without a report",
 			"tenant", tenant, "key", key, "attempts", committed.Attempts, "max_attempts", machine.AttemptLimit(committed, s.cfg.MaxAttempts))
 	}
-	return committed, nil
+	return committed
 }
+
+// checkCommitted, set by the store's tests, is told each record committed
+// and the value it was written as, to check that asCommitted is what
+// decodeRecord would give.
+var checkCommitted func(tenant, key string, committed *machine.Record, value []byte, rev int64)
 
 // maxTxnOps is etcd's default limit of operations in one transaction
 // (--max-txn-ops; the embedded etcd keeps it).
