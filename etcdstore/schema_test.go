@@ -581,6 +581,38 @@ func TestCommittedRecordIsWhatAReaderDecodes(t *testing.T) {
 	}
 }
 
+// BenchmarkCommittedRecord is what a commit spends to get the record it
+// caches and answers with: decoding the value it wrote, as it did, against
+// asCommitted (here with the Clone that gives it a record of its own; a
+// commit has one already): a lease just issued, and the internal/fill's
+// purchase completed, stored compressed.
+func BenchmarkCommittedRecord(b *testing.B) {
+	issued := recordCases[1]
+	purchase, plain := encodedPurchase(b)
+	cases := []struct {
+		name  string
+		rec   machine.Record
+		value []byte
+	}{
+		{name: "issued lease", rec: issued.stored, value: must(encodeRecord(&issued.stored))},
+		{name: "compressed purchase", rec: purchase, value: storedValue(&purchase, plain)},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name+"/decode", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := decodeRecord(tc.rec.Tenant, tc.rec.Key, tc.value, 99); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/asCommitted", func(b *testing.B) {
+			for b.Loop() {
+				asCommitted(tc.rec.Clone(), 99)
+			}
+		})
+	}
+}
+
 // retimed is r with every time passed through f.
 func retimed(r *machine.Record, f func(time.Time) time.Time) *machine.Record {
 	at := func(t *time.Time) {
