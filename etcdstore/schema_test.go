@@ -584,7 +584,7 @@ func TestCommittedRecordIsWhatAReaderDecodes(t *testing.T) {
 // BenchmarkCommittedRecord is what a commit spends to get the record it
 // caches and answers with: decoding the value it wrote, as it did, against
 // asCommitted (here with the Clone that gives it a record of its own; a
-// commit has one already): a lease just issued, and the internal/fill's
+// commit has one already): a lease just issued, and internal/fill's
 // purchase completed, stored compressed.
 func BenchmarkCommittedRecord(b *testing.B) {
 	issued := recordCases[1]
