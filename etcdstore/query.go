@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/machine"
@@ -301,6 +303,9 @@ func (s *Store) settleLiveness(ctx context.Context, tenant string, ins []*intent
 	return nil
 }
 
+// watchStreamKey is the metadata that gives each watch its own stream.
+const watchStreamKey = "intentd-watch"
+
 // Watch streams changes to one intent (q.Key) or to a tenant's intents
 // matching q's filter, from q.StartRevision (0: from now), calling send for
 // each until ctx ends, send fails, or the watch breaks. With
@@ -332,7 +337,16 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 	if err != nil {
 		return err
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	// Each watch goes on a gRPC stream of its own. The etcd client puts
+	// every watch whose context carries the same metadata on one shared
+	// stream, which stays on the member it was opened on: when that member
+	// stalls, the steering sends new calls elsewhere, but the shared stream,
+	// and every watch added to it, would hang until gRPC's keepalive gives
+	// up on the connection (10 s and more), and a worker waiting for
+	// another's lease would wait out its whole wait. A stream of its own is
+	// opened on a member the client uses now, and closes with the watch.
+	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatUint(s.watches.Add(1), 10))
+	wctx, cancel := context.WithCancel(wctx)
 	defer cancel()
 	for resp := range s.watcher.Watch(wctx, key, opts...) {
 		if resp.CompactRevision != 0 {

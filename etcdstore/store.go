@@ -224,6 +224,9 @@ type Store struct {
 	// issue, round robin.
 	group *committer
 	slots atomic.Uint64
+	// watches numbers the watches, each on a gRPC stream of its own
+	// (Watch).
+	watches atomic.Uint64
 }
 
 // stats counts what the store did, for metrics.

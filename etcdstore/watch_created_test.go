@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/etcdtest"
 )
 
 // startWatch runs Watch in the background and hands its events over a
@@ -95,5 +101,37 @@ func TestWatchCreatedNoticeRevision(t *testing.T) {
 	plain := startWatch(t, s, intent.WatchQuery{Filter: intent.Filter{Tenant: "default"}, StartRevision: first.Revision})
 	if e := nextEvent(t, plain, "the first change"); e.Created || e.Intent.Key != "watch-rev-1" {
 		t.Fatalf("without NotifyCreated the first event is %+v, want the change to watch-rev-1", e)
+	}
+}
+
+// TestEachWatchHasAStreamOfItsOwn: two watches open two gRPC streams. The
+// etcd client would put both on one shared stream, which stays on the
+// member it was opened on: when that member stalls, a watch added to it
+// hangs although the steering sends every other call to members that
+// answer (see Store.Watch).
+func TestEachWatchHasAStreamOfItsOwn(t *testing.T) {
+	srv := etcdtest.Start(t)
+	var streams atomic.Int64
+	countWatches := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if method == "/etcdserverpb.Watch/Watch" {
+			streams.Add(1)
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(countWatches)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s, err := etcdstore.New(cli, etcdstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"one", "two"} {
+		nextEvent(t, startWatch(t, s, intent.WatchQuery{Key: key, NotifyCreated: true}), "created notice of "+key)
+	}
+	if got := streams.Load(); got != 2 {
+		t.Errorf("two watches opened %d watch streams, want 2", got)
 	}
 }
