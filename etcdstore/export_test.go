@@ -39,12 +39,16 @@ func init() {
 		if err != nil {
 			panic(fmt.Sprintf("etcdstore: committed record %s/%s does not decode: %v", tenant, key, err))
 		}
-		if diff := cmp.Diff(decoded, committed, cmpopts.EquateEmpty(), cmp.Comparer(sameTime)); diff != "" {
+		if diff := readerDiff(decoded, committed); diff != "" {
 			panic(fmt.Sprintf("etcdstore: committed record %s/%s is not what a reader decodes (-decoded +committed):\n%s", tenant, key, diff))
 		}
 	}
 }
 
-// sameTime: the same instant, in the same form (location, monotonic
-// reading), as == on time.Time compares them.
-func sameTime(a, b time.Time) bool { return a == b }
+// readerDiff is how committed differs from decoded, what a reader decodes:
+// "" when they are the same, times in the same form (location, monotonic
+// reading: == on time.Time) and fields empty in one and nil in the other
+// taken as equal.
+func readerDiff(decoded, committed *machine.Record) string {
+	return cmp.Diff(decoded, committed, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b time.Time) bool { return a == b }))
+}

@@ -122,16 +122,24 @@ func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, 
 // stay empty: nothing tells nil from empty. The store's tests compare it
 // with decodeRecord on every commit they make (export_test.go).
 func asCommitted(r *machine.Record, rev int64) *machine.Record {
-	r.CreatedAt, r.UpdatedAt, r.CompletedAt, r.RetainUntil = r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.CompletedAt.UTC(), r.RetainUntil.UTC()
-	if r.Lease != nil {
-		r.Lease.AcquiredAt = r.Lease.AcquiredAt.UTC()
-	}
-	for i := range r.History {
-		r.History[i].Time = r.History[i].Time.UTC()
-	}
+	eachTime(r, func(t *time.Time) { *t = t.UTC() })
 	r.IndexLayout = layoutCompact
 	r.Materialize(rev)
 	return r
+}
+
+// eachTime calls f with each time r holds: its own, its lease's and its
+// history's.
+func eachTime(r *machine.Record, f func(*time.Time)) {
+	for _, t := range [...]*time.Time{&r.CreatedAt, &r.UpdatedAt, &r.CompletedAt, &r.RetainUntil} {
+		f(t)
+	}
+	if r.Lease != nil {
+		f(&r.Lease.AcquiredAt)
+	}
+	for i := range r.History {
+		f(&r.History[i].Time)
+	}
 }
 
 // encodeTombstone is t's stored value, without its key: its etcd key's.
