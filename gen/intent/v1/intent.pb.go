@@ -856,7 +856,17 @@ type Intent struct {
 	// and Acquire answers NEEDS_REVIEW. Fixed at registration (the request's
 	// max_attempts, else the server's --max-attempts); 0 for an intent stored
 	// before intentd had a limit, which follows the server's default.
-	MaxAttempts   uint32 `protobuf:"varint,21,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	MaxAttempts uint32 `protobuf:"varint,21,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// action is the kind of business operation given at registration
+	// ("refund.issue"); empty if none was given.
+	Action string `protobuf:"bytes,22,opt,name=action,proto3" json:"action,omitempty"`
+	// identity holds the fields the key was derived from, as given at
+	// registration; unset if none were given.
+	Identity *structpb.Struct `protobuf:"bytes,23,opt,name=identity,proto3" json:"identity,omitempty"`
+	// summary is the approver's short sentence for reviewers; empty if none
+	// was given. Plain text: a renderer must escape it and isolate its
+	// direction (it may hold right-to-left text).
+	Summary       string `protobuf:"bytes,24,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1036,6 +1046,27 @@ func (x *Intent) GetMaxAttempts() uint32 {
 		return x.MaxAttempts
 	}
 	return 0
+}
+
+func (x *Intent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *Intent) GetIdentity() *structpb.Struct {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *Intent) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 // Child summarizes a child intent.
@@ -1490,7 +1521,11 @@ type RegisterRequest struct {
 	// a-z, 0-9, '-' and '_', starting with a letter or a digit.
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// key is the intent's business identity (see DeriveKey). 1–256 bytes of
-	// letters, digits and "-_.:/=@+".
+	// letters, digits and "-_.:/=@+". Keys are opaque: "/", "." and ".."
+	// carry no path meaning anywhere in intentd. Required unless identity is
+	// given, in which case an empty key is derived from action and identity
+	// exactly as DeriveKey derives it, and a given key must equal that
+	// derivation (INVALID_ARGUMENT naming "key" otherwise).
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// params are the approved terms; their canonical form is fingerprinted.
 	// Required: a non-empty object, at most 64 KiB in canonical JSON and
@@ -1522,7 +1557,24 @@ type RegisterRequest struct {
 	// (unset) means the server's default (--max-attempts, 10 unless
 	// configured); at most 1000. Not part of the fingerprint: registering an
 	// existing intent again keeps its first limit.
-	MaxAttempts   uint32 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	MaxAttempts uint32 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// action is the kind of business operation, as DeriveKey takes it
+	// ("refund.issue"): 1-128 bytes of letters, digits and "-_.:". Shown to
+	// reviewers as what the intent does. Optional; required with identity.
+	// Not part of the fingerprint; an existing intent keeps its first.
+	Action string `protobuf:"bytes,10,opt,name=action,proto3" json:"action,omitempty"`
+	// identity holds the fields the key is derived from ({"order_id":
+	// "ORD-88412", "return_id": "RA-20931"}), with DeriveKey's rules: a
+	// non-empty object of at most 64 KiB in canonical JSON, no number of
+	// magnitude 2^53 or more. Kept with the intent so that a reviewer sees
+	// what a derived key stands for. Optional; needs action.
+	Identity *structpb.Struct `protobuf:"bytes,11,opt,name=identity,proto3" json:"identity,omitempty"`
+	// summary is a short sentence written by the approver for the people who
+	// review the intent ("Refund 40.00 USD to Alice for ORD-88412"): at most
+	// 200 characters, no control characters (line breaks included). Shown as
+	// text, never as markup. Optional; not part of the fingerprint; an
+	// existing intent keeps its first.
+	Summary       string `protobuf:"bytes,12,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1618,6 +1670,27 @@ func (x *RegisterRequest) GetMaxAttempts() uint32 {
 		return x.MaxAttempts
 	}
 	return 0
+}
+
+func (x *RegisterRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetIdentity() *structpb.Struct {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *RegisterRequest) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 // RegisterResponse returns the stored intent.
@@ -3931,7 +4004,7 @@ var File_intent_v1_intent_proto protoreflect.FileDescriptor
 
 const file_intent_v1_intent_proto_rawDesc = "" +
 	"\n" +
-	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcf\a\n" +
+	"\x16intent/v1/intent.proto\x12\tintent.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb6\b\n" +
 	"\x06Intent\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12&\n" +
@@ -3957,7 +4030,10 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\fretain_until\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vretainUntil\x12,\n" +
 	"\bchildren\x18\x13 \x03(\v2\x10.intent.v1.ChildR\bchildren\x12\x1a\n" +
 	"\battempts\x18\x14 \x01(\rR\battempts\x12!\n" +
-	"\fmax_attempts\x18\x15 \x01(\rR\vmaxAttempts\x1a9\n" +
+	"\fmax_attempts\x18\x15 \x01(\rR\vmaxAttempts\x12\x16\n" +
+	"\x06action\x18\x16 \x01(\tR\x06action\x123\n" +
+	"\bidentity\x18\x17 \x01(\v2\x17.google.protobuf.StructR\bidentity\x12\x18\n" +
+	"\asummary\x18\x18 \x01(\tR\asummary\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"A\n" +
@@ -4015,10 +4091,10 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\rKIND_RESOLVED\x10\n" +
 	"\x12\x12\n" +
 	"\x0eKIND_CANCELLED\x10\v\x12\x19\n" +
-	"\x15KIND_CHILD_REGISTERED\x10\f\"\xd3\x05\n" +
+	"\x15KIND_CHILD_REGISTERED\x10\f\"\xe1\a\n" +
 	"\x0fRegisterRequest\x129\n" +
 	"\x06tenant\x18\x01 \x01(\tB!\xbaH\x1e\xd8\x01\x01r\x19(@2\x15^[a-z0-9][a-z0-9_-]*$R\x06tenant\x125\n" +
-	"\x03key\x18\x02 \x01(\tB#\xbaH \xc8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x8c\x01\n" +
+	"\x03key\x18\x02 \x01(\tB#\xbaH \xd8\x01\x01r\x1b(\x80\x022\x16^[A-Za-z0-9._:/=@+-]+$R\x03key\x12\x8c\x01\n" +
 	"\x06params\x18\x03 \x01(\v2\x17.google.protobuf.StructB[\xbaHX\xba\x01R\n" +
 	"\x10params.non_empty\x12.must be a non-empty object: the approved terms\x1a\x0esize(this) > 0\xc8\x01\x01R\x06params\x12.\n" +
 	"\x0eparams_version\x18\x04 \x01(\tB\a\xbaH\x04r\x02(@R\rparamsVersion\x12w\n" +
@@ -4028,7 +4104,12 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\tretention\x18\a \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x02*\x00R\tretention\x12'\n" +
 	"\n" +
 	"request_id\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\trequestId\x12+\n" +
-	"\fmax_attempts\x18\t \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\vmaxAttempts\x1a9\n" +
+	"\fmax_attempts\x18\t \x01(\rB\b\xbaH\x05*\x03\x18\xe8\aR\vmaxAttempts\x127\n" +
+	"\x06action\x18\n" +
+	" \x01(\tB\x1f\xbaH\x1c\xd8\x01\x01r\x17(\x80\x012\x12^[A-Za-z0-9._:-]+$R\x06action\x12\xa0\x01\n" +
+	"\bidentity\x18\v \x01(\v2\x17.google.protobuf.StructBk\xbaHh\xba\x01e\n" +
+	"\x12identity.non_empty\x12?must be a non-empty object: the fields that identify the action\x1a\x0esize(this) > 0R\bidentity\x120\n" +
+	"\asummary\x18\f \x01(\tB\x16\xbaH\x13r\x11\x18\xc8\x012\f^[^\\p{Cc}]*$R\asummary\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"W\n" +
@@ -4369,91 +4450,93 @@ var file_intent_v1_intent_proto_depIdxs = []int32{
 	54, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
 	53, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
 	10, // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
-	0,  // 13: intent.v1.Child.state:type_name -> intent.v1.State
-	5,  // 14: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
-	53, // 15: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	53, // 16: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	50, // 17: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
-	53, // 18: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
-	7,  // 19: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
-	5,  // 20: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
-	12, // 21: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
-	13, // 22: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
-	0,  // 23: intent.v1.HistoryEntry.resolved_state:type_name -> intent.v1.State
-	52, // 24: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
-	51, // 25: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
-	54, // 26: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
-	9,  // 27: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
-	52, // 28: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
-	52, // 29: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
-	54, // 30: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	54, // 31: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	15, // 32: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
-	1,  // 33: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
-	9,  // 34: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
-	11, // 35: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
-	25, // 36: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
-	0,  // 37: intent.v1.Statement.state:type_name -> intent.v1.State
-	12, // 38: intent.v1.Statement.result:type_name -> intent.v1.Result
-	53, // 39: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
-	26, // 40: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
-	54, // 41: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	12, // 42: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
-	15, // 43: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
-	9,  // 44: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
-	9,  // 45: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
-	9,  // 46: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
-	13, // 47: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
-	9,  // 48: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
-	9,  // 49: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
-	9,  // 50: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
-	6,  // 51: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
-	12, // 52: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
-	13, // 53: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
-	9,  // 54: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
-	9,  // 55: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
-	0,  // 56: intent.v1.ListRequest.states:type_name -> intent.v1.State
-	9,  // 57: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
-	0,  // 58: intent.v1.WatchRequest.states:type_name -> intent.v1.State
-	8,  // 59: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
-	9,  // 60: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
-	15, // 61: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
-	17, // 62: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
-	19, // 63: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
-	21, // 64: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
-	23, // 65: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
-	27, // 66: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
-	29, // 67: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
-	31, // 68: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
-	33, // 69: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
-	35, // 70: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
-	39, // 71: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
-	41, // 72: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
-	43, // 73: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
-	37, // 74: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
-	45, // 75: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
-	47, // 76: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
-	16, // 77: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
-	18, // 78: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
-	20, // 79: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
-	22, // 80: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
-	24, // 81: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
-	28, // 82: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
-	30, // 83: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
-	32, // 84: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
-	34, // 85: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
-	36, // 86: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
-	40, // 87: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
-	42, // 88: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
-	44, // 89: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
-	38, // 90: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
-	46, // 91: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
-	48, // 92: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
-	77, // [77:93] is the sub-list for method output_type
-	61, // [61:77] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	52, // 13: intent.v1.Intent.identity:type_name -> google.protobuf.Struct
+	0,  // 14: intent.v1.Child.state:type_name -> intent.v1.State
+	5,  // 15: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
+	53, // 16: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	53, // 17: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	50, // 18: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
+	53, // 19: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
+	7,  // 20: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
+	5,  // 21: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
+	12, // 22: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
+	13, // 23: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
+	0,  // 24: intent.v1.HistoryEntry.resolved_state:type_name -> intent.v1.State
+	52, // 25: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
+	51, // 26: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
+	54, // 27: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
+	52, // 28: intent.v1.RegisterRequest.identity:type_name -> google.protobuf.Struct
+	9,  // 29: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
+	52, // 30: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
+	52, // 31: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
+	54, // 32: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	54, // 33: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	15, // 34: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
+	1,  // 35: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
+	9,  // 36: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
+	11, // 37: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
+	25, // 38: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
+	0,  // 39: intent.v1.Statement.state:type_name -> intent.v1.State
+	12, // 40: intent.v1.Statement.result:type_name -> intent.v1.Result
+	53, // 41: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
+	26, // 42: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
+	54, // 43: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	12, // 44: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
+	15, // 45: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
+	9,  // 46: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
+	9,  // 47: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
+	9,  // 48: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
+	13, // 49: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
+	9,  // 50: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
+	9,  // 51: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
+	9,  // 52: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
+	6,  // 53: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
+	12, // 54: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
+	13, // 55: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
+	9,  // 56: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
+	9,  // 57: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
+	0,  // 58: intent.v1.ListRequest.states:type_name -> intent.v1.State
+	9,  // 59: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
+	0,  // 60: intent.v1.WatchRequest.states:type_name -> intent.v1.State
+	8,  // 61: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
+	9,  // 62: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
+	15, // 63: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
+	17, // 64: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
+	19, // 65: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
+	21, // 66: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
+	23, // 67: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
+	27, // 68: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
+	29, // 69: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
+	31, // 70: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
+	33, // 71: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
+	35, // 72: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
+	39, // 73: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
+	41, // 74: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
+	43, // 75: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
+	37, // 76: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
+	45, // 77: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
+	47, // 78: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
+	16, // 79: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
+	18, // 80: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
+	20, // 81: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
+	22, // 82: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
+	24, // 83: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
+	28, // 84: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
+	30, // 85: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
+	32, // 86: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
+	34, // 87: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
+	36, // 88: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
+	40, // 89: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
+	42, // 90: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
+	44, // 91: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
+	38, // 92: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
+	46, // 93: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
+	48, // 94: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
+	79, // [79:95] is the sub-list for method output_type
+	63, // [63:79] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_intent_v1_intent_proto_init() }
