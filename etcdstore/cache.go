@@ -75,7 +75,10 @@ func memoBytes(r *machine.Record) int64 {
 	if r.Result != nil {
 		payload = len(r.Result.Payload)
 	}
-	return intent.MemoBytes(len(r.Params), payload)
+	// The identity is converted to a Struct as the params are; action and
+	// summary cost less than that per byte, and counting them with the
+	// params keeps the estimate above, never below, what they hold.
+	return intent.MemoBytes(len(r.Params)+len(r.Identity)+len(r.Action)+len(r.Summary), payload)
 }
 
 // recordBytes estimates the heap a decoded record occupies.
@@ -84,7 +87,8 @@ func recordBytes(r *machine.Record) int64 {
 		return 0
 	}
 	n := alloc(int(recordSize)) + alloc(len(r.Tenant)) + alloc(len(r.Key)) + alloc(cap(r.Params)) +
-		alloc(len(r.ParamsVersion)) + alloc(len(r.Fingerprint)) + alloc(len(r.ParentKey))
+		alloc(len(r.ParamsVersion)) + alloc(len(r.Fingerprint)) + alloc(len(r.ParentKey)) +
+		alloc(len(r.Action)) + alloc(cap(r.Identity)) + alloc(len(r.Summary))
 	n += stringMapBytes(r.Labels)
 	if l := r.Lease; l != nil {
 		n += alloc(int(leaseSize)) + alloc(len(l.SessionID)) + alloc(len(l.Worker)) + alloc(len(l.RequestID))

@@ -198,6 +198,9 @@ func toCompact(r *machine.Record) (*storagepb.Record, error) {
 		MaxAttempts:   int32(r.MaxAttempts),
 		Attempts:      int32(r.Attempts),
 		EndedToken:    uint64(r.EndedToken),
+		Action:        r.Action,
+		Identity:      r.Identity,
+		Summary:       r.Summary,
 	}
 	if r.Fingerprint != "" && r.Fingerprint == intent.Fingerprint(r.Params) {
 		m.FingerprintOfParams = true
@@ -279,6 +282,9 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 		Attempts:      int(m.Attempts),
 		EndedToken:    fencing.Token(m.EndedToken),
 		IndexLayout:   int(m.IndexLayout),
+		Action:        m.Action,
+		Identity:      m.Identity,
+		Summary:       m.Summary,
 	}
 	if m.FingerprintOfParams {
 		r.Fingerprint = intent.Fingerprint(r.Params)

@@ -155,19 +155,52 @@ func Fingerprint(canonical []byte) string {
 // values naming "action", or "identity" followed by the JSON path of the
 // offending value (identity.items[2].sku).
 func DeriveKey(action string, identity map[string]any) (key string, canonical []byte, err error) {
-	if err := validateAction(action); err != nil {
-		return "", nil, err
-	}
-	if len(identity) == 0 {
-		return "", nil, Invalid("identity", "must be a non-empty object")
-	}
-	// The path of a value starts at the object hashed, whose "identity"
-	// member is the request's field of that name.
-	canonical, err = canonicalize(map[string]any{"action": action, "identity": identity}, "", "identity")
+	d, err := Derive(action, identity)
 	if err != nil {
 		return "", nil, err
 	}
-	return Fingerprint(canonical), canonical, nil
+	return d.Key, d.Canonical, nil
+}
+
+// Derivation is DeriveKey's answer with the canonical identity alone, as a
+// registration keeps it to show a reviewer what a derived key stands for.
+type Derivation struct {
+	// Key is the derived key: the lowercase hex SHA-256 of Canonical.
+	Key string
+	// Canonical is the canonical text hashed: action and identity.
+	Canonical []byte
+	// Identity is the canonical JSON of the identity object alone: what
+	// Canonical holds as its "identity" member.
+	Identity json.RawMessage
+}
+
+// Derive is DeriveKey, with the same rules and errors, also returning the
+// canonical identity, so that a server that derives a registration's key
+// checks the identity once, in the one place DeriveKey does.
+func Derive(action string, identity map[string]any) (Derivation, error) {
+	if err := validateAction(action); err != nil {
+		return Derivation{}, err
+	}
+	if len(identity) == 0 {
+		return Derivation{}, Invalid("identity", "must be a non-empty object")
+	}
+	// The path of a value starts at the object hashed, whose "identity"
+	// member is the request's field of that name.
+	canonical, err := canonicalize(map[string]any{"action": action, "identity": identity}, "", "identity")
+	if err != nil {
+		return Derivation{}, err
+	}
+	// The canonical text is {"action":"<action>","identity":<identity>}:
+	// "action" sorts before "identity", and an action holds nothing a JSON
+	// string escapes (validateAction), so the identity's canonical form is
+	// what follows that prefix, up to the closing brace. Cut, not encoded
+	// again: the bytes kept are the very bytes hashed.
+	prefix := len(`{"action":"`) + len(action) + len(`","identity":`)
+	return Derivation{
+		Key:       Fingerprint(canonical),
+		Canonical: canonical,
+		Identity:  bytes.Clone(canonical[prefix : len(canonical)-1]),
+	}, nil
 }
 
 // OperationKey returns "<key>:<operation>", the idempotency key a worker

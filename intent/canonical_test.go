@@ -727,6 +727,40 @@ func TestDeriveKeyVector(t *testing.T) {
 	}
 }
 
+// TestDeriveKeepsTheIdentityHashed: the identity Derive returns is the
+// identity's own canonical form, the very bytes inside the text hashed,
+// whatever the action's length and the identity's keys (escaped, non-ASCII,
+// sorting as UTF-16 does), and its key and text are DeriveKey's.
+func TestDeriveKeepsTheIdentityHashed(t *testing.T) {
+	for _, tt := range []struct {
+		action   string
+		identity map[string]any
+	}{
+		{"refund.issue", map[string]any{"order_id": "ORD-88412", "return_id": "RA-20931"}},
+		{"a", map[string]any{"q\"uote": "x\ny", "\u00e9": 1.5, "\U0001F600": []any{true, nil}, "ﬀ": map[string]any{"z": "a", "b": 2}}},
+		{strings.Repeat("x", MaxActionLen), map[string]any{"id": "\u202eRTL"}},
+	} {
+		d, err := Derive(tt.action, tt.identity)
+		if err != nil {
+			t.Fatalf("Derive(%q, %v): %v", tt.action, tt.identity, err)
+		}
+		key, canonical, err := DeriveKey(tt.action, tt.identity)
+		if err != nil || key != d.Key || !bytes.Equal(canonical, d.Canonical) {
+			t.Errorf("DeriveKey(%q) = %s, %s, %v; Derive gave %s, %s", tt.action, key, canonical, err, d.Key, d.Canonical)
+		}
+		own, err := Canonical(tt.identity)
+		if err != nil || !bytes.Equal(d.Identity, own) {
+			t.Errorf("Derive(%q).Identity = %s, want Canonical(identity) = %s (%v)", tt.action, d.Identity, own, err)
+		}
+		if want := `{"action":` + string(appendString(nil, tt.action)) + `,"identity":` + string(d.Identity) + `}`; string(d.Canonical) != want {
+			t.Errorf("Derive(%q).Canonical = %s, want %s", tt.action, d.Canonical, want)
+		}
+	}
+	if _, err := Derive("bad action", map[string]any{"a": 1}); err == nil {
+		t.Error("Derive with a bad action succeeded")
+	}
+}
+
 // TestFingerprintVector pins one fingerprint so that clients in other
 // languages can check theirs (or the one DeriveKey returns for params)
 // against it: SHA-256 of the UTF-8 canonical text of the params, in

@@ -144,6 +144,11 @@ type Intent struct {
 	// intentd had a limit: the server's default applies to it.
 	Attempts    int
 	MaxAttempts int
+	// Action, Identity and Summary tell a person what the intent is, as
+	// its registration gave them (see Registration); empty if it gave none.
+	Action   string
+	Identity json.RawMessage
+	Summary  string
 	// Children are the intents registered with this one as parent; filled
 	// by Get only.
 	Children []Child
@@ -262,6 +267,15 @@ type Registration struct {
 	// lapsed, or MarkUnknown) before the intent goes to NEEDS_REVIEW; zero
 	// means the store's default, at most MaxAttemptsLimit.
 	MaxAttempts int
+	// Action is the kind of business operation ("refund.issue"), and
+	// Identity the canonical JSON of the fields the key was derived from
+	// (Derive; nil when none were given): what a derived key, 64 hex
+	// digits, stands for. Summary is the approver's sentence for reviewers.
+	// None is part of the fingerprint: registering an existing intent again
+	// keeps its first, as it keeps its first MaxAttempts.
+	Action   string
+	Identity json.RawMessage
+	Summary  string
 	// RequestID, when set, lets a retried registration recognize its own
 	// write after an ambiguous commit.
 	RequestID string

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 		RetainUntil:   timeToProto(in.RetainUntil),
 		Attempts:      uint32(in.Attempts),
 		MaxAttempts:   uint32(in.MaxAttempts),
+		Action:        in.Action,
+		Identity:      paramsToProto(in.Identity),
+		Summary:       in.Summary,
 	}
 	if in.Retention > 0 {
 		out.Retention = durationToProto(in.Retention)
@@ -79,8 +83,8 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 	return out
 }
 
-// paramsToProto turns stored canonical JSON back into a Struct. Stored params
-// were a Struct on the way in, so this cannot fail short of corruption, in
+// paramsToProto turns stored canonical JSON (params, an identity) back into
+// a Struct. Stored params were a Struct on the way in, so this cannot fail short of corruption, in
 // which case the params are omitted rather than the whole answer lost.
 //
 // encoding/json and structpb.NewStruct read it as protojson would (numbers
@@ -148,52 +152,68 @@ func statement(a *intent.Acquisition) *intentv1.Statement {
 	if a.Lease != nil {
 		st.CurrentToken = uint64(a.Lease.Token)
 	}
+	name := intentName(in.Key, in)
 	var b strings.Builder
 	switch a.Outcome {
 	case intent.OutcomeExecute:
 		st.Status, st.ActionTaken = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_EXECUTE), vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_LEASE_ISSUED)
-		fmt.Fprintf(&b, "execute: you hold intent %s under token %d; perform it once, sending operation keys such as %s:create-order downstream", in.Key, a.Lease.Token, in.Key)
+		fmt.Fprintf(&b, "execute: you hold intent %s under token %d; perform it once, sending operation keys such as %s:create-order downstream", name, a.Lease.Token, in.Key)
 	case intent.OutcomeReconcile:
 		st.Status, st.ActionTaken = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_RECONCILE), vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_LEASE_ISSUED)
-		fmt.Fprintf(&b, "reconcile: an earlier attempt at intent %s may have taken effect; you hold token %d; ask the downstream system by operation key before acting", in.Key, a.Lease.Token)
+		fmt.Fprintf(&b, "reconcile: an earlier attempt at intent %s may have taken effect; you hold token %d; ask the downstream system by operation key before acting", name, a.Lease.Token)
 	case intent.OutcomeCompleted:
 		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_ALREADY_COMPLETED)
-		fmt.Fprintf(&b, "already_completed: intent %s completed at %s", in.Key, in.CompletedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(&b, "already_completed: intent %s completed at %s", name, in.CompletedAt.UTC().Format(time.RFC3339))
 		if in.Result != nil && len(in.Result.ExternalRefs) > 0 {
 			refs, _ := json.Marshal(in.Result.ExternalRefs)
 			fmt.Fprintf(&b, " with %s", refs)
 		}
 	case intent.OutcomeFailed:
 		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_ALREADY_FAILED)
-		fmt.Fprintf(&b, "already_failed: intent %s failed", in.Key)
+		fmt.Fprintf(&b, "already_failed: intent %s failed", name)
 		if in.Failure != nil {
 			fmt.Fprintf(&b, " (%s)", in.Failure.Code)
 		}
 	case intent.OutcomeCancelled:
 		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_CANCELLED)
-		fmt.Fprintf(&b, "cancelled: intent %s was withdrawn", in.Key)
+		fmt.Fprintf(&b, "cancelled: intent %s was withdrawn", name)
 	case intent.OutcomeInProgress:
 		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_IN_PROGRESS)
-		fmt.Fprintf(&b, "in_progress: intent %s is held by worker %q", in.Key, a.Lease.Worker)
+		fmt.Fprintf(&b, "in_progress: intent %s is held by worker %q", name, a.Lease.Worker)
 		if !a.Lease.ExpiresAt.IsZero() {
 			fmt.Fprintf(&b, " until about %s unless it heartbeats", a.Lease.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 		b.WriteString("; wait and acquire again")
 	case intent.OutcomeNeedsReview:
 		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_NEEDS_REVIEW)
-		fmt.Fprintf(&b, "needs_review: intent %s waits for a human decision", in.Key)
+		fmt.Fprintf(&b, "needs_review: intent %s waits for a human decision", name)
 		if in.MaxAttempts > 0 && in.Attempts >= in.MaxAttempts {
 			fmt.Fprintf(&b, " after %d attempts ended without a report", in.Attempts)
 		}
 	case intent.OutcomeExpired:
 		st.Status = vocab.Status(intentv1.StatementStatus_STATEMENT_STATUS_EXPIRED)
-		fmt.Fprintf(&b, "expired: intent %s outlived its retention (it was %s); it needs a new approval", in.Key, in.State)
+		fmt.Fprintf(&b, "expired: intent %s outlived its retention (it was %s); it needs a new approval", name, in.State)
 	}
 	if st.ActionTaken == vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE) {
 		b.WriteString("; action_taken: none")
 	}
 	st.Text = b.String()
 	return st
+}
+
+// intentName is how a statement names the intent with key: the key, then
+// the approver's summary in parentheses when in has one ("intent refund-77
+// (\"Refund 40.00 USD to Alice for ORD-88412\")"), so that whoever reads
+// the statement learns what a key of 64 hex digits stands for. The summary
+// is quoted as a Go string: it is the approver's text inside intentd's
+// sentence, and quotes, backslashes and bidi controls in it stay visible as
+// escapes rather than end the quotation or reorder the sentence. Without a
+// summary the text is what it always was.
+func intentName(key string, in *intent.Intent) string {
+	if in == nil || in.Summary == "" {
+		return key
+	}
+	return key + " (" + strconv.Quote(in.Summary) + ")"
 }
 
 // refusal renders a refused fenced call as a Statement, for the error's

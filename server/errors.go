@@ -136,7 +136,7 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.As(err, &stale):
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_STALE_TOKEN, err.Error(),
 			map[string]string{"current_token": stale.Current.String(), "token": stale.Token.String()},
-			refusal(intentv1.StatementStatus_STATEMENT_STATUS_STALE_TOKEN, fmt.Sprintf("stale_token: a newer lease (token %s) superseded yours on intent %s; your report changed nothing and is kept as evidence; acquire again to learn what to do", stale.Current, stale.Key),
+			refusal(intentv1.StatementStatus_STATEMENT_STATUS_STALE_TOKEN, fmt.Sprintf("stale_token: a newer lease (token %s) superseded yours on intent %s; your report changed nothing and is kept as evidence; acquire again to learn what to do", stale.Current, intentName(stale.Key, stale.Intent)),
 				stale.Intent, uint64(stale.Current), true))
 	case errors.As(err, &fpm):
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_FINGERPRINT_MISMATCH, err.Error(),
@@ -144,7 +144,7 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.As(err, &trans):
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_INVALID_TRANSITION, err.Error(),
 			map[string]string{"state": trans.State.String()},
-			refusal(intentv1.StatementStatus_STATEMENT_STATUS_REFUSED, fmt.Sprintf("refused: %s is not allowed on intent %s in state %s", trans.Call, trans.Key, trans.State), trans.Intent, 0, trans.Evidence))
+			refusal(intentv1.StatementStatus_STATEMENT_STATUS_REFUSED, fmt.Sprintf("refused: %s is not allowed on intent %s in state %s", trans.Call, intentName(trans.Key, trans.Intent), trans.State), trans.Intent, 0, trans.Evidence))
 	case errors.As(err, &expired):
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_INTENT_EXPIRED, err.Error(),
 			map[string]string{"final_state": expired.State.String(), "fingerprint": expired.Fingerprint})

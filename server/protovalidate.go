@@ -135,6 +135,7 @@ var patternWords = map[string]string{
 	"^[0-9a-f]{64}$":                      "must be 64 lowercase hexadecimal digits (a SHA-256)",
 	"^[A-Za-z0-9._:-]+$":                  "must hold only ASCII letters, digits and the characters . _ : -",
 	"^[a-z0-9-]+$":                        "must hold only lowercase ASCII letters, digits and '-'",
+	"^[^\\p{Cc}]*$":                       "must hold no control characters: one line of text, without tabs",
 }
 
 // fieldPath spells a protovalidate field path the way intentd names

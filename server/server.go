@@ -195,6 +195,11 @@ func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error
 		if ar.Register, err = registration("register.", r); err != nil {
 			return nil, err
 		}
+		if r.GetKey() == "" && ar.Register.Key != ar.Key {
+			// Derived from register.identity, which the caller sees as
+			// the intent's: the request's key is the one that is wrong.
+			return nil, intent.Invalid("key", "must equal the key derived from register.action and register.identity, %s", ar.Register.Key)
+		}
 		if ar.Register.Tenant != tn || ar.Register.Key != ar.Key {
 			return nil, intent.Invalid("register", "tenant and key must equal the request's")
 		}

@@ -9,6 +9,7 @@ package server
 // decision with its result or failure, and the size of a whole outbox.
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -35,44 +36,88 @@ func tenantOr(t string) string {
 
 // registration returns the domain form of a RegisterRequest (under field
 // prefix, for one nested in AcquireRequest or CompleteRequest) with
-// canonical params.
+// canonical params, and its key derived when it gives an identity instead.
 func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registration, error) {
 	params, err := canonicalParams(prefix, r.GetParams())
 	if err != nil {
 		return nil, err
 	}
+	key, identity, err := registeredKey(prefix, r)
+	if err != nil {
+		return nil, err
+	}
 	return &intent.Registration{
 		Tenant:        tenantOr(r.GetTenant()),
-		Key:           r.GetKey(),
+		Key:           key,
 		Params:        params,
 		ParamsVersion: r.GetParamsVersion(),
 		Labels:        r.GetLabels(),
 		ParentKey:     r.GetParentKey(),
 		Retention:     r.GetRetention().AsDuration(),
 		MaxAttempts:   int(r.GetMaxAttempts()),
+		Action:        r.GetAction(),
+		Identity:      identity,
+		Summary:       r.GetSummary(),
 		RequestID:     r.GetRequestId(),
 	}, nil
+}
+
+// registeredKey is the key a registration names, and the canonical form
+// of its identity, if it gives one. The rules have checked each field
+// alone (a key's alphabet, an action's, a non-empty identity); what they
+// cannot say is how key, action and identity go together:
+//
+//   - no identity: the key is required, as it always was (and refused in
+//     the words protovalidate's "required" rule used, which older clients
+//     may match);
+//   - an identity needs the action it was derived with, and follows
+//     DeriveKey's rules (intent.Derive: its canonical size, no number of
+//     magnitude 2^53 or more), errors naming "identity" and its JSON path;
+//   - with an identity an empty key is derived, exactly as DeriveKey
+//     derives it, and a given key must be that derivation: a key that
+//     says one thing while the identity a reviewer is shown says another
+//     would mislead the reviewer.
+func registeredKey(prefix string, r *intentv1.RegisterRequest) (key string, identity json.RawMessage, err error) {
+	if r.GetIdentity() == nil {
+		if r.GetKey() == "" {
+			return "", nil, intent.Invalid(prefix+"key", "value is required")
+		}
+		return r.GetKey(), nil, nil
+	}
+	if r.GetAction() == "" {
+		return "", nil, intent.Invalid(prefix+"action", "required with identity: the action the key is derived from")
+	}
+	d, err := intent.Derive(r.GetAction(), r.GetIdentity().AsMap())
+	if err != nil {
+		return "", nil, nested(prefix, err)
+	}
+	if k := r.GetKey(); k != "" && k != d.Key {
+		return "", nil, intent.Invalid(prefix+"key", "must equal the key derived from action and identity, %s (or be empty, to be derived)", d.Key)
+	}
+	return d.Key, d.Identity, nil
 }
 
 // MaxOutboxBytes bounds what the children of one Complete add to its etcd
 // transaction, as outboxCost estimates it. etcd refuses a request above
 // 1.5 MiB (its default --max-request-bytes). The completed record alone may
-// reach about 1 MiB: params (64 KiB), the result twice (in the record and in
-// its history entry, base64: 2 x 342 KiB for the largest payload, plus
-// external refs), labels and a full history of small entries. The children's
-// 256 KiB on top leave a margin of about 250 KiB. (The number of etcd
+// reach about 1.1 MiB: params and identity (64 KiB each), the result twice
+// (in the record and in its history entry, base64: 2 x 342 KiB for the
+// largest payload, plus external refs), labels, action, summary and a full
+// history of small entries. The children's 256 KiB on top leave a margin of
+// about 180 KiB. (The number of etcd
 // operations, 128 per transaction, is the store's to check: it refuses a
 // larger outbox before writing, naming "children" too.)
 const MaxOutboxBytes = 256 << 10
 
 // outboxCost estimates the bytes a child registration adds to the
 // completion's transaction: its record (canonical params, params_version,
-// its parent's key, a history entry, JSON framing: 2 KiB beyond the params
-// and version) and its index entries, which repeat its key in several etcd
-// keys (8 times, counting the parent's history) and each label, escaped, in
-// a key of its own (4 times).
+// action, identity and summary, its parent's key, a history entry, JSON
+// framing: 2 KiB beyond the params, version and description) and its index
+// entries, which repeat its key in several etcd keys (8 times, counting the
+// parent's history) and each label, escaped, in a key of its own (4
+// times).
 func outboxCost(reg *intent.Registration) int {
-	n := 2<<10 + len(reg.Params) + len(reg.ParamsVersion) + 8*len(reg.Key)
+	n := 2<<10 + len(reg.Params) + len(reg.ParamsVersion) + len(reg.Action) + len(reg.Identity) + len(reg.Summary) + 8*len(reg.Key)
 	for name, value := range reg.Labels {
 		n += 4 * (len(name) + len(value))
 	}

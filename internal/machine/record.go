@@ -43,6 +43,12 @@ type Record struct {
 	MaxAttempts int
 	Attempts    int
 	EndedToken  fencing.Token
+	// Action, Identity and Summary are the registration's (see
+	// intent.Registration): fixed at registration, like MaxAttempts, and
+	// empty in records stored before registrations carried them.
+	Action   string
+	Identity json.RawMessage
+	Summary  string
 	// IndexLayout is the store's layout of the index entries of the
 	// version read (a store's concern, so that a record's next write can
 	// move them to the current one); a decision copies it and never reads
@@ -248,6 +254,9 @@ func (r *Record) ToIntent(modRev int64, h Holder) *intent.Intent {
 		RetainUntil:   r.RetainUntil,
 		Attempts:      r.Attempts,
 		MaxAttempts:   r.MaxAttempts,
+		Action:        r.Action,
+		Identity:      r.Identity,
+		Summary:       r.Summary,
 	}
 	if r.Lease != nil {
 		in.Lease = r.Lease.toLease(r.State == intent.StateInProgress && live)

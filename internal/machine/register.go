@@ -82,5 +82,8 @@ func (r Rules) record(reg *intent.Registration, fp, principal string, now time.T
 		UpdatedAt:     now,
 		Retention:     retention,
 		MaxAttempts:   maxAttempts,
+		Action:        reg.Action,
+		Identity:      reg.Identity,
+		Summary:       reg.Summary,
 	}
 }

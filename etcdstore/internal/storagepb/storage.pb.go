@@ -78,7 +78,13 @@ type Record struct {
 	// index_layout is the layout of the record's index entries (see
 	// etcdstore/record.go): 0, the earlier versions' (decimal times, state
 	// names); 1, the compact one.
-	IndexLayout   uint32 `protobuf:"varint,24,opt,name=index_layout,json=indexLayout,proto3" json:"index_layout,omitempty"`
+	IndexLayout uint32 `protobuf:"varint,24,opt,name=index_layout,json=indexLayout,proto3" json:"index_layout,omitempty"`
+	// action, identity (canonical JSON) and summary: what the registration
+	// said the intent is, for the people who review it; absent when it said
+	// nothing, as in every record stored before they existed.
+	Action        string `protobuf:"bytes,25,opt,name=action,proto3" json:"action,omitempty"`
+	Identity      []byte `protobuf:"bytes,26,opt,name=identity,proto3" json:"identity,omitempty"`
+	Summary       string `protobuf:"bytes,27,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +285,27 @@ func (x *Record) GetIndexLayout() uint32 {
 		return x.IndexLayout
 	}
 	return 0
+}
+
+func (x *Record) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *Record) GetIdentity() []byte {
+	if x != nil {
+		return x.Identity
+	}
+	return nil
+}
+
+func (x *Record) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
 }
 
 // Lease is a record's current (or last) lease.
@@ -846,7 +873,7 @@ var File_storage_v1_storage_proto protoreflect.FileDescriptor
 const file_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"\x18storage/v1/storage.proto\x12\n" +
-	"storage.v1\"\xfa\a\n" +
+	"storage.v1\"\xc8\b\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -876,7 +903,10 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"endedToken\x122\n" +
 	"\x15fingerprint_of_params\x18\x16 \x01(\bR\x13fingerprintOfParams\x124\n" +
 	"\x16retain_from_completion\x18\x17 \x01(\bR\x14retainFromCompletion\x12!\n" +
-	"\findex_layout\x18\x18 \x01(\rR\vindexLayout\x1a9\n" +
+	"\findex_layout\x18\x18 \x01(\rR\vindexLayout\x12\x16\n" +
+	"\x06action\x18\x19 \x01(\tR\x06action\x12\x1a\n" +
+	"\bidentity\x18\x1a \x01(\fR\bidentity\x12\x18\n" +
+	"\asummary\x18\x1b \x01(\tR\asummary\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
