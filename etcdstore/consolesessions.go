@@ -35,7 +35,7 @@ type ConsoleSessions struct{ s *Store }
 // ConsoleSessions returns the store's keeper of console sessions.
 func (s *Store) ConsoleSessions() *ConsoleSessions { return &ConsoleSessions{s: s} }
 
-func (k keys) consoleSessions() string          { return k.prefix + "console/s/" }
+func (k keys) consoleSessions() string         { return k.prefix + "console/s/" }
 func (k keys) consoleSession(id string) string { return k.consoleSessions() + id }
 
 // consoleSessionID reports whether id is what the console names sessions
