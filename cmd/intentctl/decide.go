@@ -59,7 +59,7 @@ func priorDecision(ctx context.Context, c *client.Client, req *intentv1.ResolveR
 	if e.GetResolvedState() == decidedState(req.GetDecision()) && byActor(e.GetPrincipal(), req.GetActor()) {
 		return &intentv1.ResolveResponse{Intent: got.GetIntent(), ActionTaken: vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE)}
 	}
-	fmt.Fprintf(stderr, "intentctl: %s was decided %s by %s at %s\n", req.GetKey(), stateName(e.GetResolvedState()), clean(e.GetPrincipal()), stamp(e.GetTime()))
+	fmt.Fprintln(stderr, clean(fmt.Sprintf("intentctl: %s was decided %s by %s at %s", req.GetKey(), stateName(e.GetResolvedState()), e.GetPrincipal(), stamp(e.GetTime()))))
 	return nil
 }
 
@@ -69,8 +69,8 @@ func printDecided(w io.Writer, resp *intentv1.ResolveResponse) error {
 	in := resp.GetIntent()
 	if resp.GetActionTaken() == vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE) {
 		if e := lastDecision(in); e != nil {
-			_, err := fmt.Fprintf(w, "already decided (by you, at %s): %s %s; nothing changed, now %s\n",
-				stamp(e.GetTime()), in.GetKey(), stateName(e.GetResolvedState()), stateName(in.GetState()))
+			_, err := fmt.Fprintln(w, clean(fmt.Sprintf("already decided (by you, at %s): %s %s; nothing changed, now %s",
+				stamp(e.GetTime()), in.GetKey(), stateName(e.GetResolvedState()), stateName(in.GetState()))))
 			return err
 		}
 	}
@@ -87,6 +87,6 @@ func printChanged(w io.Writer, verb string, in *intentv1.Intent, action string) 
 	if action != "" {
 		s += " (" + action + ")"
 	}
-	_, err := fmt.Fprintln(w, s)
+	_, err := fmt.Fprintln(w, clean(s))
 	return err
 }

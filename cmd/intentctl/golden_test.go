@@ -76,7 +76,15 @@ var (
 // columns again, so that a golden file holds the table's layout and words.
 type normalizer struct {
 	words  *strings.Replacer
+	pairs  []string // what words replaces, old and new
 	tokens map[string]string
+}
+
+// also makes n replace old with new too (a derived key, which changes with
+// the run it is derived from).
+func (n *normalizer) also(old, new string) {
+	n.pairs = append(n.pairs, old, new)
+	n.words = strings.NewReplacer(n.pairs...)
 }
 
 func newNormalizer(run, session string, intents ...*intentv1.Intent) *normalizer {
@@ -95,7 +103,8 @@ func newNormalizer(run, session string, intents ...*intentv1.Intent) *normalizer
 			tokens[fmt.Sprint(tok)] = fmt.Sprintf("T%d", len(tokens)+1)
 		}
 	}
-	return &normalizer{words: strings.NewReplacer(run, "RUN", session, "SESSION"), tokens: tokens}
+	pairs := []string{run, "RUN", session, "SESSION"}
+	return &normalizer{words: strings.NewReplacer(pairs...), pairs: pairs, tokens: tokens}
 }
 
 var tokenInText = regexp.MustCompile(`token (\d+)`)
@@ -169,11 +178,17 @@ func TestGoldenTables(t *testing.T) {
 		t.Fatal("Complete under a superseded token was accepted")
 	}
 
+	// A refund registered by action and identity, whose key is derived,
+	// with a summary, waiting for review; a label value and the summary
+	// hold a right-to-left override, which the tables print escaped.
+	described := f.described("h-described", map[string]string{"run": f.run, "note": "ok \u202eevil"}, "Refund 40.00 USD to Alice \u202efor ORD-88412")
+
 	var intents []*intentv1.Intent
-	for _, k := range []string{"a-pending", "b-held", "c-unknown", "d-review", "e-completed", "f-resolved", "g-stale"} {
-		intents = append(intents, decode(t, mustJSON(t, "get", f.key(k)), &intentv1.GetResponse{}).GetIntent())
+	for _, k := range []string{f.key("a-pending"), f.key("b-held"), f.key("c-unknown"), f.key("d-review"), f.key("e-completed"), f.key("f-resolved"), f.key("g-stale"), described} {
+		intents = append(intents, decode(t, mustJSON(t, "get", k), &intentv1.GetResponse{}).GetIntent())
 	}
 	n := newNormalizer(f.run, f.sess.ID(), intents...)
+	n.also(described, "DERIVED-KEY")
 
 	for _, tt := range []struct {
 		name string
@@ -185,6 +200,7 @@ func TestGoldenTables(t *testing.T) {
 		{"review-queue", []string{"review-queue", "--label", f.label()}},
 		{"get", []string{"get", resolved}},
 		{"get-held", []string{"get", held}},
+		{"get-described", []string{"get", described}},
 		{"history-stale", []string{"history", stale}},
 		{"sessions", []string{"sessions", "--label", f.label()}},
 	} {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
@@ -60,21 +61,37 @@ func (g *globals) get(ctx context.Context, key string) (*intentv1.GetResponse, e
 func newRegisterCommand(g *globals) *cobra.Command {
 	var (
 		params, version, parent, requestID string
+		action, identity, summary          string
 		labels                             []string
 		retention                          time.Duration
 		maxAttempts                        uint32
 	)
 	cmd := &cobra.Command{
-		Use:   "register KEY --params JSON [--params-version V] [--label k=v ...]",
+		Use:   "register [KEY] --params JSON [--action A --identity JSON] [--summary TEXT] [--params-version V] [--label k=v ...]",
 		Short: "Approve an intent: store KEY with its params (idempotent for the same params)",
 		Long: `register approves an intent as an approver does: KEY with the approved
 terms (--params, a JSON object). Running it again with the same params is
 harmless (created: no); other params for the same key are refused with
 FINGERPRINT_MISMATCH: a changed term is a new decision, under a new key.
-derive-key computes a key from an action and identity fields.`,
-		Example: `  intentctl register purchase-c17-cart9 --params '{"item": "desk lamp", "quantity": 1, "max_eur": 89}' --params-version v2 --label team=checkout`,
-		Args:    cobra.ExactArgs(1),
+
+--action and --identity (a JSON object: the fields that make this action
+distinct, never a per-attempt id) say what the intent is; without KEY,
+intentd derives the key from them as derive-key does, and with KEY it must
+be that key. --summary is a sentence for the people who review the intent
+(at most 200 characters, one line). Reviewers see all three; none is part
+of the fingerprint, and registering again keeps the first.`,
+		Example: `  intentctl register purchase-c17-cart9 --params '{"item": "desk lamp", "quantity": 1, "max_eur": 89}' --params-version v2 --label team=checkout
+  intentctl register --action refund.issue --identity '{"order_id": "ORD-88412", "return_id": "RA-20931"}' \
+      --summary "Refund 40.00 USD to Alice for ORD-88412" --params '{"amount_cents": 4000, "currency": "USD"}'`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: g.action(func(cmd *cobra.Command, args []string) error {
+			key := ""
+			switch {
+			case len(args) == 1:
+				key = args[0]
+			case identity == "":
+				return usagef("register needs KEY, or --action and --identity to derive it from")
+			}
 			text, err := paramsText(cmd.InOrStdin(), params)
 			if err != nil {
 				return err
@@ -83,6 +100,15 @@ derive-key computes a key from an action and identity fields.`,
 			if err != nil {
 				return err
 			}
+			var id *structpb.Struct
+			if identity != "" {
+				if action == "" {
+					return usagef("--identity needs --action: the key is derived from both")
+				}
+				if id, err = jsonObject("--identity", identity); err != nil {
+					return err
+				}
+			}
 			l, err := pairs("--label", labels)
 			if err != nil {
 				return err
@@ -90,7 +116,8 @@ derive-key computes a key from an action and identity fields.`,
 			if retention < 0 {
 				return usagef("--retention %v: must not be negative", retention)
 			}
-			req := &intentv1.RegisterRequest{Key: args[0], Params: p, ParamsVersion: version, Labels: l, ParentKey: parent, MaxAttempts: maxAttempts, RequestId: requestID}
+			req := &intentv1.RegisterRequest{Key: key, Params: p, ParamsVersion: version, Labels: l, ParentKey: parent, MaxAttempts: maxAttempts, RequestId: requestID,
+				Action: action, Identity: id, Summary: summary}
 			if retention > 0 {
 				req.Retention = durationpb.New(retention)
 			}
@@ -117,6 +144,9 @@ derive-key computes a key from an action and identity fields.`,
 	f.DurationVar(&retention, "retention", 0, "how long the final record is kept (default: intentd's --retention)")
 	f.Uint32Var(&maxAttempts, "max-attempts", 0, "attempts without a report before NEEDS_REVIEW (default: intentd's --max-attempts)")
 	f.StringVar(&requestID, "request-id", "", "idempotency id (default: a fresh one, kept across retries)")
+	f.StringVar(&action, "action", "", `kind of business operation, as derive-key takes it ("refund.issue")`)
+	f.StringVar(&identity, "identity", "", "the fields the key is derived from, a JSON object (needs --action)")
+	f.StringVar(&summary, "summary", "", "a sentence for reviewers: what is approved, for whom")
 	_ = cmd.MarkFlagRequired("params")
 	return cmd
 }

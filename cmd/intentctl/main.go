@@ -7,7 +7,7 @@
 //	intentctl list [--state S ...] [--label k=v] [--parent P] [--page-size N] [--page-token T] [--all]
 //	intentctl review-queue [...list flags]  list --state UNKNOWN --state NEEDS_REVIEW
 //	intentctl sessions [...list flags]      the worker sessions holding leases, from the IN_PROGRESS intents
-//	intentctl register KEY --params JSON [--params-version V] [--label k=v ...] [--parent P] [--retention D] [--max-attempts N]
+//	intentctl register [KEY] --params JSON [--action A --identity JSON] [--summary TEXT] [--params-version V] [--label k=v ...] [--parent P] [--retention D] [--max-attempts N]
 //	intentctl resolve KEY --decision completed|pending|failed|cancelled --actor A --reason R [--ref k=v ...] [--payload P] [--failure-code C] [--force] [--request-id ID]
 //	intentctl cancel KEY --reason R [--actor A]
 //	intentctl escalate KEY --reason R [--actor A] [--force]
@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return exitFailure
 	}
-	fmt.Fprintf(stderr, "intentctl: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	fmt.Fprintf(stderr, "intentctl: %s\nRun '%s --help' for usage.\n", clean(err.Error()), cmd.CommandPath())
 	return exitUsage
 }
 
@@ -144,17 +144,19 @@ func printFailure(w io.Writer, err error) {
 		printRefusal(w, e)
 		return
 	}
-	fmt.Fprintf(w, "intentctl: %v\n", err)
+	fmt.Fprintf(w, "intentctl: %s\n", clean(err.Error()))
 }
 
+// printRefusal prints what intentd said, which quotes what callers sent
+// (keys, fields, reasons): each line through clean.
 func printRefusal(w io.Writer, e *client.Error) {
-	fmt.Fprintf(w, "intentctl: intentd: %s\n", e.Message)
+	fmt.Fprintf(w, "intentctl: intentd: %s\n", clean(e.Message))
 	fmt.Fprintf(w, "  code: %s\n", codeName(e.Code.String()))
 	if e.Reason != "" {
 		fmt.Fprintf(w, "  reason: %s\n", e.Reason)
 	}
 	if e.Field != "" {
-		fmt.Fprintf(w, "  field: %s\n", e.Field)
+		fmt.Fprintf(w, "  field: %s\n", clean(e.Field))
 	}
 	keys := make([]string, 0, len(e.Metadata))
 	for k := range e.Metadata {
@@ -165,10 +167,10 @@ func printRefusal(w io.Writer, e *client.Error) {
 		if k == "field" && e.Metadata[k] == e.Field {
 			continue // printed above
 		}
-		fmt.Fprintf(w, "  %s: %s\n", k, e.Metadata[k])
+		fmt.Fprintf(w, "  %s: %s\n", clean(k), clean(e.Metadata[k]))
 	}
 	if t := e.Statement.GetText(); t != "" {
-		fmt.Fprintf(w, "  statement: %s\n", t)
+		fmt.Fprintf(w, "  statement: %s\n", clean(t))
 	}
 }
 

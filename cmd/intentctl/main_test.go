@@ -165,6 +165,34 @@ func (f *fixture) needsReview(name string) string {
 	return key
 }
 
+// described registers a refund by action and identity (its key derived
+// by intentd), with labels and summary, and leaves it NEEDS_REVIEW; it
+// returns the derived key.
+func (f *fixture) described(name string, labels map[string]string, summary string) string {
+	f.t.Helper()
+	params, err := structpb.NewStruct(map[string]any{"amount_cents": 4000, "currency": "USD"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	identity, err := structpb.NewStruct(map[string]any{"order_id": "ORD-88412", "return_id": "RA-" + f.key(name)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp, err := f.c.Register(ctxFor(f.t), &intentv1.RegisterRequest{Params: params, Labels: labels, Action: "refund.issue", Identity: identity, Summary: summary})
+	if err != nil {
+		f.t.Fatalf("Register(%s): %v", name, err)
+	}
+	key := resp.GetIntent().GetKey()
+	a, err := f.c.Acquire(ctxFor(f.t), &intentv1.AcquireRequest{Key: key, SessionId: f.sess.ID(), RequestId: key + "-attempt"})
+	if err != nil {
+		f.t.Fatalf("Acquire(%s): %v", key, err)
+	}
+	if _, err := f.c.Escalate(ctxFor(f.t), &intentv1.EscalateRequest{Key: key, Token: a.GetLease().GetToken(), Reason: "refund provider timed out", Actor: "fixture-worker"}); err != nil {
+		f.t.Fatalf("Escalate(%s): %v", key, err)
+	}
+	return key
+}
+
 // completed leaves an intent COMPLETED.
 func (f *fixture) completed(name string) string {
 	f.t.Helper()

@@ -435,7 +435,7 @@ double holds) is refused, in identity fields and params alike.`,
 				tw := table(w)
 				for _, f := range [][2]string{{"key", resp.GetKey()}, {"canonical", resp.GetCanonical()}, {"fingerprint", resp.GetFingerprint()}, {"canonical_params", resp.GetCanonicalParams()}} {
 					if f[1] != "" {
-						fmt.Fprintf(tw, "%s:\t%s\n", f[0], f[1])
+						fmt.Fprintf(tw, "%s:\t%s\n", f[0], clean(f[1]))
 					}
 				}
 				return tw.Flush()

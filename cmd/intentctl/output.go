@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
@@ -103,17 +105,23 @@ func row(w io.Writer, cells ...string) {
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
 
-// clean escapes the control characters in s (\x1b as \x1b, a newline as
-// \n): what workers and reviewers write — names, reasons, references —
-// reaches an operator's terminal, where an escape sequence could rewrite
-// what is shown, and a tab or newline would break the table's columns.
+// clean escapes what in s could mislead whoever reads it in a terminal, in
+// Go's spelling (\x1b, \n, \u202e): control characters, with which what
+// workers, approvers and reviewers write (keys, labels, summaries, reasons,
+// worker names, references) could send the terminal escape sequences that
+// rewrite what is shown, or break the table's columns and lines; and the
+// invisible characters that reorder text (bidi), with which a label value
+// holding U+202E, right-to-left override, shows the text and columns after
+// it backwards. Every user-supplied string intentctl prints for people goes
+// through it (row, get's summary lines, watch's lines, messages and
+// refusals); -o json and -o yaml print the response exactly as it came.
 func clean(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) {
+	if !strings.ContainsFunc(s, misleading) {
 		return s
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if misleading(r) {
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
 			continue
@@ -121,6 +129,23 @@ func clean(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// misleading reports whether r is a control character (Unicode's Cc), a
+// bidi control (U+061C arabic letter mark, U+200E and U+200F the
+// left-to-right and right-to-left marks, U+202A to U+202E the embeddings
+// and overrides, U+2066 to U+2069 the isolates), or a line or paragraph
+// separator (U+2028, U+2029), which some terminals break lines at.
+func misleading(r rune) bool {
+	switch {
+	case unicode.IsControl(r),
+		r == '\u061c', r == '\u200e', r == '\u200f',
+		'\u202a' <= r && r <= '\u202e',
+		'\u2066' <= r && r <= '\u2069',
+		r == '\u2028', r == '\u2029':
+		return true
+	}
+	return false
 }
 
 func stamp(ts *timestamppb.Timestamp) string {
@@ -211,6 +236,37 @@ func leaseText(l *intentv1.Lease) string {
 
 }
 
+// what is what a person reads an intent as: the action and the identity
+// fields its key was derived from, "refund.issue · order_id=ORD-88412 ·
+// return_id=RA-20931", fields by name; empty when its registration gave
+// neither.
+func what(in *intentv1.Intent) string {
+	var parts []string
+	if a := in.GetAction(); a != "" {
+		parts = append(parts, a)
+	}
+	fields := in.GetIdentity().GetFields()
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		parts = append(parts, name+"="+valueText(fields[name]))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// valueText is an identity value as a person reads it: a string as it is,
+// anything else as compact JSON (7, true, ["a","b"]).
+func valueText(v *structpb.Value) string {
+	if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
+		return s.StringValue
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v.AsInterface()); err != nil {
+		return "?"
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
 func attemptsText(in *intentv1.Intent) string {
 	if in.GetMaxAttempts() == 0 {
 		return fmt.Sprint(in.GetAttempts())
@@ -226,6 +282,10 @@ func printIntent(w io.Writer, in *intentv1.Intent, wide bool) error {
 			fmt.Fprintf(tw, "%s:\t%s\n", name, clean(value))
 		}
 	}
+	// What the intent is comes first: a derived key is 64 hex digits, and
+	// the action, identity and summary say what it stands for.
+	line("what", what(in))
+	line("summary", in.GetSummary())
 	line("key", in.GetKey())
 	line("tenant", in.GetTenant())
 	line("state", stateName(in.GetState()))
@@ -321,10 +381,13 @@ func printIntents(w io.Writer, intents []*intentv1.Intent, next string, wide boo
 		return err
 	}
 	tw := table(w)
+	// WHAT and SUMMARY, free text, come last, so that the columns before
+	// them stay one word each for awk and cut.
 	head := []string{"KEY", "STATE", "ATTEMPTS", "HOLDER", "TOKEN", "UPDATED"}
 	if wide {
 		head = append(head, "CREATED", "FINGERPRINT", "PARAMS_VERSION", "RESULT", "LABELS")
 	}
+	head = append(head, "WHAT", "SUMMARY")
 	row(tw, head...)
 	for _, in := range intents {
 		l := in.GetLease()
@@ -337,6 +400,7 @@ func printIntents(w io.Writer, intents []*intentv1.Intent, next string, wide boo
 			cells = append(cells, stamp(in.GetCreatedAt()), short(in.GetFingerprint(), false), in.GetParamsVersion(),
 				firstNonEmpty(resultText(in.GetResult()), failureText(in.GetFailure())), pairsText(in.GetLabels()))
 		}
+		cells = append(cells, what(in), in.GetSummary())
 		row(tw, cells...)
 	}
 	if err := tw.Flush(); err != nil {

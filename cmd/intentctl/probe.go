@@ -35,7 +35,7 @@ use it as its health check.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), line)
+			fmt.Fprintln(cmd.OutOrStdout(), clean(line))
 			return nil
 		}),
 	}
