@@ -10,12 +10,20 @@
 // decision made here differs from one made through Resolve only in its
 // history entry's channel ("console").
 //
-// What it does not guarantee: sessions live in this replica's memory (a
-// restart signs everyone out; behind a load balancer, pin browsers to a
-// replica); the HTTP listener is plaintext, so a token typed into the
-// sign-in form crosses the network in the clear unless the listener is on
-// loopback or behind a TLS-terminating proxy; signing in with a client
-// certificate is not offered, since the listener does not serve TLS. The
+// Sessions live in intentd's store (SessionStore: etcd), not in a
+// replica's memory, so behind a load balancer a reviewer stays signed in
+// whichever replica answers, a restart signs nobody out, and signing out
+// (or a token leaving the tokens file) ends the session on every replica
+// at once. The cookie holds a random 256-bit secret; the store holds the
+// session sealed (AES-GCM) under a key derived from that secret, named by
+// the secret's SHA-256, so a copy of etcd holds no bearer token and
+// nothing that signs anyone in (see session.go).
+//
+// What it does not guarantee: the HTTP listener is plaintext, so a token
+// typed into the sign-in form crosses the network in the clear unless the
+// listener is on loopback or behind a TLS-terminating proxy; signing in
+// with a client certificate is not offered, since the listener does not
+// serve TLS. The limit on wrong tokens per address is per replica. The
 // overview's refusals and unknown-outcome chart are what this replica saw
 // since it started (see Activity).
 package console
@@ -53,6 +61,8 @@ var files embed.FS
 type Config struct {
 	// Service is intentd's IntentService, called in process.
 	Service intentv1.IntentServiceClient
+	// Sessions keeps the sign-in sessions, shared by every replica.
+	Sessions SessionStore
 	// Directory returns the principals in force (the tokens file); nil
 	// means authentication is off, and every visitor acts as the
 	// anonymous admin, as every API caller then does.
@@ -80,6 +90,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Service == nil:
 		return errors.New("console: Service is required")
+	case c.Sessions == nil:
+		return errors.New("console: Sessions is required")
 	case c.IdleTimeout <= 0 || c.MaxSessionAge <= 0:
 		return fmt.Errorf("console: IdleTimeout %v and MaxSessionAge %v must be positive", c.IdleTimeout, c.MaxSessionAge)
 	case c.IdleTimeout > c.MaxSessionAge:
@@ -110,7 +122,7 @@ func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, sessions: newSessions(cfg.IdleTimeout, cfg.MaxSessionAge, cfg.Now), failures: newSigninFailures(), pages: map[string]*template.Template{}}
+	c := &Console{cfg: cfg, sessions: newSessions(cfg.Sessions, cfg.IdleTimeout, cfg.MaxSessionAge, cfg.Now, cfg.Log), failures: newSigninFailures(), pages: map[string]*template.Template{}}
 	for _, p := range []string{"signin", "queue", "intent", "overview", "problem"} {
 		t, err := template.New(p).Funcs(funcs(cfg.Now)).ParseFS(files, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {
@@ -143,7 +155,7 @@ func New(cfg Config) (*Console, error) {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c.problem(w, r, nil, http.StatusForbidden, "Refused: cross-origin request", "The form was not sent from this console's own pages, so it was not acted on.")
 	}))
-	c.handler = securityHeaders(cop.Handler(mux))
+	c.handler = securityHeaders(cop.Handler(c.withSession(mux)))
 	return c, nil
 }
 
@@ -218,16 +230,13 @@ func (v *viewer) tenants() []string {
 // who finds the viewer of r. Without authentication every visitor gets a
 // session (for its CSRF token) and acts as access.Anonymous. With it, a
 // session without a token, or whose token the tokens file no longer lists
-// (revoked since), is not signed in: nil.
+// (revoked since: the session ends on every replica), is not signed in:
+// nil.
 func (c *Console) who(w http.ResponseWriter, r *http.Request) *viewer {
 	ss := c.sessions.get(r)
 	if c.cfg.Directory == nil {
 		if ss == nil {
-			if ss = c.sessions.create(w, r, ""); ss == nil {
-				// The store is full: pages still show, but with no CSRF
-				// token a form is refused until sessions expire.
-				ss = &session{}
-			}
+			ss = c.sessions.create(w, r, "") // a visitor's: stores nothing, never nil
 		}
 		return &viewer{p: access.Anonymous, s: ss}
 	}
@@ -236,7 +245,7 @@ func (c *Console) who(w http.ResponseWriter, r *http.Request) *viewer {
 	}
 	p, ok := c.cfg.Directory().ByToken(ss.token)
 	if !ok {
-		c.sessions.end(w, r, ss)
+		_ = c.sessions.end(w, r, ss)
 		return nil
 	}
 	return &viewer{p: p, s: ss, on: true}

@@ -113,6 +113,7 @@ func newEnv(t *testing.T, auth bool, configure ...func(*console.Config)) *env {
 	e.api = intentv1.NewIntentServiceClient(in.Dial(t))
 	cfg := console.DefaultConfig()
 	cfg.Service, cfg.Directory, cfg.Activity, cfg.Now, cfg.Log = e.api, dirFn, activity, e.clock.Now, log
+	cfg.Sessions = in.Store.ConsoleSessions() // in etcd, as intentd keeps them
 	for _, f := range configure {
 		f(&cfg)
 	}

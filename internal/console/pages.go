@@ -88,8 +88,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	// A new id on signing in: a session id planted before cannot be
 	// used afterwards (fixation).
 	c.sessions.end(w, r, ss)
-	if c.sessions.create(w, r, token) == nil {
-		c.problem(w, r, nil, http.StatusServiceUnavailable, "Too many sessions", "The console holds as many sessions as it may; try again in a few minutes.")
+	if !c.startSignedIn(w, r, token) {
 		return
 	}
 	c.cfg.Log.Info("console: signed in", "principal", p.Name, "peer", r.RemoteAddr)
@@ -103,7 +102,9 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 		c.problem(w, r, nil, http.StatusForbidden, "Refused: the form's security token is missing or old", "Reload the page and try again.")
 		return
 	}
-	c.sessions.end(w, r, ss)
+	if !c.endSession(w, r, ss) {
+		return
+	}
 	http.Redirect(w, r, Path+"signin", http.StatusSeeOther)
 }
 
