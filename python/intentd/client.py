@@ -132,16 +132,35 @@ class Client:
         params raise :class:`FingerprintMismatch`. The request id (fresh
         unless given) is kept across this call's retries, so ``created``
         stays true when a reply was lost. Extra keyword arguments are further
-        RegisterRequest fields (e.g. ``max_attempts`` where the server has it)."""
+        RegisterRequest fields (e.g. ``max_attempts`` where the server has it),
+        and ``action``, ``identity`` and ``summary`` as
+        :meth:`register_request` takes them (``key=""`` to have it derived)."""
         req = self.register_request(key, params, labels=labels, params_version=params_version, parent_key=parent_key, **fields)
         req.request_id = request_id or new_request_id()
         return self._call(self.rpc.Register, self._tenant(req), timeout)
 
     @staticmethod
-    def register_request(key: str, params: Mapping[str, Any], *, labels: Optional[Mapping[str, str]] = None, **fields: Any) -> intent_pb2.RegisterRequest:
-        """A RegisterRequest, for :class:`Task.register` and outbox children."""
-        req = intent_pb2.RegisterRequest(key=key, labels=dict(labels or {}), **{k: v for k, v in fields.items() if v})
+    def register_request(
+        key: str,
+        params: Mapping[str, Any],
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        action: str = "",
+        identity: Optional[Mapping[str, Any]] = None,
+        summary: str = "",
+        **fields: Any,
+    ) -> intent_pb2.RegisterRequest:
+        """A RegisterRequest, for :class:`Task.register` and outbox children.
+
+        ``action`` and ``identity`` (the fields that make the action distinct)
+        tell reviewers what the intent is: with them intentd derives an empty
+        ``key`` as :meth:`derive_key` does, and refuses a given one that is not
+        that key. ``summary`` is a one-line sentence for reviewers (at most 200
+        characters). None of the three is part of the fingerprint."""
+        req = intent_pb2.RegisterRequest(key=key or "", labels=dict(labels or {}), action=action, summary=summary, **{k: v for k, v in fields.items() if v})
         req.params.update(params)
+        if identity:
+            req.identity.update(identity)
         return req
 
     def derive_key(self, action: str, identity: Mapping[str, Any], *, timeout: Optional[float] = None) -> intent_pb2.DeriveKeyResponse:
