@@ -31,11 +31,13 @@ type Config struct {
 	// External-etcd replicas on one machine should each have their own,
 	// or share one knowingly: the file is merged, never lowered.
 	DataDir string
-	// EmbedClientURL is a loopback TCP listener of the embedded etcd,
-	// opened only when intentd runs without credentials (embedTCP); the
-	// embedded etcd always serves EmbedSocket. EmbedPeerURL is the URL its
-	// single member is registered under; nothing listens there. Port 0
-	// picks a free one.
+	// EmbedClientURL, when set, is a loopback TCP listener of the
+	// embedded etcd, opened only when intentd runs without credentials
+	// (embedTCP); empty, the default, opens none: the embedded etcd always
+	// serves EmbedSocket, which is all intentd and its tools need, and
+	// etcd's well-known port 2379 is often taken by an etcd of the
+	// machine's own. EmbedPeerURL is the URL its single member is
+	// registered under; nothing listens there. Port 0 picks a free one.
 	EmbedClientURL string
 	EmbedPeerURL   string
 	// EmbedQuotaBytes is the embedded etcd's backend quota: past it etcd
@@ -129,7 +131,6 @@ func DefaultConfig() Config {
 		Listen:            "127.0.0.1:7650",
 		DataDir:           DefaultDataDir(),
 		Store:             etcdstore.DefaultConfig(),
-		EmbedClientURL:    "http://127.0.0.1:2379",
 		EmbedPeerURL:      "http://127.0.0.1:2380",
 		EmbedQuotaBytes:   DefaultEmbedQuotaBytes,
 		EmbedCompaction:   Compaction{Mode: "periodic", Retention: DefaultEmbedCompactionRetention},
@@ -170,8 +171,9 @@ func (c Config) Embedded() bool { return len(c.EtcdEndpoints) == 0 }
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		bad("--listen %q: %v", c.Listen, err)
+	_, _, listenErr := net.SplitHostPort(c.Listen)
+	if listenErr != nil {
+		bad("--listen %q: %v", c.Listen, listenErr)
 	}
 	if c.DataDir == "" {
 		bad("--data-dir: required: it holds the revision floor, and the embedded etcd's data")
@@ -213,11 +215,17 @@ func (c Config) Validate() error {
 	if c.TLSClientAuth != "require" && c.TLSClientAuth != "optional" {
 		bad("--tls-client-auth %q: want require or optional", c.TLSClientAuth)
 	}
-	if !c.TLS() && !c.Insecure && !netaddr.Loopback(c.Listen) {
-		bad("--listen %s: without TLS intentd serves loopback only; give --tls-cert and --tls-key, or --insecure to serve plaintext anyway", c.Listen)
-	}
-	if c.TokensFile == "" && !c.Insecure && !netaddr.Loopback(c.Listen) {
-		bad("--listen %s: without --tokens-file every caller is an anonymous admin, which intentd allows on loopback only; give --tokens-file, or --insecure to serve without authentication anyway", c.Listen)
+	// One line per bad --listen: an address that does not parse was said
+	// above, and off loopback what is missing is said together.
+	if listenErr == nil && !c.Insecure && !netaddr.Loopback(c.Listen) {
+		switch {
+		case !c.TLS() && c.TokensFile == "":
+			bad("--listen %s: off loopback intentd needs TLS and callers it knows; give --tls-cert, --tls-key and --tokens-file, or --insecure to serve plaintext without authentication anyway", c.Listen)
+		case !c.TLS():
+			bad("--listen %s: without TLS intentd serves loopback only; give --tls-cert and --tls-key, or --insecure to serve plaintext anyway", c.Listen)
+		case c.TokensFile == "":
+			bad("--listen %s: without --tokens-file every caller is an anonymous admin, which intentd allows on loopback only; give --tokens-file, or --insecure to serve without authentication anyway", c.Listen)
+		}
 	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		bad("--etcd-cert and --etcd-key: give both or neither")

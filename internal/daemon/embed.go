@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -87,15 +89,21 @@ func (c Config) EmbedSocket() string {
 const maxSocketPath = 107
 
 // embedTCP reports whether the embedded etcd also listens on
-// EmbedClientURL: only when intentd runs without credentials. With TLS or
-// a tokens file, a TCP listener without authentication would let any
-// local process read and write every record around intentd's checks.
-func (c Config) embedTCP() bool { return !c.TLS() && c.TokensFile == "" }
+// EmbedClientURL: only when one is given (--embed-client-url) and intentd
+// runs without credentials. With TLS or a tokens file, a TCP listener
+// without authentication would let any local process read and write every
+// record around intentd's checks.
+func (c Config) embedTCP() bool {
+	return c.EmbedClientURL != "" && !c.TLS() && c.TokensFile == ""
+}
 
 // validateEmbedded checks the embedded etcd's flags.
 func (c Config) validateEmbedded() []error {
 	var errs []error
 	for flag, u := range map[string]string{"--embed-client-url": c.EmbedClientURL, "--embed-peer-url": c.EmbedPeerURL} {
+		if flag == "--embed-client-url" && u == "" {
+			continue // no TCP listener: the unix socket only
+		}
 		pu, err := url.Parse(u)
 		if err != nil || pu.Scheme != "http" || !netaddr.Loopback(pu.Host) || (pu.Path != "" && pu.Path != "/") {
 			errs = append(errs, fmt.Errorf("%s %q: want http://host:port with a loopback host (127.0.0.1, [::1] or localhost): the embedded etcd has no authentication of its own", flag, u))
@@ -144,6 +152,10 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	ec.SnapshotCatchUpEntries = embedRaftCatchUpEntries
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
+		// etcd's own words would be a bare "address already in use".
+		if cfg.embedTCP() && errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("intentd: --embed-client-url %s: %w (another etcd?); give another port, or leave --embed-client-url empty: the embedded etcd serves %s anyway", cfg.EmbedClientURL, err, sock.Path)
+		}
 		return nil, fmt.Errorf("intentd: start embedded etcd in %s: %w", ec.Dir, err)
 	}
 	// The directory is private already; the socket's own mode keeps it so

@@ -226,7 +226,7 @@ func TestEmbedFlagsValidate(t *testing.T) {
 		{"client with a path", func(c *daemon.Config) { c.EmbedClientURL = "http://127.0.0.1:2379/v3" }, "--embed-client-url"},
 		{"client over https", func(c *daemon.Config) { c.EmbedClientURL = "https://127.0.0.1:2379" }, "--embed-client-url"},
 		{"client on a unix socket", func(c *daemon.Config) { c.EmbedClientURL = "unix:///tmp/etcd.sock" }, "--embed-client-url"},
-		{"client empty", func(c *daemon.Config) { c.EmbedClientURL = "" }, "--embed-client-url"},
+		{"client empty: the unix socket only", func(c *daemon.Config) { c.EmbedClientURL = "" }, ""},
 		{"peer on every interface", func(c *daemon.Config) { c.EmbedPeerURL = "http://0.0.0.0:2380" }, "--embed-peer-url"},
 		{"external etcd: embed flags unused", func(c *daemon.Config) {
 			c.EtcdEndpoints = []string{"http://10.0.0.1:2379"}

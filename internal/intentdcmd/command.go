@@ -7,11 +7,14 @@
 package intentdcmd
 
 import (
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -51,8 +54,11 @@ func Main(args []string, stderr io.Writer, configure Configure) int {
 	if err == nil {
 		return 0
 	}
-	// Errors from the daemon name intentd already.
-	fmt.Fprintln(stderr, "intentd: "+strings.TrimPrefix(err.Error(), "intentd: "))
+	// Errors from the daemon name intentd already. Several at once (two bad
+	// flags) are one line each, each saying whose it is.
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintln(stderr, "intentd: "+strings.TrimPrefix(line, "intentd: "))
+	}
 	var u *usageError
 	if errors.As(err, &u) {
 		fmt.Fprintln(stderr, "Run 'intentd --help' for usage.")
@@ -128,7 +134,7 @@ argument.`,
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "external etcd endpoints (comma-separated); empty runs an embedded etcd")
 	f.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory: the revision floor file (also with --etcd-endpoints; one per replica) and the embedded etcd's data")
-	f.StringVar(&cfg.EmbedClientURL, "embed-client-url", cfg.EmbedClientURL, "loopback TCP client URL of the embedded etcd, opened only without --tls-cert and --tokens-file (it always serves the unix socket <data-dir>/etcd.sock)")
+	f.StringVar(&cfg.EmbedClientURL, "embed-client-url", cfg.EmbedClientURL, "loopback TCP client URL of the embedded etcd (http://127.0.0.1:2379), opened only when given and only without --tls-cert and --tokens-file; empty: the unix socket <data-dir>/etcd.sock only, which it always serves")
 	f.StringVar(&cfg.EmbedPeerURL, "embed-peer-url", cfg.EmbedPeerURL, "peer URL the embedded etcd's single member is registered under (nothing listens there)")
 	f.Int64Var(&cfg.EmbedQuotaBytes, "embed-quota-bytes", cfg.EmbedQuotaBytes, "backend quota of the embedded etcd (1 MiB to 8 GiB); past it writes fail STORE_FULL")
 	f.StringVar(&cfg.EmbedCompaction.Mode, "embed-compaction-mode", cfg.EmbedCompaction.Mode, "how the embedded etcd compacts its history: periodic or revision")
@@ -179,22 +185,145 @@ argument.`,
 // serves: where, and what to try. Only with text logs: a JSON log stays
 // JSON for the machines that read it.
 func nextSteps(addr string, cfg daemon.Config) string {
-	ctl := "intentctl --addr " + addr
+	exe, _ := os.Executable()
+	cwd, _ := os.Getwd()
+	return steps(addr, cfg, intentctlCommand(exe, cwd, exec.LookPath), exe != "" && underGoRun(exe))
+}
+
+// steps is nextSteps with what it finds out about the machine given: ctl,
+// the command that runs intentctl here, and goRun, whether intentd runs
+// from `go run`. Every command it shows works as shown against this
+// intentd, except for what only the reader has (a token, a CA's file when
+// intentd cannot tell where it is), shown as $TOKEN or <...>.
+func steps(addr string, cfg daemon.Config, ctl string, goRun bool) string {
+	var cert *x509.Certificate
 	if cfg.TLS() {
-		ctl += " --cacert <ca.pem>"
+		cert = leafCert(cfg.TLSCert)
 	}
-	console := ""
-	if host, port, err := net.SplitHostPort(cfg.MetricsListen); err == nil && port != "0" {
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			host = "127.0.0.1"
+	dial := dialAddr(addr, cert)
+	var s string
+	if !cfg.TLS() && cfg.TokensFile == "" {
+		s = fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s --addr %s review-queue`.", addr, ctl, dial)
+	} else {
+		// The README's tour is plaintext and anonymous: it would fail here.
+		var ctlFlags, curlFlags, what []string
+		if cfg.TLS() {
+			what = append(what, "TLS")
+			ca := "<CA of --tls-cert>"
+			if p := filepath.Join(filepath.Dir(cfg.TLSCert), "ca.pem"); fileExists(p) {
+				ca = p // where `intentctl dev-certs` puts its CA
+			}
+			ctlFlags = append(ctlFlags, "--cacert "+ca)
+			curlFlags = append(curlFlags, "-cacert "+ca)
+			if cfg.TLSClientCA != "" && cfg.TLSClientAuth == "require" {
+				ctlFlags = append(ctlFlags, "--cert <client.pem> --key <client-key.pem>")
+				curlFlags = append(curlFlags, "-cert <client.pem> -key <client-key.pem>")
+			}
+		} else {
+			curlFlags = append(curlFlags, "-plaintext")
 		}
-		console = fmt.Sprintf(" Review console: http://%s/console/", net.JoinHostPort(host, port))
+		token := ""
+		if cfg.TokensFile != "" {
+			what = append(what, "a tokens file")
+			ctlFlags = append(ctlFlags, `--token "$TOKEN"`)
+			curlFlags = append(curlFlags, `-H "authorization: Bearer $TOKEN"`)
+			token = " $TOKEN: the bearer token of a reviewer or reader of the tokens file (or INTENTCTL_TOKEN for intentctl)."
+		}
+		s = fmt.Sprintf("intentd: serving on %s with %s. Try `%s --addr %s %s review-queue`, or `grpcurl %s -d '{}' %s intent.v1.IntentService/List`.%s README.md's \"Running securely\" shows more.",
+			addr, strings.Join(what, " and "), ctl, dial, strings.Join(ctlFlags, " "), strings.Join(curlFlags, " "), dial, token)
 	}
-	s := fmt.Sprintf("intentd: serving on %s. Try the grpcurl tour in README.md, or `%s review-queue`.%s\n", addr, ctl, console)
-	if exe, err := os.Executable(); err == nil && underGoRun(exe) {
-		s += "intentd: started by `go run`, which does not pass SIGTERM on; beyond a first try, `go build -o bin/ ./cmd/intentd` and run ./bin/intentd.\n"
+	if host, port, err := net.SplitHostPort(cfg.MetricsListen); err == nil && port != "0" {
+		s += fmt.Sprintf(" Review console: http://%s/console/", dialAddr(net.JoinHostPort(host, port), nil))
+	}
+	s += "\n"
+	if goRun {
+		s += "intentd: started by `go run`, which does not pass SIGTERM on; beyond a first try, `go build -o bin/ ./cmd/intentd ./cmd/intentctl` and run ./bin/intentd.\n"
 	}
 	return s
+}
+
+// dialAddr is the address a client on this machine dials to reach a
+// listener on addr: an unspecified host (0.0.0.0, ::, none) becomes the
+// loopback address of its family, which every certificate intentctl
+// dev-certs makes is valid for. With cert, the first host the certificate
+// is valid for among that loopback address, the other family's and
+// localhost (else its first DNS name), so that the TLS check passes.
+func dialAddr(addr string, cert *x509.Certificate) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	candidates := []string{host}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if ip != nil && ip.To4() == nil {
+			candidates = []string{"::1", "127.0.0.1", "localhost"}
+		} else {
+			candidates = []string{"127.0.0.1", "::1", "localhost"}
+		}
+	}
+	pick := candidates[0]
+	if cert != nil {
+		found := false
+		for _, h := range candidates {
+			if cert.VerifyHostname(h) == nil {
+				pick, found = h, true
+				break
+			}
+		}
+		if !found && len(cert.DNSNames) > 0 {
+			pick = cert.DNSNames[0]
+		}
+	}
+	return net.JoinHostPort(pick, port)
+}
+
+// leafCert is the first certificate of the PEM file path, or nil.
+func leafCert(path string) *x509.Certificate {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return nil
+		}
+		if blk.Type == "CERTIFICATE" {
+			c, err := x509.ParseCertificate(blk.Bytes)
+			if err != nil {
+				return nil
+			}
+			return c
+		}
+	}
+}
+
+// intentctlCommand is how to run intentctl here: the binary built beside
+// intentd's (./bin/intentctl when both were built into ./bin), else `go
+// run ./cmd/intentctl` when intentd itself runs from `go run` (so from a
+// checkout), else intentctl on the PATH, else `go run ./cmd/intentctl`,
+// which works from a checkout.
+func intentctlCommand(exe, cwd string, lookPath func(string) (string, error)) string {
+	const fromCheckout = "go run ./cmd/intentctl"
+	if exe == "" || underGoRun(exe) {
+		return fromCheckout
+	}
+	if sib := filepath.Join(filepath.Dir(exe), "intentctl"); fileExists(sib) {
+		if rel, err := filepath.Rel(cwd, sib); err == nil && cwd != "" && !strings.HasPrefix(rel, "..") {
+			return "./" + filepath.ToSlash(rel)
+		}
+		return sib
+	}
+	if _, err := lookPath("intentctl"); err == nil {
+		return "intentctl"
+	}
+	return fromCheckout
+}
+
+func fileExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir()
 }
 
 // underGoRun reports whether exe, the running binary, is one `go run` built:

@@ -90,6 +90,12 @@ func TestBadFlagIsNotSilent(t *testing.T) {
 			`intentd: flag needs an argument: --listen`},
 		{"stray argument", nil, []string{"serve"}, exitUsage,
 			`intentd: unexpected argument "serve": intentd takes flags only`},
+		// A bad --listen used to print three lines: the parse error, then
+		// the loopback rules of TLS and of tokens about the same address.
+		{"listen without a port", nil, []string{"--listen", "bogus"}, exitUsage,
+			`intentd: --listen "bogus": address bogus: missing port in address`},
+		{"listen off loopback, plaintext and anonymous", nil, []string{"--listen", "10.0.0.1:7650"}, exitUsage,
+			`intentd: --listen 10.0.0.1:7650: off loopback intentd needs TLS and callers it knows; give --tls-cert, --tls-key and --tokens-file, or --insecure`},
 		{"value out of range", nil, []string{"--retention", "-1h"}, exitUsage,
 			`intentd: --retention -1h0m0s: must be positive`},
 		{"bad environment variable", []string{"INTENTD_RETENTION=bogus"}, nil, exitUsage,
@@ -153,8 +159,7 @@ func TestHelpNamesEveryFlagsEnvironmentVariable(t *testing.T) {
 func TestServingSaysWhereAndWhatNext(t *testing.T) {
 	cmd := exec.Command(intentdBin,
 		"--listen", "127.0.0.1:0", "--data-dir", t.TempDir(),
-		"--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0",
-		"--metrics-listen", "")
+		"--embed-peer-url", "http://127.0.0.1:0", "--metrics-listen", "")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
