@@ -97,7 +97,7 @@ func (b *bench) startIntentd(ctx context.Context, name string, etcd *etcdServer)
 		endpoints = []string{etcd.endpoint}
 		args = append(args, "--etcd-endpoints", etcd.endpoint)
 	} else {
-		args = append(args, "--embed-client-url", "http://127.0.0.1:0", "--embed-peer-url", "http://127.0.0.1:0")
+		args = append(args, "--embed-peer-url", "http://127.0.0.1:0")
 	}
 	pprof := ""
 	if b.cfg.heapProfiles != "" {

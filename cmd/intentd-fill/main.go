@@ -84,7 +84,6 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	cfg := daemon.DefaultConfig()
 	cfg.DataDir = dataDir
 	cfg.Listen = "127.0.0.1:0"
-	cfg.EmbedClientURL = "http://127.0.0.1:0"
 	cfg.EmbedPeerURL = "http://127.0.0.1:0"
 	cfg.MetricsListen = metricsAddr
 	cfg.RatePerPrincipal, cfg.RatePerTenant = 0, 0
