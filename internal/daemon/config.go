@@ -102,6 +102,11 @@ type Config struct {
 	// PprofListen serves Go's profiles (net/http/pprof) at /debug/pprof/;
 	// empty: off, the default. Loopback only: see servePprof.
 	PprofListen string
+	// ConsoleListen serves the review console alone, under /console/, so
+	// that exposing it (behind a TLS-terminating proxy) exposes neither
+	// /metrics nor the health endpoints; empty: the console is served on
+	// MetricsListen.
+	ConsoleListen string
 	// Tracing exports spans over OTLP when Tracing.Endpoint is set
 	// (--otlp-endpoint, --trace-sample-ratio); see package tracing.
 	Tracing tracing.Config
@@ -162,6 +167,15 @@ func DefaultConfig() Config {
 
 // TLS reports whether the gRPC listener serves TLS.
 func (c Config) TLS() bool { return c.TLSCert != "" }
+
+// ConsoleAddr is the address the review console is served on:
+// ConsoleListen, else MetricsListen; empty when neither is set.
+func (c Config) ConsoleAddr() string {
+	if c.ConsoleListen != "" {
+		return c.ConsoleListen
+	}
+	return c.MetricsListen
+}
 
 // Embedded reports whether intentd runs its own etcd.
 func (c Config) Embedded() bool { return len(c.EtcdEndpoints) == 0 }
@@ -239,6 +253,13 @@ func (c Config) Validate() error {
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			bad("--metrics-listen %q: %v", c.MetricsListen, err)
+		}
+	}
+	if c.ConsoleListen != "" {
+		if _, port, err := net.SplitHostPort(c.ConsoleListen); err != nil {
+			bad("--console-listen %q: %v", c.ConsoleListen, err)
+		} else if c.ConsoleListen == c.MetricsListen && port != "0" {
+			bad("--console-listen %s: the address of --metrics-listen; leave --console-listen empty to serve the console there", c.ConsoleListen)
 		}
 	}
 	if c.PprofListen != "" && !netaddr.Loopback(c.PprofListen) {

@@ -236,22 +236,69 @@ func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, revi
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", ready.readyz)
 	if review != nil {
-		mux.Handle(console.Path, review)
-		mux.Handle("GET /console", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
+		mountConsole(mux, review)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Info("metrics serving", "addr", lis.Addr().String())
+	if review != nil {
+		log.Info("review console serving", "url", "http://"+lis.Addr().String()+console.Path)
+	}
+	return serveHTTP(ctx, lis, mux)
+}
+
+// mountConsole serves the review console on mux, at console.Path.
+func mountConsole(mux *http.ServeMux, review http.Handler) {
+	mux.Handle(console.Path, review)
+	mux.Handle("GET /console", http.RedirectHandler(console.Path, http.StatusMovedPermanently))
+}
+
+// serveHTTP serves h on lis until ctx ends, then lets requests in flight
+// finish for up to two seconds.
+func serveHTTP(ctx context.Context, lis net.Listener, h http.Handler) error {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { // exits when ctx ends
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	log.Info("metrics serving", "addr", lis.Addr().String())
-	if review != nil {
-		log.Info("review console serving", "url", "http://"+lis.Addr().String()+console.Path)
-	}
 	if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// consoleBesideMetrics is the console the metrics listener serves: review,
+// unless --console-listen gives it a listener of its own.
+func consoleBesideMetrics(cfg Config, review http.Handler) http.Handler {
+	if cfg.ConsoleListen != "" {
+		return nil
+	}
+	return review
+}
+
+// serveConsole serves the review console alone at addr (empty: off; the
+// metrics listener serves it), and / as a redirect to it, so that a proxy
+// in front of it reaches neither /metrics nor the health endpoints. Its
+// failure is logged, not fatal, as the metrics listener's: gRPC goes on
+// serving.
+func serveConsole(addr string, review http.Handler, log *slog.Logger) component {
+	return func(ctx context.Context) error {
+		if addr == "" {
+			<-ctx.Done()
+			return nil
+		}
+		lis, err := net.Listen("tcp", addr)
+		if err == nil {
+			mux := http.NewServeMux()
+			mountConsole(mux, review)
+			mux.Handle("GET /{$}", http.RedirectHandler(console.Path, http.StatusFound))
+			log.Info("review console serving", "url", "http://"+lis.Addr().String()+console.Path)
+			err = serveHTTP(ctx, lis, mux)
+		}
+		if err != nil {
+			log.Error("console listener failed; serving gRPC without the review console", "addr", addr, "err", err)
+			<-ctx.Done()
+		}
+		return nil
+	}
 }

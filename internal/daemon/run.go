@@ -42,8 +42,9 @@ import (
 // Run serves intentd until ctx ends, or until the gRPC listener fails or
 // etcd's revision goes back, then shuts down in order: /readyz 503 and
 // health NOT_SERVING, the background parts stop, in-flight calls finish
-// within ShutdownTimeout (then connections are cut), the revision floor is
-// persisted, the metrics and pprof listeners close, the etcd client closes, the
+// within ShutdownTimeout (then connections are cut; the console's own
+// listener, if any, closes before the in-process server its pages call),
+// the revision floor is persisted, the metrics and pprof listeners close, the etcd client closes, the
 // embedded etcd stops. ready, if not nil, is called with the gRPC address
 // once it accepts calls.
 func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr string)) error {
@@ -102,11 +103,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		},
 		janitor(store, cli, lis.Addr().String(), cfg.JanitorInterval, m, log),
 		serveGRPC(api.srv, lis, cfg.ShutdownTimeout, log),
+		// Before the in-process server its pages call.
+		serveConsole(cfg.ConsoleListen, review, log),
 		serveGRPC(api.inProcess, api.inProcessLis, cfg.ShutdownTimeout, log),
 		keepFloor(store, floors, log),
 		// The metrics listener outlives gRPC: probes read /readyz 503
 		// while in-flight calls finish.
-		serveMetrics(m, cfg.MetricsListen, api.serving, review, log),
+		serveMetrics(m, cfg.MetricsListen, api.serving, consoleBesideMetrics(cfg, review), log),
 		servePprof(cfg.PprofListen, log),
 	)
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
