@@ -416,3 +416,27 @@ func TestDevSessionsRememberAcrossReplicas(t *testing.T) {
 		t.Errorf("the other replica's decide form asks for the name %q, want dana remembered", got)
 	}
 }
+
+// TestDeletingTheSessionKeysSignsEveryoneOut: the runbook's way to end
+// every session at once (etcdctl del --prefix <prefix>console/s/) ends
+// them on every replica at the next request.
+func TestDeletingTheSessionKeysSignsEveryoneOut(t *testing.T) {
+	rs := newReplicaSet(t, 2, true)
+	browsers := map[string]*browser{}
+	for i, m := range []member{alice, bob, rita} {
+		browsers[m.name] = rs.replicas[i%2].browser()
+		browsers[m.name].signIn(m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := rs.etcd.Delete(ctx, "/intentd/v1/console/s/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range browsers {
+		for i, e := range rs.replicas {
+			if p := b.via(e).get("/console/t/acme/queue"); !signedOut(p) {
+				t.Errorf("%s on replica %d after the session keys were deleted: %d, want a redirect to sign in", name, i, p.code)
+			}
+		}
+	}
+}
