@@ -29,6 +29,10 @@ type facts struct {
 	metrics map[string]bool // series names it exports
 	paths   map[string]bool // HTTP paths of its metrics listener that answered 200
 	flags   map[string]bool // its flags, from --help
+	// console is what its own console listener (--console-listen)
+	// answered, and besideMetrics what the metrics listener beside it
+	// answered, by path: the status, redirects not followed.
+	console, besideMetrics map[string]int
 }
 
 var running struct {
@@ -67,6 +71,15 @@ func startIntentd(t *testing.T) {
 	}
 }
 
+// consoleAnswers are what a running intentd answered on its console
+// listener (--console-listen) and, for the console's path, on the metrics
+// listener beside it: path → status, redirects not followed.
+func consoleAnswers(t *testing.T) (console, besideMetrics map[string]int) {
+	t.Helper()
+	startIntentd(t)
+	return running.console, running.besideMetrics
+}
+
 // intentdFlags are the flags intentd --help lists.
 func intentdFlags(t *testing.T) map[string]bool {
 	t.Helper()
@@ -78,7 +91,8 @@ func intentdFlags(t *testing.T) map[string]bool {
 var helpFlag = regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9-]+)`)
 
 // learn builds intentd from this checkout, reads its --help, starts it
-// (embedded etcd, loopback) and asks its metrics listener.
+// (embedded etcd, loopback, the console on a listener of its own) and asks
+// its metrics and console listeners.
 func learn() (facts, error) {
 	var f facts
 	dir, err := os.MkdirTemp("", "intentd-deploy-test-")
@@ -100,15 +114,15 @@ func learn() (facts, error) {
 	for _, m := range helpFlag.FindAllStringSubmatch(string(help), -1) {
 		f.flags[m[1]] = true
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return f, err
 	}
-	metricsAddr := ports[1]
+	metricsAddr, consoleAddr := ports[1], ports[3]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--data-dir", filepath.Join(dir, "data"),
-		"--listen", ports[0], "--metrics-listen", metricsAddr, "--embed-client-url", "http://"+ports[2],
+		"--listen", ports[0], "--metrics-listen", metricsAddr, "--embed-client-url", "http://"+ports[2], "--console-listen", consoleAddr,
 		"--log-format", "json")
 	cmd.Env = []string{"HOME=" + dir}
 	var logs strings.Builder
@@ -128,6 +142,15 @@ func learn() (facts, error) {
 	f.paths = map[string]bool{}
 	for _, p := range probePaths {
 		f.paths[p] = get("http://"+metricsAddr+p) == nil
+	}
+	f.console, f.besideMetrics = map[string]int{}, map[string]int{}
+	for _, p := range append([]string{"/", "/console/", "/console/signin"}, probePaths...) {
+		if f.console[p], err = status("http://" + consoleAddr + p); err != nil {
+			return f, err
+		}
+	}
+	if f.besideMetrics["/console/"], err = status("http://" + metricsAddr + "/console/"); err != nil {
+		return f, err
 	}
 	body, err := getBody("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -182,6 +205,17 @@ func readmeMetrics() (map[string]dto.MetricType, error) {
 		}
 	}
 	return names, s.Err()
+}
+
+// status is the status GET url answers, without following a redirect.
+func status(url string) (int, error) {
+	c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 func get(url string) error {

@@ -31,6 +31,7 @@ type manifests struct {
 	services        []corev1.Service
 	pdbs            []policyv1.PodDisruptionBudget
 	networkPolicies []networkingv1.NetworkPolicy
+	ingresses       []networkingv1.Ingress
 	serviceMonitors []monitoringv1.ServiceMonitor
 }
 
@@ -67,6 +68,8 @@ func render(t *testing.T, dir string) *manifests {
 			target = appendTo(&m.pdbs)
 		case "networking.k8s.io/v1/NetworkPolicy":
 			target = appendTo(&m.networkPolicies)
+		case "networking.k8s.io/v1/Ingress":
+			target = appendTo(&m.ingresses)
 		case "monitoring.coreos.com/v1/ServiceMonitor":
 			target = appendTo(&m.serviceMonitors)
 		default:

@@ -170,6 +170,7 @@ argument.`,
 	f.IntVar(&cfg.BurstPerTenant, "burst-per-tenant", cfg.BurstPerTenant, "burst per tenant")
 	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "address of the Prometheus /metrics endpoint (empty: off)")
 	f.StringVar(&cfg.PprofListen, "pprof-listen", "", "loopback address that serves Go's profiles at /debug/pprof/ (empty: off)")
+	f.StringVar(&cfg.ConsoleListen, "console-listen", "", "address that serves the review console alone, at /console/, without /metrics and the health endpoints (empty: the console is served on --metrics-listen)")
 	f.StringVar(&cfg.Tracing.Endpoint, "otlp-endpoint", "", "OTLP/gRPC collector URL that receives traces (http://host:4317 plaintext, https:// TLS); unset: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then $OTEL_EXPORTER_OTLP_ENDPOINT; empty: no tracing")
 	f.Float64Var(&cfg.Tracing.SampleRatio, "trace-sample-ratio", cfg.Tracing.SampleRatio, "share of the traces intentd starts that are recorded (0-1); a caller's sampled trace context is always followed")
 	f.IntVar(&cfg.MaxRecvMsgSize, "max-recv-msg-size", cfg.MaxRecvMsgSize, "largest request accepted, in bytes")
