@@ -233,7 +233,7 @@ func steps(addr string, cfg daemon.Config, ctl string, goRun bool) string {
 		s = fmt.Sprintf("intentd: serving on %s with %s. Try `%s --addr %s %s review-queue`, or `grpcurl %s -d '{}' %s intent.v1.IntentService/List`.%s README.md's \"Running securely\" shows more.",
 			addr, strings.Join(what, " and "), ctl, dial, strings.Join(ctlFlags, " "), strings.Join(curlFlags, " "), dial, token)
 	}
-	if host, port, err := net.SplitHostPort(cfg.MetricsListen); err == nil && port != "0" {
+	if host, port, err := net.SplitHostPort(cfg.ConsoleAddr()); err == nil && port != "0" {
 		s += fmt.Sprintf(" Review console: http://%s/console/", dialAddr(net.JoinHostPort(host, port), nil))
 	}
 	s += "\n"
