@@ -12,6 +12,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/daemon"
 )
 
 // TestReadmeTour runs the grpcurl tour of README.md, verbatim, against a
@@ -20,6 +27,12 @@ import (
 // twice against the same intentd: a reader following it a second time used
 // to meet the first run's intents (MarkUnknown refused on a COMPLETED
 // intent), so each run must use fresh keys.
+//
+// A reader reaches the Watch example minutes after intentd started, when
+// the embedded etcd has compacted its early history: the README's watch
+// from "start_revision": "1" answered REVISION_COMPACTED to everyone who
+// tried it. So this intentd compacts every second, and the tour starts
+// only once revision 1 is compacted away.
 func TestReadmeTour(t *testing.T) {
 	root := repoRoot(t)
 	needGrpcurl(t, root)
@@ -28,7 +41,10 @@ func TestReadmeTour(t *testing.T) {
 		t.Errorf("the tour's session TTL is not 300s: a reader slower than a minute lost the session")
 	}
 
-	in := start(t, testConfig(t.TempDir()))
+	cfg := testConfig(t.TempDir())
+	cfg.EmbedCompaction = daemon.Compaction{Mode: "periodic", Retention: "1s"}
+	in := start(t, cfg)
+	waitCompactedPast(t, in, 1)
 	for run := 1; run <= 2; run++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
@@ -55,11 +71,44 @@ func TestReadmeTour(t *testing.T) {
 			`"state": "STATE_NEEDS_REVIEW"`,
 			`already_completed: intent refund-`,
 			`"refund_id": "re_123"`,
+			`"type": "TYPE_PUT"`, // the watch from the revision just read
 		} {
 			if !strings.Contains(got, want) {
 				t.Errorf("run %d: tour output lacks %s\n--- output ---\n%s", run, want, got)
 			}
 		}
+		if strings.Contains(got, "REVISION_COMPACTED") {
+			t.Errorf("run %d: the tour met REVISION_COMPACTED\n--- output ---\n%s", run, got)
+		}
+	}
+}
+
+// waitCompactedPast waits until the embedded etcd of in has compacted
+// revision rev away: a Watch from it answers REVISION_COMPACTED.
+func waitCompactedPast(t *testing.T, in *instance, rev int64) {
+	t.Helper()
+	c := intentv1.NewIntentServiceClient(in.conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var err error
+		if w, werr := c.Watch(ctx, &intentv1.WatchRequest{StartRevision: rev}); werr != nil {
+			err = werr
+		} else {
+			_, err = w.Recv()
+		}
+		cancel()
+		if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition {
+			for _, d := range st.Details() {
+				if info, ok := d.(*errdetails.ErrorInfo); ok && info.Reason == "REVISION_COMPACTED" {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("revision %d still not compacted after 30s (last answer: %v)", rev, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

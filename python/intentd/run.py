@@ -17,6 +17,11 @@ gets recorded. A report refused as STALE_TOKEN (another worker or a
 reviewer took over) makes run acquire again, a bounded number of times, to
 learn what became of the intent; ``Outcome.superseded`` then says so.
 
+When execute raises, the outcome is named for what run left behind, not for
+an API answer: ``LEFT_UNKNOWN`` (MarkUnknown: the effect may have happened,
+and the next worker reconciles) or ``RELEASED`` (NotAttempted: back to
+PENDING, the next Acquire executes). ``str(outcome)`` says it in a sentence.
+
 What it cannot guarantee: intentd decides who may act; it cannot stop an act
 already under way. A worker paused past its lease may still reach the
 provider after another worker took over. What keeps that from becoming a
@@ -45,6 +50,14 @@ Outcomes = intent_pb2.Outcome
 # How often one run re-acquires after its lease was superseded, so that two
 # parties cannot bounce an intent forever.
 MAX_TAKEOVERS = 3
+
+# The names of the outcomes run makes itself (Outcome.name): the API has no
+# outcome for an intent a worker handed back, so Outcome.outcome is
+# OUTCOME_UNSPECIFIED for both, as it always was.
+LEFT_UNKNOWN = "LEFT_UNKNOWN"
+"""execute raised after it may have acted: MarkUnknown; the next worker reconciles."""
+RELEASED = "RELEASED"
+"""execute raised NotAttempted: Release, back to PENDING; the next Acquire executes."""
 
 
 class Final(Exception):
@@ -137,14 +150,15 @@ class Task:
 
 @dataclasses.dataclass
 class Outcome:
-    """How run left the intent."""
+    """How run left the intent: ``name`` says it in a word, ``str()`` in a
+    sentence."""
 
     outcome: int
     """COMPLETED, FAILED, CANCELLED, IN_PROGRESS, NEEDS_REVIEW (escalated,
     or this run's MarkUnknown was one attempt too many: see
     ``intent.attempts``) or EXPIRED (``intent_pb2.OUTCOME_*``), or
-    OUTCOME_UNSPECIFIED when this run left it UNKNOWN or PENDING (see
-    ``intent.state`` and ``error``)."""
+    OUTCOME_UNSPECIFIED when this run handed the intent back, UNKNOWN or
+    PENDING: ``name`` is then LEFT_UNKNOWN or RELEASED (see ``error``)."""
     intent: intent_pb2.Intent
     """The intent as run last saw it."""
     executed: bool = False
@@ -164,9 +178,57 @@ class Outcome:
         return self.intent.result
 
     @property
+    def left_unknown(self) -> bool:
+        """True when execute (or reconcile) raised after it may have acted,
+        and run reported MarkUnknown: the intent is UNKNOWN, and the next
+        worker reconciles, never executes blindly."""
+        return self.outcome == Outcomes.OUTCOME_UNSPECIFIED and self.intent.state == intent_pb2.STATE_UNKNOWN
+
+    @property
+    def released(self) -> bool:
+        """True when execute raised :class:`NotAttempted` and run reported
+        Release: the intent is PENDING again, and the next Acquire
+        executes it."""
+        return self.outcome == Outcomes.OUTCOME_UNSPECIFIED and self.intent.state == intent_pb2.STATE_PENDING
+
+    @property
     def name(self) -> str:
-        """The outcome's enum name, e.g. ``"OUTCOME_COMPLETED"``."""
+        """The outcome in a word: the enum name of ``outcome``
+        (``"OUTCOME_COMPLETED"``), or, for an intent this run handed back,
+        ``"LEFT_UNKNOWN"`` or ``"RELEASED"``. Only the enum names are API
+        words; those two are run's."""
+        if self.left_unknown:
+            return LEFT_UNKNOWN
+        if self.released:
+            return RELEASED
         return Outcomes.Name(self.outcome)
+
+    def __str__(self) -> str:
+        state = intent_pb2.State.Name(self.intent.state).removeprefix("STATE_")
+        s = f"{self.name}: intent {self.intent.key} is {state}"
+        err = f"{type(self.error).__name__}: {self.error}" if self.error is not None else ""
+        if self.left_unknown:
+            s += f" after {err or 'an error'}; it may have taken effect, so the next worker reconciles (asks the provider by operation key) instead of executing again"
+        elif self.released:
+            s += f" again after {err or 'NotAttempted'}; nothing was sent, so the next Acquire executes it"
+        elif err:
+            s += f" ({err})"
+        if self.executed:
+            s += "; this run executed it"
+        if self.superseded:
+            s += "; another worker or a reviewer took over a lease of this run"
+        if self.lease_lost:
+            s += "; the lease was lost while the task ran"
+        return s
+
+    def __repr__(self) -> str:
+        fields = [f"name={self.name!r}", f"key={self.intent.key!r}", f"state={intent_pb2.State.Name(self.intent.state)!r}",
+                  f"executed={self.executed}", f"superseded={self.superseded}"]
+        if self.error is not None:
+            fields.append(f"error={self.error!r}")
+        if self.lease_lost:
+            fields.append("lease_lost=True")
+        return f"Outcome({', '.join(fields)})"
 
 
 def run(session: "Session", task: Any) -> Outcome:
@@ -345,6 +407,8 @@ def _wait_while_held(session: "Session", key: str, acq: intent_pb2.AcquireRespon
 
 
 __all__ = [
+    "LEFT_UNKNOWN",
+    "RELEASED",
     "Attempt",
     "Evidence",
     "Final",

@@ -237,14 +237,19 @@ class LiveTest(unittest.TestCase):
     def test_decisions(self) -> None:
         """Final → FAILED; NotAttempted → PENDING; any other exception →
         UNKNOWN, and the next run reconciles; no reconcile → NEEDS_REVIEW;
-        a MarkUnknown that reaches max_attempts → NEEDS_REVIEW."""
+        a MarkUnknown that reaches max_attempts → NEEDS_REVIEW. An intent
+        run handed back used to be named OUTCOME_UNSPECIFIED, which told a
+        worker author nothing: its name and its sentence say what happened
+        (the outcome field keeps OUTCOME_UNSPECIFIED, as before)."""
         cases = [
-            ("final", intentd.Final("card_declined", "issuer said no"), "OUTCOME_FAILED", O.STATE_FAILED),
-            ("none", intentd.NotAttempted("merchant rejected the request before sending"), "OUTCOME_UNSPECIFIED", O.STATE_PENDING),
-            ("timeout", TimeoutError("merchant did not answer in 30s"), "OUTCOME_UNSPECIFIED", O.STATE_UNKNOWN),
+            ("final", intentd.Final("card_declined", "issuer said no"), "OUTCOME_FAILED", O.OUTCOME_FAILED, O.STATE_FAILED, "FAILED"),
+            ("none", intentd.NotAttempted("merchant rejected the request before sending"), "RELEASED", O.OUTCOME_UNSPECIFIED, O.STATE_PENDING,
+             "is PENDING again after NotAttempted: merchant rejected the request before sending; nothing was sent, so the next Acquire executes it"),
+            ("timeout", TimeoutError("merchant did not answer in 30s"), "LEFT_UNKNOWN", O.OUTCOME_UNSPECIFIED, O.STATE_UNKNOWN,
+             "is UNKNOWN after TimeoutError: merchant did not answer in 30s; it may have taken effect, so the next worker reconciles"),
         ]
         s = self.session("decider")
-        for name, exc, want_outcome, want_state in cases:
+        for name, exc, want_name, want_outcome, want_state, want_said in cases:
             with self.subTest(name):
                 key = fresh_key(name)
                 self.client.register(key, {"case": name})
@@ -253,8 +258,15 @@ class LiveTest(unittest.TestCase):
                     raise exc
 
                 out = s.run(intentd.Task(key=key, execute=execute))
-                self.assertEqual(out.name, want_outcome)
+                self.assertEqual(out.name, want_name)
+                self.assertEqual(out.outcome, want_outcome)
                 self.assertEqual(out.intent.state, want_state)
+                self.assertEqual(out.left_unknown, want_name == "LEFT_UNKNOWN")
+                self.assertEqual(out.released, want_name == "RELEASED")
+                self.assertIn(want_said, str(out))
+                self.assertTrue(str(out).startswith(f"{want_name}: intent {key} is "), str(out))
+                self.assertIn(f"name={want_name!r}", repr(out))
+                self.assertNotIn("UNSPECIFIED", str(out) + repr(out))
                 self.assertTrue(out.executed)
         key = fresh_key("poison")
         self.client.register(key, {"case": "one attempt allowed"}, max_attempts=1)
