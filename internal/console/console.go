@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,6 +135,22 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
+	mux := c.routes(static)
+	// Cross-origin POSTs are refused before any handler (Sec-Fetch-Site
+	// and Origin), in addition to each form's CSRF token.
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.problem(w, r, c.who(w, r), http.StatusForbidden, "Refused: cross-origin request", "The form was not sent from this console's own pages, so it was not acted on.")
+	}))
+	c.handler = securityHeaders(cop.Handler(c.withSession(mux)))
+	return c, nil
+}
+
+// routes are the console's pages. Every path is fixed but a tenant's
+// name (whose alphabet has nothing a path would normalise): the key of an
+// intent is in the query, never in the path (see keyURL), so a path that
+// once held a key (intents/..., decide/...) is not found.
+func (c *Console) routes(static fs.FS) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Path+"static/", http.StripPrefix(Path+"static/", cacheFor(time.Hour, http.FileServerFS(static))))
 	mux.HandleFunc("GET "+Path+"{$}", c.home)
@@ -143,20 +160,14 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET "+Path+"t/{tenant}/{$}", c.tenantHome)
 	mux.HandleFunc("GET "+Path+"t/{tenant}/queue", c.signedIn(c.queue))
 	mux.HandleFunc("GET "+Path+"t/{tenant}/overview", c.signedIn(c.overview))
-	mux.HandleFunc("GET "+Path+"t/{tenant}/intents/{key...}", c.signedIn(c.intentPage))
-	mux.HandleFunc("POST "+Path+"t/{tenant}/decide/{key...}", c.signedIn(c.decide))
+	mux.HandleFunc("GET "+Path+"t/{tenant}/intent", c.signedIn(c.intentPage))
+	mux.HandleFunc("POST "+Path+"t/{tenant}/decide", c.signedIn(c.decide))
 	mux.HandleFunc("GET "+Path+"t/{tenant}/live", c.signedIn(c.live))
 	mux.HandleFunc(Path, func(w http.ResponseWriter, r *http.Request) {
-		c.problem(w, r, nil, http.StatusNotFound, "Not found", "There is no such page in the console.")
+		// Signed in, the page still offers signing out.
+		c.problem(w, r, c.who(w, r), http.StatusNotFound, "Not found", "There is no such page in the console.")
 	})
-	// Cross-origin POSTs are refused before any handler (Sec-Fetch-Site
-	// and Origin), in addition to each form's CSRF token.
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.problem(w, r, nil, http.StatusForbidden, "Refused: cross-origin request", "The form was not sent from this console's own pages, so it was not acted on.")
-	}))
-	c.handler = securityHeaders(cop.Handler(c.withSession(mux)))
-	return c, nil
+	return mux
 }
 
 // ServeHTTP serves the console; mount it at Path.
@@ -210,6 +221,16 @@ func withToken(ctx context.Context, v *viewer) context.Context {
 
 // mayDecide reports whether v's roles allow Resolve (the API checks again).
 func (v *viewer) mayDecide() bool { return v.p.Has(access.RoleReviewer) }
+
+// mayUse reports whether p's roles let it use the console at all: every
+// page is made of Get, List and Watch, which the reviewer and reader roles
+// may call (and admin, which may call everything), the approver and worker
+// roles may not.
+func mayUse(p *access.Principal) bool { return p.Has(access.RoleReviewer) || p.Has(access.RoleReader) }
+
+// whoMayUse is the sentence the sign-in page says, and the refusal of a
+// token whose roles may not use the console.
+const whoMayUse = "The console is for the reviewer role (read and decide), the reader role (read only) and the admin role; a token with only the approver or worker role cannot use it."
 
 // homeTenant is the tenant v lands in: its only tenant, else "default".
 func (v *viewer) homeTenant() string {
@@ -266,6 +287,15 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *viewer, s
 			http.Redirect(w, r, Path+"signin?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
+		if !mayUse(v.p) {
+			// The tokens file took the roles away since signing in: every
+			// page would be a refusal, so the session ends here.
+			if !c.endSession(w, r, v.s) {
+				return
+			}
+			c.problem(w, r, nil, http.StatusForbidden, "Signed out: your roles do not allow the console", whoMayUse)
+			return
+		}
 		tenant := r.PathValue("tenant")
 		if intent.ValidateTenant(tenant) != nil || !v.p.InTenant(tenant) {
 			c.notFound(w, r, v)
@@ -296,21 +326,33 @@ func (c *Console) tenantHome(w http.ResponseWriter, r *http.Request) {
 
 func tenantPath(tenant string) string { return Path + "t/" + url.PathEscape(tenant) + "/" }
 
-// intentPath is the intent page of key; keys may hold '/', which stays
-// as it is (the route takes the rest of the path).
-func intentPath(tenant, key string) string {
-	return tenantPath(tenant) + "intents/" + escapeKey(key)
+// keyURL is the URL of one of the console's pages about one intent:
+// "intent" (its page), "decide" (where its decide form posts) or "live"
+// (its event stream). Every link, redirect and form action that names an
+// intent is built here. The key is in the query, escaped by
+// url.QueryEscape, never in the path: keys are opaque and may be "." or
+// "..", or hold "//", "/../" or a trailing "/", and a path is normalised
+// on its way (browsers remove dot segments, %2e forms included; ServeMux
+// redirects to the clean path), so that a key in the path could name
+// another intent or none. Nothing normalises a query value.
+func keyURL(tenant, page, key string) string {
+	return tenantPath(tenant) + page + "?key=" + url.QueryEscape(key)
 }
 
-func decidePath(tenant, key string) string { return tenantPath(tenant) + "decide/" + escapeKey(key) }
+// intentURL is the intent page of key.
+func intentURL(tenant, key string) string { return keyURL(tenant, "intent", key) }
 
-func escapeKey(key string) string {
-	parts := strings.Split(key, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
+// decideURL is where the decide form of key posts.
+func decideURL(tenant, key string) string { return keyURL(tenant, "decide", key) }
+
+// liveURL is the event stream of key's changes after revision from.
+func liveURL(tenant, key string, from int64) string {
+	return keyURL(tenant, "live", key) + "&from=" + strconv.FormatInt(from, 10)
 }
+
+// keyOf is the key a request names: its query's, as keyURL puts it (a
+// POST's too: its form's fields are not looked at for it).
+func keyOf(r *http.Request) string { return r.URL.Query().Get("key") }
 
 // page is what every template gets.
 type page struct {
@@ -334,12 +376,14 @@ func (p page) CSRF() string {
 	return p.Viewer.s.csrf
 }
 
-// Principal names the viewer.
+// Principal names the viewer. The tokens file allows any name: the page
+// isolates it (.who strong in the stylesheet) and balanced keeps a stray
+// U+2069 in it from ending that isolation.
 func (p page) Principal() string {
 	if p.Viewer == nil {
 		return ""
 	}
-	return p.Viewer.p.Name
+	return balanced(p.Viewer.p.Name)
 }
 
 // Roles lists the viewer's roles.
@@ -389,7 +433,7 @@ func (c *Console) problem(w http.ResponseWriter, r *http.Request, v *viewer, sta
 	// link that followed the URL's tenant would tell a foreign tenant's
 	// not-found from a missing intent's.
 	back := ""
-	if v != nil {
+	if v != nil && mayUse(v.p) {
 		back = tenantPath(v.homeTenant()) + "queue"
 	}
 	c.render(w, r, status, "problem", page{Title: heading, Viewer: v, Data: problemData{Heading: heading, Text: text, Back: back}})

@@ -3,8 +3,10 @@ package console_test
 import (
 	"bufio"
 	"context"
+	"html"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/intentd/intentd/access"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/console"
 )
@@ -132,13 +135,24 @@ func TestSessionsExpire(t *testing.T) {
 }
 
 // TestQueueShowsWhatWaits seeds intents in several states: the queue shows
-// the UNKNOWN and NEEDS_REVIEW ones oldest first, with age, action,
-// amount, labels and why each is there; its filters and paging work.
+// the UNKNOWN and NEEDS_REVIEW ones oldest first, with age, what each is
+// in the approver's words (summary, action and identity), the approved
+// params as they are (no amount or action guessed from field names or a
+// key's prefix), labels and why each is there; a derived key is shown
+// shortened; its filters and paging work.
 func TestQueueShowsWhatWaits(t *testing.T) {
 	e := newEnv(t, true)
 	e.unknown("acme", "refund-1", refund)
 	e.unknown("acme", "refund-2", map[string]any{"amount": "12.50", "currency": "USD"})
 	s := e.unknown("acme", "purchase-lamp", map[string]any{"item": "desk lamp", "max_amount": "89.00", "currency": "EUR"})
+	described := e.unknown("acme", "", map[string]any{"amount": "40.00", "currency": "USD", "max_eur": 37}, func(r *intentv1.RegisterRequest) {
+		r.Action = "refund.issue"
+		r.Identity = mustStruct(t, map[string]any{"order_id": "ORD-88412", "return_id": "RA-20931"})
+		r.Summary = "Refund 40.00 USD to Alice for ORD-88412"
+	})
+	if len(described.key) != 64 {
+		t.Fatalf("derived key %q, want 64 hex digits", described.key)
+	}
 	ctx := e.ctx(worker)
 	a, err := e.api.Acquire(ctx, &intentv1.AcquireRequest{Tenant: "acme", Key: "purchase-lamp", SessionId: s.session, RequestId: "reconcile-1"})
 	if err != nil {
@@ -153,9 +167,23 @@ func TestQueueShowsWhatWaits(t *testing.T) {
 
 	b := e.browser()
 	q := b.signIn(rita)
-	contains(t, "queue", q, "refund-1", "refund-2", "purchase-lamp", "89.00 EUR", "12.50 USD", "customer=c-17",
-		"Timeout: worker-a could not tell whether its call took effect: payment provider timed out",
-		"Escalated by worker-svc (as reconciler-1): merchant shows two orders", ">UNKNOWN<", ">NEEDS_REVIEW<", ">refund<")
+	contains(t, "queue", q, "refund-1", "refund-2", "purchase-lamp", `<span class="label"><bdi>customer</bdi>=<bdi>c-17</bdi></span>`,
+		// The params as they are.
+		`<bdi>amount_cents</bdi> <bdi>8900</bdi>`, `<bdi>amount</bdi> <bdi>12.50</bdi>`, `<bdi>max_amount</bdi> <bdi>89.00</bdi>`, `<bdi>max_eur</bdi> <bdi>37</bdi>`,
+		// What the approver said it is, leading the row.
+		`<a href="`+html.EscapeString(intentURL("acme", described.key))+`" class="intent-link"><span class="summary"><bdi>Refund 40.00 USD to Alice for ORD-88412</bdi></span></a>`,
+		`<span class="action"><bdi>refund.issue</bdi></span> · <span class="identity"><bdi>order_id</bdi> <bdi>ORD-88412</bdi></span> · <span class="identity"><bdi>return_id</bdi> <bdi>RA-20931</bdi></span>`,
+		// The derived key, shortened, whole in its title.
+		`<bdi class="key" title="`+described.key+`">`+described.key[:12]+"…"+described.key[58:]+`</bdi>`,
+		"Timeout: <bdi>worker-a</bdi> could not tell whether its call took effect: <bdi>payment provider timed out</bdi>",
+		"Escalated by <bdi>worker-svc (as reconciler-1)</bdi>: <bdi>merchant shows two orders</bdi>", ">UNKNOWN<", ">NEEDS_REVIEW<")
+	// Nothing guessed: no amount made of field names, no action made of
+	// a key's first word, no derived key shown whole as text.
+	for _, guess := range []string{"89.00 EUR", "12.50 USD", "40.00 USD<", ">refund<", ">purchase<", ">" + described.key + "<"} {
+		if strings.Contains(q.body, guess) {
+			t.Errorf("queue shows the guess %q", guess)
+		}
+	}
 	if strings.Contains(q.body, "still-pending") {
 		t.Errorf("queue shows a PENDING intent")
 	}
@@ -229,10 +257,28 @@ func TestIntentPageShowsTermsLeaseAndTimeline(t *testing.T) {
 	}
 	b := e.browser()
 	b.signIn(alice)
-	p := b.get("/console/t/acme/intents/refund-1")
-	contains(t, "intent page", p, "Approved terms", "amount_cents", "8900", "SO-1042", "Current token",
+	p := b.get(intentURL("acme", "refund-1"))
+	contains(t, "intent page", p, "What was approved", "<dt><bdi>amount_cents</bdi></dt><dd><bdi>8900</bdi></dd>", "<bdi>SO-1042</bdi>",
 		"Registered", "Lease issued (execute)", "Marked unknown", "Lease issued (reconcile)",
-		"Reported completed — stale, changed nothing", ">STALE<", "refund_id=re_9", "provider still silent", "Record decision")
+		"Reported completed — stale, changed nothing", ">STALE<", "<bdi>refund_id</bdi>=<bdi>re_9</bdi>", "“<bdi>provider still silent</bdi>”", "Record decision",
+		// What the workers reported, newest first, and what the provider
+		// said: the stale report's reference is evidence.
+		"What the worker reported", "What the provider said", "<dt><bdi>refund_id</bdi></dt><dd><code class=\"wrap\"><bdi>re_9</bdi></code></dd>",
+		"Reported by <bdi>worker-svc</bdi> under a superseded lease: kept as evidence, it changed nothing.",
+		// The mechanics are there, under a disclosure.
+		`<details class="mechanics card">`, "Current token", "Fingerprint", "Lease holder", "Revision")
+	reported := p.body[strings.Index(p.body, "What the worker reported"):strings.Index(p.body, "What the provider said")]
+	if i, j := strings.Index(reported, "provider still silent"), strings.Index(reported, "payment provider timed out"); i < 0 || j < 0 || i > j {
+		t.Errorf("the workers' reports are not newest first:\n%s", reported)
+	}
+	if i, j := strings.Index(p.body, "<details class=\"mechanics"), strings.Index(p.body, "Current token"); j < i {
+		t.Errorf("the current token shows before the mechanics' disclosure")
+	}
+	for _, word := range []string{"Approved terms", "Lease and token", "Payload 0 bytes"} {
+		if strings.Contains(p.body, word) {
+			t.Errorf("intent page still says %q", word)
+		}
+	}
 	if !strings.Contains(p.body, `name="expected_token" value="`+itoa(a.GetLease().GetToken())+`"`) {
 		t.Errorf("decide form not fenced by the current token %d:\n%s", a.GetLease().GetToken(), p.body)
 	}
@@ -249,12 +295,21 @@ func TestDecideIsResolve(t *testing.T) {
 	q := b.signIn(alice)
 	contains(t, "queue", q, ">refund-1<")
 	form, _ := b.decideForm("acme", "refund-1", url.Values{"decision": {"completed"}, "ref_name": {"refund_id"}, "ref_value": {"re_123"}, "reason": {"refund re_123 found in the provider dashboard"}})
-	d := b.post("/console/t/acme/decide/refund-1", form)
+	d := b.post(decideURL("acme", "refund-1"), form)
 	if d.code != http.StatusSeeOther {
 		t.Fatalf("decide: %d, want 303:\n%s", d.code, d.body)
 	}
+	if want := intentURL("acme", "refund-1"); d.h.Get("Location") != want {
+		t.Errorf("decide redirects to %q, want the intent's page %q", d.h.Get("Location"), want)
+	}
 	after := b.follow(d.h.Get("Location"))
-	contains(t, "intent after deciding", after, "Decided: COMPLETED, recorded as alice via the console.", "Decided by a reviewer: COMPLETED", "via console")
+	contains(t, "intent after deciding", after, "Decided: COMPLETED, recorded as alice via the console.", "Decided by a reviewer: COMPLETED", "via console",
+		// The reviewer decided; no worker holds the intent.
+		`id="decided-by">Decided by <strong><bdi>alice</bdi></strong> via console`, "<dt>Decided by</dt><dd><bdi>alice</bdi></dd>",
+		"<dt><bdi>refund_id</bdi></dt><dd><code class=\"wrap\"><bdi>re_123</bdi></code></dd>", "The intent&#39;s result, as recorded.")
+	if strings.Contains(after.body, "Lease holder") || strings.Contains(after.body, "Holder") {
+		t.Errorf("after a reviewer's decision the page names a lease holder:\n%s", after.body)
+	}
 
 	in := e.get("acme", "refund-1")
 	last := in.GetHistory()[len(in.GetHistory())-1]
@@ -271,7 +326,7 @@ func TestDecideIsResolve(t *testing.T) {
 	}
 
 	// The same form sent again (a double click, a reload) is recognized.
-	again := b.post("/console/t/acme/decide/refund-1", form)
+	again := b.post(decideURL("acme", "refund-1"), form)
 	if again.code != http.StatusSeeOther {
 		t.Fatalf("decide again: %d:\n%s", again.code, again.body)
 	}
@@ -298,7 +353,7 @@ func TestDecideNeedsReasonAndEvidence(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			form, _ := b.decideForm("acme", "refund-1", tc.fields)
-			p := b.post("/console/t/acme/decide/refund-1", form)
+			p := b.post(decideURL("acme", "refund-1"), form)
 			if p.code != http.StatusUnprocessableEntity {
 				t.Errorf("decide: %d, want 422", p.code)
 			}
@@ -322,7 +377,7 @@ func TestReaderCannotDecide(t *testing.T) {
 	if strings.Contains(p.body, "Record decision") {
 		t.Errorf("a reader is offered the decide button")
 	}
-	d := b.post("/console/t/acme/decide/refund-1", form)
+	d := b.post(decideURL("acme", "refund-1"), form)
 	if d.code != http.StatusForbidden {
 		t.Errorf("reader's decision: %d, want 403:\n%s", d.code, d.body)
 	}
@@ -339,7 +394,7 @@ func TestCrossTenantIsNotFound(t *testing.T) {
 	e.unknown("globex", "refund-g", refund)
 	b := e.browser()
 	q := b.signIn(alice)
-	missing := b.get("/console/t/acme/intents/no-such-intent")
+	missing := b.get(intentURL("acme", "no-such-intent"))
 	if missing.code != http.StatusNotFound {
 		t.Fatalf("missing intent: %d, want 404", missing.code)
 	}
@@ -348,13 +403,13 @@ func TestCrossTenantIsNotFound(t *testing.T) {
 		m, _, _ = strings.Cut(m, "</main>")
 		return m
 	}
-	for _, path := range []string{"/console/t/globex/intents/refund-g", "/console/t/globex/queue", "/console/t/globex/overview", "/console/t/globex/live"} {
+	for _, path := range []string{intentURL("globex", "refund-g"), "/console/t/globex/queue", "/console/t/globex/overview", "/console/t/globex/live"} {
 		p := b.get(path)
 		if p.code != http.StatusNotFound || mainOf(p) != mainOf(missing) || strings.Contains(p.body, "refund-g") {
 			t.Errorf("GET %s as alice (acme): %d, want the not-found page of a missing intent:\n%s\nwant:\n%s", path, p.code, mainOf(p), mainOf(missing))
 		}
 	}
-	d := b.post("/console/t/globex/decide/refund-g", url.Values{"csrf": {q.field(t, "csrf")}, "decision": {"cancelled"}, "reason": {"x"}, "request_id": {"r1"}})
+	d := b.post(decideURL("globex", "refund-g"), url.Values{"csrf": {q.field(t, "csrf")}, "decision": {"cancelled"}, "reason": {"x"}, "request_id": {"r1"}})
 	if d.code != http.StatusNotFound {
 		t.Errorf("decide in globex as alice: %d, want 404", d.code)
 	}
@@ -382,15 +437,15 @@ func TestFormsNeedTheCSRFToken(t *testing.T) {
 		{"without the token", func() page {
 			f := cloneValues(form)
 			f.Del("csrf")
-			return b.post("/console/t/acme/decide/refund-1", f)
+			return b.post(decideURL("acme", "refund-1"), f)
 		}},
 		{"with another session's token", func() page {
 			f := cloneValues(form)
 			f.Set("csrf", otherForm.Get("csrf"))
-			return b.post("/console/t/acme/decide/refund-1", f)
+			return b.post(decideURL("acme", "refund-1"), f)
 		}},
 		{"from another origin", func() page {
-			req, _ := http.NewRequest(http.MethodPost, e.web.URL+"/console/t/acme/decide/refund-1", strings.NewReader(form.Encode()))
+			req, _ := http.NewRequest(http.MethodPost, e.web.URL+decideURL("acme", "refund-1"), strings.NewReader(form.Encode()))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			req.Header.Set("Origin", "https://evil.example")
 			req.Header.Set("Sec-Fetch-Site", "cross-site")
@@ -431,8 +486,8 @@ func TestTwoReviewersDecideAtOnce(t *testing.T) {
 	var pa, pb page
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	wg.Go(func() { <-start; pa = ba.post("/console/t/acme/decide/refund-1", fa) })
-	wg.Go(func() { <-start; pb = bb.post("/console/t/acme/decide/refund-1", fb) })
+	wg.Go(func() { <-start; pa = ba.post(decideURL("acme", "refund-1"), fa) })
+	wg.Go(func() { <-start; pb = bb.post(decideURL("acme", "refund-1"), fb) })
 	close(start)
 	wg.Wait()
 	codes := []int{pa.code, pb.code}
@@ -444,7 +499,7 @@ func TestTwoReviewersDecideAtOnce(t *testing.T) {
 	if won.code != http.StatusSeeOther || lost.code != http.StatusConflict {
 		t.Fatalf("two decisions at once: codes %v, want one 303 and one 409", codes)
 	}
-	contains(t, "the losing reviewer's page", lost, "Not recorded: someone else decided first", "The decision that stands", "by <strong>"+winner+"</strong>")
+	contains(t, "the losing reviewer's page", lost, "Not recorded: someone else decided first", "The decision that stands", "by <strong><bdi>"+winner+"</bdi></strong>")
 	in := e.get("acme", "refund-1")
 	n := 0
 	for _, h := range in.GetHistory() {
@@ -474,11 +529,11 @@ func TestDevModeSaysItIsUnauthenticated(t *testing.T) {
 	}
 	form, p := b.decideForm("default", "refund-1", url.Values{"decision": {"pending"}, "reason": {"confirmed absent"}})
 	contains(t, "dev intent page", p, "Your name")
-	if r := b.post("/console/t/default/decide/refund-1", form); r.code != http.StatusUnprocessableEntity || !strings.Contains(r.body, "say who you are") {
+	if r := b.post(decideURL("default", "refund-1"), form); r.code != http.StatusUnprocessableEntity || !strings.Contains(r.body, "say who you are") {
 		t.Errorf("dev decision without a name: %d, want 422 asking for it", r.code)
 	}
 	form.Set("actor", "dana")
-	if r := b.post("/console/t/default/decide/refund-1", form); r.code != http.StatusSeeOther {
+	if r := b.post(decideURL("default", "refund-1"), form); r.code != http.StatusSeeOther {
 		t.Fatalf("dev decision: %d:\n%s", r.code, r.body)
 	}
 	h := e.get("default", "refund-1").GetHistory()
@@ -554,21 +609,182 @@ func TestOverviewCountsRefusalsAndUnknowns(t *testing.T) {
 	}
 }
 
-// TestUnknownPathsAreNotFound: the console answers its own not-found page
-// under /console/, and a key with '/' in it routes to its intent.
+// TestUnknownPathsAreNotFound: the console answers its own not-found
+// page under /console/, and also where a key was once put in the path
+// (intents/..., decide/...): such a path names no intent, whatever it
+// holds. A key with '/' in it opens from its query.
 func TestUnknownPathsAreNotFound(t *testing.T) {
 	e := newEnv(t, false)
 	e.unknown("default", "orders/2026/refund-1", refund)
+	e.unknown("default", "refund-1", refund)
 	b := e.browser()
-	if p := b.follow("/console/nope"); p.code != http.StatusNotFound {
-		t.Errorf("/console/nope: %d, want 404", p.code)
+	for _, path := range []string{"/console/nope", "/console/t/default/intents/refund-1", "/console/t/default/intents/orders/2026/refund-1", "/console/t/default/intent/refund-1"} {
+		if p := b.follow(path); p.code != http.StatusNotFound || !strings.Contains(p.body, "Not found") || strings.Contains(p.body, "Record decision") {
+			t.Errorf("%s: %d, want the console's 404 page:\n%s", path, p.code, p.body)
+		}
 	}
-	p := b.follow("/console/t/default/intents/orders/2026/refund-1")
+	form, _ := b.decideForm("default", "refund-1", url.Values{"decision": {"pending"}, "reason": {"absent"}, "actor": {"dana"}})
+	if p := b.post("/console/t/default/decide/refund-1", form); p.code != http.StatusNotFound {
+		t.Errorf("POST to the old decide path: %d, want 404", p.code)
+	}
+	if got := e.get("default", "refund-1").GetState(); got != intentv1.State_STATE_UNKNOWN {
+		t.Errorf("after posting to the old decide path: %v, want UNKNOWN", got)
+	}
+	p := b.follow(intentURL("default", "orders/2026/refund-1"))
 	if p.code != http.StatusOK {
 		t.Fatalf("intent with '/' in its key: %d", p.code)
 	}
-	contains(t, "slashed key", p, "orders/2026/refund-1", `action="/console/t/default/decide/orders/2026/refund-1"`)
+	contains(t, "slashed key", p, `id="intent-key"><bdi>orders/2026/refund-1</bdi>`, `action="/console/t/default/decide?key=orders%2F2026%2Frefund-1"`)
 	if s := b.get("/console/static/console.css"); s.code != http.StatusOK || !strings.Contains(s.h.Get("Content-Type"), "text/css") {
 		t.Errorf("stylesheet: %d %q", s.code, s.h.Get("Content-Type"))
+	}
+}
+
+// TestConsoleRolesAtSignIn: the sign-in page says which roles may use the
+// console; a token whose roles may not (worker, approver) is refused there
+// with that sentence and no session is stored; reader, reviewer and admin
+// sign in. A principal whose roles the tokens file takes away is signed
+// out with the same sentence, not sent to a PERMISSION_DENIED page.
+func TestConsoleRolesAtSignIn(t *testing.T) {
+	var store console.SessionStore
+	e := newEnv(t, true, func(c *console.Config) { store = c.Sessions })
+	count := func() int64 {
+		t.Helper()
+		n, err := store.Count(e.ctx(ops))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const sentence = "The console is for the reviewer role (read and decide), the reader role (read only) and the admin role; a token with only the approver or worker role cannot use it."
+	for _, tc := range []struct {
+		m  member
+		ok bool
+	}{
+		{worker, false},
+		{member{"appr", []string{"acme"}, []access.Role{access.RoleApprover}, "tok-appr"}, false},
+		{rita, true},
+		{alice, true},
+		{ops, true},
+	} {
+		t.Run(tc.m.name, func(t *testing.T) {
+			dir := directory(t, alice, rita, ops, worker)
+			if !slices.ContainsFunc([]member{alice, rita, ops, worker}, func(m member) bool { return m.name == tc.m.name }) {
+				dir = directory(t, alice, rita, ops, worker, tc.m)
+			}
+			e.dirMu.Lock()
+			e.dir = dir
+			e.dirMu.Unlock()
+			b := e.browser()
+			form := b.get("/console/signin")
+			contains(t, "sign-in page", form, `<p id="who-may-use">`+html.EscapeString(sentence)+`</p>`)
+			before := count()
+			p := b.post("/console/signin", url.Values{"csrf": {form.field(t, "csrf")}, "token": {tc.m.token}})
+			if !tc.ok {
+				if p.code != http.StatusForbidden {
+					t.Fatalf("sign in as %s: %d, want 403 on the sign-in page:\n%s", tc.m.name, p.code, p.body)
+				}
+				contains(t, "refused sign-in", p, `id="signin-error">That token may not use the console. `+html.EscapeString(sentence), `<input id="token"`)
+				if strings.Contains(p.body, "PERMISSION_DENIED") || strings.Contains(p.body, "Signed in as") {
+					t.Errorf("refused sign-in shows a signed-in page or a raw refusal:\n%s", p.body)
+				}
+				if n := count(); n != before {
+					t.Errorf("sessions stored: %d before, %d after a refused sign-in", before, n)
+				}
+				if q := b.get("/console/t/acme/queue"); q.code != http.StatusSeeOther || !strings.HasPrefix(q.h.Get("Location"), "/console/signin") {
+					t.Errorf("queue after a refused sign-in: %d %q, want 303 to sign-in", q.code, q.h.Get("Location"))
+				}
+				return
+			}
+			if p.code != http.StatusSeeOther {
+				t.Fatalf("sign in as %s: %d, want 303:\n%s", tc.m.name, p.code, p.body)
+			}
+			if n := count(); n != before+1 {
+				t.Errorf("sessions stored: %d before, %d after signing in, want one more", before, n)
+			}
+			if q := b.follow(p.h.Get("Location")); q.code != http.StatusOK || !strings.Contains(q.body, "Review queue") {
+				t.Errorf("%s's queue: %d:\n%s", tc.m.name, q.code, q.body)
+			}
+		})
+	}
+
+	// Roles taken away after signing in: signed out, told why.
+	b := e.browser()
+	b.signIn(alice)
+	dir := directory(t, member{alice.name, alice.tenants, []access.Role{access.RoleWorker}, alice.token}, ops, worker)
+	e.dirMu.Lock()
+	e.dir = dir
+	e.dirMu.Unlock()
+	p := b.get("/console/t/acme/queue")
+	if p.code != http.StatusForbidden {
+		t.Fatalf("queue once alice is only a worker: %d, want 403:\n%s", p.code, p.body)
+	}
+	contains(t, "roles taken away", p, "Signed out: your roles do not allow the console", html.EscapeString(sentence))
+	if strings.Contains(p.body, "PERMISSION_DENIED") || strings.Contains(p.body, "Back to the review queue") {
+		t.Errorf("roles taken away: a raw refusal, or a link back to it:\n%s", p.body)
+	}
+	if q := b.get("/console/t/acme/queue"); q.code != http.StatusSeeOther {
+		t.Errorf("queue after being signed out for roles: %d, want 303 to sign-in", q.code)
+	}
+}
+
+// TestProblemPagesOfferSignOut: signed in, every problem page (not found,
+// an intent not found, not allowed, a refused form) still offers signing
+// out.
+func TestProblemPagesOfferSignOut(t *testing.T) {
+	e := newEnv(t, true)
+	e.unknown("acme", "refund-1", refund)
+	b := e.browser()
+	b.signIn(rita)
+	form, _ := b.decideForm("acme", "refund-1", url.Values{"decision": {"pending"}, "reason": {"absent"}})
+	noCSRF := cloneValues(form)
+	noCSRF.Del("csrf")
+	for name, p := range map[string]page{
+		"no such page":             b.get("/console/nope"),
+		"an old key path":          b.get("/console/t/acme/intents/refund-1"),
+		"no such intent":           b.get(intentURL("acme", "no-such")),
+		"another tenant":           b.get("/console/t/globex/queue"),
+		"not allowed":              b.post(decideURL("acme", "refund-1"), form),
+		"a form without its token": b.post(decideURL("acme", "refund-1"), noCSRF),
+	} {
+		if p.code < 400 || !strings.Contains(p.body, `<h1 id="problem">`) {
+			t.Errorf("%s: %d, want a problem page:\n%s", name, p.code, p.body)
+		}
+		contains(t, name, p, `<form method="post" action="/console/signout">`, "Signed in as <strong>rita</strong>")
+	}
+}
+
+// TestNextSurvivesSignIn: a signed-out reviewer who opens an intent's URL
+// (its key one a path would normalise into another's) signs in and lands
+// on exactly that intent, not the one its normalised form names.
+func TestNextSurvivesSignIn(t *testing.T) {
+	e := newEnv(t, true)
+	const key, other = "dots-1/../javascript:alert-3-1+a=b@c", "javascript:alert-3-1+a=b@c"
+	e.unknown("acme", key, refund)
+	e.unknown("acme", other, refund)
+	b := e.browser()
+	first := b.get(intentURL("acme", key))
+	if first.code != http.StatusSeeOther || !strings.HasPrefix(first.h.Get("Location"), "/console/signin?next=") {
+		t.Fatalf("signed out: %d %q, want 303 to sign-in with next", first.code, first.h.Get("Location"))
+	}
+	form := b.get(first.h.Get("Location"))
+	next := html.UnescapeString(form.field(t, "next"))
+	if next != intentURL("acme", key) {
+		t.Errorf("the sign-in form's next is %q, want %q", next, intentURL("acme", key))
+	}
+	p := b.post("/console/signin", url.Values{"csrf": {form.field(t, "csrf")}, "token": {alice.token}, "next": {next}})
+	if p.code != http.StatusSeeOther || p.h.Get("Location") != intentURL("acme", key) {
+		t.Fatalf("sign in: %d %q, want 303 to %q", p.code, p.h.Get("Location"), intentURL("acme", key))
+	}
+	in := b.get(p.h.Get("Location"))
+	contains(t, "intent after sign-in", in, `id="intent-key"><bdi>`+html.EscapeString(key)+`</bdi>`, `action="`+html.EscapeString(decideURL("acme", key))+`"`)
+	// Elsewhere than the console, next is not followed.
+	for _, bad := range []string{"//evil.example/", "https://evil.example/console/", "/console/../evil"} {
+		b := e.browser()
+		form := b.get("/console/signin?next=" + url.QueryEscape(bad))
+		p := b.post("/console/signin", url.Values{"csrf": {form.field(t, "csrf")}, "token": {alice.token}, "next": {bad}})
+		if p.code != http.StatusSeeOther || p.h.Get("Location") != "/console/t/acme/queue" {
+			t.Errorf("sign in with next %q: %d %q, want the queue", bad, p.code, p.h.Get("Location"))
+		}
 	}
 }

@@ -158,13 +158,21 @@ func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
 
 var nextPage = regexp.MustCompile(`href="([^"]*page=[^"]+)" rel="next"`)
 
-func (e *env) unknown(tenant, key string, params map[string]any) seeded {
+// unknown registers key (each of also changes the request first: a
+// description, other labels; an empty key with an identity is derived)
+// and leaves it UNKNOWN.
+func (e *env) unknown(tenant, key string, params map[string]any, also ...func(*intentv1.RegisterRequest)) seeded {
 	e.t.Helper()
 	ctx := e.ctx(worker)
-	p := mustStruct(e.t, params)
-	if _, err := e.api.Register(ctx, &intentv1.RegisterRequest{Tenant: tenant, Key: key, Params: p, Labels: map[string]string{"customer": "c-17"}}); err != nil {
+	req := &intentv1.RegisterRequest{Tenant: tenant, Key: key, Params: mustStruct(e.t, params), Labels: map[string]string{"customer": "c-17"}}
+	for _, f := range also {
+		f(req)
+	}
+	reg, err := e.api.Register(ctx, req)
+	if err != nil {
 		e.t.Fatalf("Register(%s/%s): %v", tenant, key, err)
 	}
+	key = reg.GetIntent().GetKey()
 	s, err := e.api.OpenSession(ctx, &intentv1.OpenSessionRequest{Tenant: tenant, Worker: "worker-a"})
 	if err != nil {
 		e.t.Fatalf("OpenSession: %v", err)
@@ -266,6 +274,16 @@ func (p page) field(t *testing.T, name string) string {
 	return m[1]
 }
 
+// intentURL is the intent page of key as a browser asks for it, and
+// decideURL where its form posts: the key in the query.
+func intentURL(tenant, key string) string {
+	return "/console/t/" + tenant + "/intent?key=" + url.QueryEscape(key)
+}
+
+func decideURL(tenant, key string) string {
+	return "/console/t/" + tenant + "/decide?key=" + url.QueryEscape(key)
+}
+
 // signIn signs b in as m and returns the page it lands on.
 func (b *browser) signIn(m member) page {
 	b.t.Helper()
@@ -284,7 +302,7 @@ func (b *browser) signIn(m member) page {
 // renders them, with the decision's own fields added.
 func (b *browser) decideForm(tenant, key string, fields url.Values) (url.Values, page) {
 	b.t.Helper()
-	p := b.get("/console/t/" + tenant + "/intents/" + key)
+	p := b.get(intentURL(tenant, key))
 	if p.code != http.StatusOK {
 		b.t.Fatalf("intent page of %s: %d\n%s", key, p.code, p.body)
 	}

@@ -61,7 +61,7 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request, v *viewer, tenant
 		defer close(events)
 		for ctx.Err() == nil {
 			var err error
-			if key := r.URL.Query().Get("key"); key != "" {
+			if key := keyOf(r); key != "" {
 				from, _ := strconv.ParseInt(r.URL.Query().Get("from"), 10, 64)
 				err = c.followIntent(ctx, tenant, key, max(from, 0), events)
 			} else {

@@ -3,8 +3,11 @@ package console
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -25,6 +28,9 @@ type signinData struct {
 	Next  string
 	Error string
 }
+
+// WhoMayUse says on the sign-in page which roles may use the console.
+func (signinData) WhoMayUse() string { return whoMayUse }
 
 func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.Directory == nil {
@@ -49,13 +55,21 @@ func (c *Console) signinForm(w http.ResponseWriter, r *http.Request) {
 // signingIn stands for the visitor of the sign-in page: no name, no roles.
 var signingIn = &access.Principal{}
 
-// safeNext keeps a redirect target inside the console: a path under Path,
-// never another host ("//evil", "/\evil").
+// safeNext keeps a redirect target inside the console: a path under Path
+// on this origin, as the console's own URLs are (never another host:
+// "//evil", "/\\evil", "https://evil"; never a path that leaves the
+// console once cleaned, "/console/../x"). Its query is kept byte for byte,
+// so an intent's key (see intentURL) comes back as it went.
 func safeNext(next, fallback string) string {
-	if strings.HasPrefix(next, Path) && !strings.ContainsAny(next, "\\") && !strings.HasPrefix(next, "//") {
-		return next
+	if !strings.HasPrefix(next, Path) || strings.ContainsAny(next, "\\") || strings.ContainsFunc(next, unicode.IsControl) {
+		return fallback
 	}
-	return fallback
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(path.Clean(u.Path)+"/", Path) {
+		return fallback
+	}
+	return next
 }
 
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
@@ -83,6 +97,14 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		c.cfg.Log.Warn("console: sign-in refused: bearer token not recognized", "peer", r.RemoteAddr)
 		c.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Viewer: &viewer{p: signingIn, s: ss, on: true},
 			Data: signinData{Next: next, Error: "That token is not recognized. Check it, or ask whoever keeps intentd's tokens file."}})
+		return
+	}
+	if !mayUse(p) {
+		// Refused here, before any session: signed in, every page would
+		// be a PERMISSION_DENIED.
+		c.cfg.Log.Warn("console: sign-in refused: the principal's roles do not allow the console", "principal", p.Name, "peer", r.RemoteAddr)
+		c.render(w, r, http.StatusForbidden, "signin", page{Title: "Sign in", Viewer: &viewer{p: signingIn, s: ss, on: true},
+			Data: signinData{Next: next, Error: "That token may not use the console. " + whoMayUse}})
 		return
 	}
 	// A new id on signing in: a session id planted before cannot be
@@ -221,6 +243,23 @@ type intentData struct {
 	Decide    *decideForm
 	Outcome   *decideOutcome
 	MayDecide bool
+	// Live is the URL of the intent's event stream, built here (liveURL)
+	// so that the script never puts a key into a URL itself.
+	Live string
+}
+
+// title is the intent page's title: what the intent is, in the approver's
+// words when there are some, else its key (shortened when derived). The
+// browser shows a title as plain text, outside the page: it is isolated
+// with FSI and PDI.
+func title(v intentView) string {
+	switch {
+	case v.Summary != "":
+		return isolated(v.Summary)
+	case v.Action != "":
+		return isolated(v.Action)
+	}
+	return isolated(v.Key.Short)
 }
 
 func (c *Console) getIntent(r *http.Request, v *viewer, tenant, key string) (*intentv1.Intent, error) {
@@ -231,7 +270,11 @@ func (c *Console) getIntent(r *http.Request, v *viewer, tenant, key string) (*in
 }
 
 func (c *Console) intentPage(w http.ResponseWriter, r *http.Request, v *viewer, tenant string) {
-	key := r.PathValue("key")
+	key := keyOf(r)
+	if key == "" {
+		c.notFound(w, r, v)
+		return
+	}
 	in, err := c.getIntent(r, v, tenant, key)
 	if err != nil {
 		if !c.refused(w, r, v, err) {
@@ -244,21 +287,21 @@ func (c *Console) intentPage(w http.ResponseWriter, r *http.Request, v *viewer, 
 
 func (c *Console) showIntent(w http.ResponseWriter, r *http.Request, v *viewer, tenant string, in *intentv1.Intent, code int, form *decideForm, out *decideOutcome) {
 	view := newIntentView(in, c.cfg.Now())
-	d := intentData{In: view, MayDecide: v.mayDecide(), Outcome: out}
+	d := intentData{In: view, MayDecide: v.mayDecide(), Outcome: out, Live: liveURL(tenant, in.GetKey(), in.GetRevision())}
 	if view.Decidable {
 		if form == nil {
 			form = &decideForm{Decision: "", RefName: "provider_reference", FailureCode: "reviewer_declared"}
 		}
 		form.RequestID = randomID()[:22]
 		form.ExpectedToken = in.GetLease().GetToken()
-		form.Action = decidePath(tenant, in.GetKey())
+		form.Action = decideURL(tenant, in.GetKey())
 		form.AskActor = !v.on
 		if form.Actor == "" {
 			form.Actor = v.s.actor
 		}
 		d.Decide = form
 	}
-	c.render(w, r, code, "intent", page{Title: in.GetKey(), Viewer: v, Tenant: tenant, Nav: "queue", Data: d})
+	c.render(w, r, code, "intent", page{Title: title(view), Viewer: v, Tenant: tenant, Nav: "queue", Data: d})
 }
 
 // decideForm is the decide form's fields, as sent or to be shown again.
@@ -293,7 +336,7 @@ var decisionsByWord = map[string]intentv1.Decision{
 }
 
 func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *viewer, tenant string) {
-	key := r.PathValue("key")
+	key := keyOf(r)
 	if !checkCSRF(v.s, r) {
 		c.problem(w, r, v, http.StatusForbidden, "Refused: the form's security token is missing or old",
 			"Nothing was decided. Open the intent again and decide from its page.")
@@ -337,6 +380,11 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *viewer, tena
 	if requestID == "" {
 		f.Errors["decision"] = "The form is incomplete; open the intent again."
 	}
+	if key == "" {
+		// Not a form of ours: there is no intent to show it again on.
+		c.notFound(w, r, v)
+		return
+	}
 	if len(f.Errors) > 0 {
 		c.redecide(w, r, v, tenant, key, http.StatusUnprocessableEntity, f, nil)
 		return
@@ -345,12 +393,12 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, v *viewer, tena
 	defer cancel()
 	resp, err := c.cfg.Service.Resolve(ctx, req)
 	if err == nil {
-		msg := "Decided: " + stateWord(resp.GetIntent().GetState()) + ", recorded as " + req.Actor + " via the console."
+		msg := "Decided: " + stateWord(resp.GetIntent().GetState()) + ", recorded as " + isolated(req.Actor) + " via the console."
 		if resp.GetActionTaken() == vocab.Action(intentv1.ActionTaken_ACTION_TAKEN_NONE) {
 			msg = "This decision was already recorded (the form was sent twice); nothing changed."
 		}
 		c.sessions.setFlash(v.s, msg)
-		http.Redirect(w, r, intentPath(tenant, key), http.StatusSeeOther)
+		http.Redirect(w, r, intentURL(tenant, key), http.StatusSeeOther)
 		return
 	}
 	c.cfg.Log.Info("console: decision refused", "tenant", tenant, "key", key, "principal", v.p.Name, "err", err)

@@ -7,9 +7,9 @@ import (
 	"maps"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -64,23 +64,150 @@ func funcs(now func() time.Time) template.FuncMap {
 		"clock":      clock,
 		"iso":        func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 		"age":        func(t time.Time) string { return age(t, now()) },
-		"intentPath": intentPath,
+		"bidi":       bidi,
+		"key":        keyHTML,
 		"errorFor":   func(f *decideForm, k string) string { return f.Errors[k] },
 		"checked":    func(a, b string) bool { return a == b },
 		"q":          url.QueryEscape,
 	}
 }
 
+// bidi and the template funcs built on it isolate every string a caller
+// or a person supplied (keys, summaries, actions, identity and params
+// values, labels, reasons, names, references) in a <bdi> of its own, so
+// that a right-to-left override (U+202E) or right-to-left text in one
+// cannot reorder what the page shows after it.
+func bidi(s string) template.HTML {
+	return template.HTML("<bdi>" + template.HTMLEscapeString(balanced(s)) + "</bdi>")
+}
+
+// balanced is s without the U+2069 (pop directional isolate) characters
+// that close no isolate s opened itself. Chromium lets such a character
+// close the <bdi> around it, after which an override in s applies to the
+// rest of the line; a string that means no harm never holds one.
+func balanced(s string) string {
+	if !strings.ContainsRune(s, '\u2069') {
+		return s
+	}
+	var b strings.Builder
+	open := 0
+	for _, r := range s {
+		switch r {
+		case '\u2066', '\u2067', '\u2068': // LRI, RLI, FSI
+			open++
+		case '\u2069':
+			if open == 0 {
+				continue
+			}
+			open--
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// phrase is a sentence of ours with supplied strings in it: format is
+// escaped as text, each value isolated (see bidi) where its %s stands.
+func phrase(format string, values ...string) template.HTML {
+	args := make([]any, len(values))
+	for i, v := range values {
+		args[i] = bidi(v)
+	}
+	return template.HTML(fmt.Sprintf(template.HTMLEscapeString(format), args...))
+}
+
+// isolated is s as plain text that cannot reorder what follows it, where
+// no element can be put around it (a flash message, a title): between FSI
+// and PDI. ASCII text has no right-to-left letter and no directional
+// control, so it is left as it is.
+func isolated(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return "\u2068" + balanced(s) + "\u2069"
+		}
+	}
+	return s
+}
+
+// keyView is a key as the pages show it. A key DeriveKey made is 64 hex
+// digits that say nothing to a person and would widen a column: it is
+// shown shortened, the whole of it in Full (a title, and the intent
+// page's details). Any other key is shown whole.
+type keyView struct{ Full, Short string }
+
+func newKeyView(key string) keyView {
+	k := keyView{Full: key, Short: key}
+	if derivedKey(key) {
+		k.Short = key[:12] + "…" + key[len(key)-6:]
+	}
+	return k
+}
+
+// derivedKey reports whether key has the shape of a derived key: 64
+// lowercase hex digits.
+func derivedKey(key string) bool {
+	if len(key) != 64 {
+		return false
+	}
+	for _, c := range key {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// keyHTML shows a key, isolated, shortened when it is derived (the whole
+// key in its title).
+func keyHTML(k keyView) template.HTML {
+	if k.Short == k.Full {
+		return template.HTML(`<bdi class="key">` + template.HTMLEscapeString(k.Full) + `</bdi>`)
+	}
+	return template.HTML(`<bdi class="key" title="` + template.HTMLEscapeString(k.Full) + `">` + template.HTMLEscapeString(k.Short) + `</bdi>`)
+}
+
+// described is what the registration says the intent is, in the
+// approver's words: the summary, the action and the identity fields the
+// key was derived from. The pages lead with it; nothing of it is guessed
+// from the key or the params.
+type described struct {
+	Summary, Action string
+	Identity        []term
+}
+
+func newDescribed(in *intentv1.Intent) described {
+	d := described{Summary: in.GetSummary(), Action: in.GetAction()}
+	f := in.GetIdentity().GetFields()
+	for _, k := range slices.Sorted(maps.Keys(f)) {
+		d.Identity = append(d.Identity, term{k, valueText(f[k])})
+	}
+	return d
+}
+
+// Any reports whether the registration described the intent at all.
+func (d described) Any() bool { return d.Summary != "" || d.Action != "" || len(d.Identity) > 0 }
+
 // queueRow is one line of the review queue.
 type queueRow struct {
-	Key, Link, State string
-	Since            time.Time
-	Age              string
-	Action, Amount   string
-	Labels           []string
-	Why              string
-	Attempts         string
+	described
+	Key      keyView
+	Link     string
+	State    string
+	Since    time.Time
+	Age      string
+	Terms    []term // the approved params as they are, the first few
+	More     int    // how many params are not in Terms
+	Labels   []term
+	Why      template.HTML
+	Attempts string
 }
+
+// queueTerms and queueValue bound what a queue row shows of the params:
+// the intent page shows them all, whole.
+const (
+	queueTerms = 6
+	queueValue = 80
+)
 
 func newQueueRow(in *intentv1.Intent, now time.Time) queueRow {
 	since := ts(in.GetUpdatedAt())
@@ -88,57 +215,38 @@ func newQueueRow(in *intentv1.Intent, now time.Time) queueRow {
 		since = ts(e.GetTime())
 	}
 	r := queueRow{
-		Key: in.GetKey(), Link: intentPath(in.GetTenant(), in.GetKey()), State: stateWord(in.GetState()),
-		Since: since, Age: age(since, now), Action: action(in), Amount: amount(in.GetParams()), Why: why(in),
+		described: newDescribed(in), Key: newKeyView(in.GetKey()), Link: intentURL(in.GetTenant(), in.GetKey()),
+		State: stateWord(in.GetState()), Since: since, Age: age(since, now), Why: why(in),
 	}
-	for _, k := range slices.Sorted(maps.Keys(in.GetLabels())) {
-		r.Labels = append(r.Labels, k+"="+in.GetLabels()[k])
+	f := in.GetParams().GetFields()
+	for i, k := range slices.Sorted(maps.Keys(f)) {
+		if i == queueTerms {
+			r.More = len(f) - queueTerms
+			break
+		}
+		r.Terms = append(r.Terms, term{k, cut(valueText(f[k]), queueValue)})
 	}
+	r.Labels = labels(in.GetLabels())
 	if in.GetMaxAttempts() > 0 {
 		r.Attempts = fmt.Sprintf("%d of %d", in.GetAttempts(), in.GetMaxAttempts())
 	}
 	return r
 }
 
-// action names what the intent does: its params' or labels' "action" (or
-// "operation"), else the key's first word ("refund" of "refund-17").
-func action(in *intentv1.Intent) string {
-	f := in.GetParams().GetFields()
-	for _, k := range []string{"action", "operation", "type"} {
-		if s := f[k].GetStringValue(); s != "" {
-			return s
-		}
-		if s := in.GetLabels()[k]; s != "" {
-			return s
-		}
+// cut shortens s to n characters, marking the cut.
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
 	}
-	key := in.GetKey()
-	if i := strings.IndexAny(key, "-:_/."); i > 0 {
-		return key[:i]
-	}
-	return key
+	return string([]rune(s)[:n-1]) + "…"
 }
 
-// amount finds the money in params: amount or max_amount (with currency),
-// or amount_cents in hundredths.
-func amount(p *structpb.Struct) string {
-	f := p.GetFields()
-	cur := f["currency"].GetStringValue()
-	withCur := func(s string) string { return strings.TrimSpace(s + " " + cur) }
-	for _, k := range []string{"amount", "max_amount", "total", "price"} {
-		switch v := f[k].GetKind().(type) {
-		case *structpb.Value_StringValue:
-			return withCur(v.StringValue)
-		case *structpb.Value_NumberValue:
-			return withCur(strconv.FormatFloat(v.NumberValue, 'f', -1, 64))
-		}
+func labels(m map[string]string) []term {
+	var out []term
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, term{k, m[k]})
 	}
-	for _, k := range []string{"amount_cents", "amount_minor"} {
-		if v, ok := f[k].GetKind().(*structpb.Value_NumberValue); ok {
-			return withCur(fmt.Sprintf("%.2f", v.NumberValue/100))
-		}
-	}
-	return "—"
+	return out
 }
 
 // lastWhy is the history entry that put the intent where it is: the last
@@ -158,11 +266,11 @@ func lastWhy(h []*intentv1.HistoryEntry) *intentv1.HistoryEntry {
 }
 
 // why says in a line why the intent waits for a person.
-func why(in *intentv1.Intent) string {
+func why(in *intentv1.Intent) template.HTML {
 	e := lastWhy(in.GetHistory())
 	if e == nil {
 		if in.GetState() == intentv1.State_STATE_UNKNOWN {
-			return "Lease lapsed: the worker's session ended without a report."
+			return phrase("Lease lapsed: the worker's session ended without a report.")
 		}
 		return "—"
 	}
@@ -172,39 +280,49 @@ func why(in *intentv1.Intent) string {
 	}
 	switch e.GetKind() {
 	case intentv1.HistoryEntry_KIND_MARKED_UNKNOWN:
-		return "Timeout: " + who + " could not tell whether its call took effect" + colon(e.GetReason())
+		return phrase("Timeout: %s could not tell whether its call took effect", who) + colon(e.GetReason())
 	case intentv1.HistoryEntry_KIND_LEASE_LAPSED:
-		return "Lapsed lease: " + who + "'s session ended before it reported."
+		return phrase("Lapsed lease: %s's session ended before it reported.", who)
 	default:
 		if e.GetPrincipal() == "intentd" {
-			return "Too many attempts ended without a report" + colon(e.GetReason())
+			return phrase("Too many attempts ended without a report") + colon(e.GetReason())
 		}
-		return "Escalated by " + who + colon(e.GetReason())
+		return phrase("Escalated by %s", who) + colon(e.GetReason())
 	}
 }
 
-func colon(s string) string {
+// colon ends a sentence with its reason, if it has one.
+func colon(s string) template.HTML {
 	if s == "" {
 		return "."
 	}
-	return ": " + s
+	return phrase(": %s", s)
 }
 
 // intentView is the intent page's summary of one intent.
 type intentView struct {
-	Tenant, Key, State, Fingerprint, ParamsVersion string
-	Parent, ParentLink                             string
-	Terms                                          []term
-	Labels                                         []string
-	Created, Updated, Completed, RetainUntil       time.Time
-	Attempts                                       string
-	Lease                                          *leaseView
-	Result                                         *resultView
-	Failure                                        *intentv1.Failure
-	Children                                       []childView
-	Timeline                                       []timelineEntry
-	Why                                            string
-	Revision                                       int64
+	described
+	Tenant, State                            string
+	Key                                      keyView
+	Fingerprint, ParamsVersion               string
+	Parent                                   keyView
+	ParentLink                               string
+	Terms                                    []term
+	Labels                                   []term
+	Created, Updated, Completed, RetainUntil time.Time
+	Attempts                                 string
+	Lease                                    *leaseView
+	Result                                   *resultView
+	Failure                                  *intentv1.Failure
+	Reports                                  []timelineEntry // the workers' reports, newest first
+	Provider                                 []providerSaid
+	Children                                 []childView
+	Timeline                                 []timelineEntry
+	Why                                      template.HTML
+	Revision                                 int64
+	// DecidedBy is the reviewer's decision that stands, when the last
+	// word on the intent was a reviewer's.
+	DecidedBy *timelineEntry
 	// Decidable: the state a reviewer may decide (UNKNOWN, NEEDS_REVIEW).
 	Decidable bool
 	// HeldLive: a worker holds a live lease; a decision must wait.
@@ -213,74 +331,117 @@ type intentView struct {
 
 type term struct{ Name, Value string }
 
+// leaseView is the current lease, for the mechanics. After a reviewer's
+// decision (mode REVIEW) there is no holder: Worker is who decided.
 type leaseView struct {
 	Token             uint64
 	Mode, Worker      string
 	Session           string
 	Acquired, Expires time.Time
 	Live              bool
+	Review            bool
 }
 
 type resultView struct {
-	Refs         []term
 	PayloadBytes int
 	Payload      string // shown when it is short UTF-8 text
 }
 
-type childView struct{ Key, Link, State string }
+// providerSaid is a set of the provider's references as the intent came
+// by them: its result, or a report that was kept as evidence.
+type providerSaid struct {
+	Refs   []term
+	Source template.HTML
+}
+
+type childView struct {
+	Key         keyView
+	Link, State string
+}
 
 // timelineEntry is one history entry as the timeline shows it.
 type timelineEntry struct {
 	Time          time.Time
 	Kind          string
 	Headline      string
-	Who           string
+	Who           template.HTML
 	Token         uint64
 	Stale         bool
 	Reason        string
 	Refs          []term
-	Failure       string
+	Failure       template.HTML
 	ResolvedState string
 	Channel       string
-	Issued        bool
+}
+
+// reportKinds are the history entries that say what a worker reported
+// (or that it reported nothing before its lease lapsed).
+var reportKinds = map[intentv1.HistoryEntry_Kind]bool{
+	intentv1.HistoryEntry_KIND_COMPLETED:      true,
+	intentv1.HistoryEntry_KIND_MARKED_UNKNOWN: true,
+	intentv1.HistoryEntry_KIND_RELEASED:       true,
+	intentv1.HistoryEntry_KIND_FAILED:         true,
+	intentv1.HistoryEntry_KIND_LEASE_LAPSED:   true,
+	intentv1.HistoryEntry_KIND_ESCALATED:      true,
 }
 
 func newIntentView(in *intentv1.Intent, now time.Time) intentView {
 	v := intentView{
-		Tenant: in.GetTenant(), Key: in.GetKey(), State: stateWord(in.GetState()), Fingerprint: in.GetFingerprint(),
-		ParamsVersion: in.GetParamsVersion(), Parent: in.GetParentKey(),
+		described: newDescribed(in), Tenant: in.GetTenant(), Key: newKeyView(in.GetKey()), State: stateWord(in.GetState()),
+		Fingerprint: in.GetFingerprint(), ParamsVersion: in.GetParamsVersion(),
 		Created: ts(in.GetCreatedAt()), Updated: ts(in.GetUpdatedAt()), Completed: ts(in.GetCompletedAt()), RetainUntil: ts(in.GetRetainUntil()),
 		Failure: in.GetFailure(), Revision: in.GetRevision(), Why: why(in),
 	}
-	if v.Parent != "" {
-		v.ParentLink = intentPath(v.Tenant, v.Parent)
+	if p := in.GetParentKey(); p != "" {
+		v.Parent, v.ParentLink = newKeyView(p), intentURL(v.Tenant, p)
 	}
 	f := in.GetParams().GetFields()
 	for _, k := range slices.Sorted(maps.Keys(f)) {
 		v.Terms = append(v.Terms, term{k, valueText(f[k])})
 	}
-	for _, k := range slices.Sorted(maps.Keys(in.GetLabels())) {
-		v.Labels = append(v.Labels, k+"="+in.GetLabels()[k])
-	}
+	v.Labels = labels(in.GetLabels())
 	if in.GetMaxAttempts() > 0 {
 		v.Attempts = fmt.Sprintf("%d of %d", in.GetAttempts(), in.GetMaxAttempts())
 	}
 	if l := in.GetLease(); l != nil {
 		v.Lease = &leaseView{Token: l.GetToken(), Mode: strings.TrimPrefix(l.GetMode().String(), "LEASE_MODE_"), Worker: l.GetWorker(),
-			Session: l.GetSessionId(), Acquired: ts(l.GetAcquiredAt()), Expires: ts(l.GetExpiresAt()), Live: l.GetLive()}
+			Session: l.GetSessionId(), Acquired: ts(l.GetAcquiredAt()), Expires: ts(l.GetExpiresAt()), Live: l.GetLive(),
+			Review: l.GetMode() == intentv1.LeaseMode_LEASE_MODE_REVIEW}
 	}
 	if r := in.GetResult(); r != nil {
-		rv := &resultView{Refs: refs(r.GetExternalRefs()), PayloadBytes: len(r.GetPayload())}
+		rv := &resultView{PayloadBytes: len(r.GetPayload())}
 		if p := r.GetPayload(); len(p) > 0 && len(p) <= 2048 && json.Valid(p) {
 			rv.Payload = string(p)
 		}
 		v.Result = rv
+		if refs := refs(r.GetExternalRefs()); len(refs) > 0 {
+			v.Provider = append(v.Provider, providerSaid{Refs: refs, Source: phrase("The intent's result, as recorded.")})
+		}
 	}
 	for _, c := range in.GetChildren() {
-		v.Children = append(v.Children, childView{Key: c.GetKey(), Link: intentPath(v.Tenant, c.GetKey()), State: stateWord(c.GetState())})
+		v.Children = append(v.Children, childView{Key: newKeyView(c.GetKey()), Link: intentURL(v.Tenant, c.GetKey()), State: stateWord(c.GetState())})
 	}
 	for _, e := range in.GetHistory() {
-		v.Timeline = append(v.Timeline, newTimelineEntry(e))
+		t := newTimelineEntry(e)
+		v.Timeline = append(v.Timeline, t)
+		if reportKinds[e.GetKind()] && e.GetPrincipal() != "intentd" {
+			v.Reports = append([]timelineEntry{t}, v.Reports...)
+		}
+		// References a worker reported that the intent's result does not
+		// hold (under a superseded lease, or before a reviewer decided
+		// otherwise) are still what a provider said: evidence.
+		if e.GetKind() == intentv1.HistoryEntry_KIND_COMPLETED && len(t.Refs) > 0 && (t.Stale || in.GetState() != intentv1.State_STATE_COMPLETED) {
+			src := phrase("Reported")
+			if t.Who != "" {
+				src += phrase(" by ") + t.Who
+			}
+			if t.Stale {
+				src += phrase(" under a superseded lease: kept as evidence, it changed nothing.")
+			} else {
+				src += phrase("; the intent is not completed.")
+			}
+			v.Provider = append(v.Provider, providerSaid{Refs: t.Refs, Source: src})
+		}
 	}
 	switch in.GetState() {
 	case intentv1.State_STATE_UNKNOWN, intentv1.State_STATE_NEEDS_REVIEW:
@@ -288,6 +449,9 @@ func newIntentView(in *intentv1.Intent, now time.Time) intentView {
 	case intentv1.State_STATE_IN_PROGRESS:
 		v.HeldLive = in.GetLease().GetLive()
 		v.Decidable = !v.HeldLive
+	}
+	if v.Lease != nil && v.Lease.Review {
+		v.DecidedBy = lastDecision(v)
 	}
 	return v
 }
@@ -340,17 +504,17 @@ func newTimelineEntry(e *intentv1.HistoryEntry) timelineEntry {
 	if t.Stale {
 		t.Headline += " — stale, changed nothing"
 	}
-	var who []string
-	if w := e.GetWorker(); w != "" {
-		who = append(who, "worker "+w)
-	}
+	switch w, p := e.GetWorker(), e.GetPrincipal(); {
 	// "anonymous" is every caller without authentication: it says nothing.
-	if p := e.GetPrincipal(); p != "" && p != e.GetWorker() && p != "anonymous" {
-		who = append(who, p)
+	case w != "" && p != "" && p != w && p != "anonymous":
+		t.Who = phrase("worker %s, %s", w, p)
+	case w != "":
+		t.Who = phrase("worker %s", w)
+	case p != "" && p != "anonymous":
+		t.Who = bidi(p)
 	}
-	t.Who = strings.Join(who, ", ")
 	if f := e.GetFailure(); f != nil {
-		t.Failure = f.GetCode() + colon(f.GetMessage())
+		t.Failure = bidi(f.GetCode()) + colon(f.GetMessage())
 	}
 	if e.GetKind() == intentv1.HistoryEntry_KIND_ACQUIRED {
 		t.Headline += " (" + strings.ToLower(strings.TrimPrefix(e.GetMode().String(), "LEASE_MODE_")) + ")"
@@ -383,15 +547,16 @@ func lastDecision(v intentView) *timelineEntry {
 type refusalView struct {
 	Time            time.Time
 	Age             string
-	Key, Link       string
+	Key             keyView
+	Link            string
 	Method, Reason  string
 	Principal, What string
 }
 
 func newRefusalView(r Refusal, tenant string, now time.Time) refusalView {
-	v := refusalView{Time: r.Time, Age: age(r.Time, now), Key: r.Key, Method: r.Method, Reason: r.Reason, Principal: r.Principal}
+	v := refusalView{Time: r.Time, Age: age(r.Time, now), Key: newKeyView(r.Key), Method: r.Method, Reason: r.Reason, Principal: r.Principal}
 	if r.Key != "" {
-		v.Link = intentPath(tenant, r.Key)
+		v.Link = intentURL(tenant, r.Key)
 	}
 	switch r.Reason {
 	case "STALE_TOKEN":
@@ -426,8 +591,18 @@ type bar struct {
 type tick struct {
 	X     int
 	Label string
+	// End anchors the label's end at X (the chart's right edge).
+	End bool
 }
 
+// tickEvery is how many bins apart the time labels are: an hour.
+const tickEvery = 6
+
+// newChart lays out bins (oldest first, the current one last). The time
+// labels are counted back from the current bin, so that the last one is
+// always "now" at the right edge, then one an hour before the current
+// bin began, and so on: counted from the oldest bin, as they were, the
+// last label named a time up to an hour before the bar that is now.
 func newChart(bins []UnknownBin) chart {
 	const w, h, top, bottom = 720, 160, 10, 24
 	c := chart{Width: w, Height: h}
@@ -439,18 +614,26 @@ func newChart(bins []UnknownBin) chart {
 	scale := max(c.Max, 1)
 	slot := w / max(len(bins), 1)
 	plot := h - top - bottom
+	last := len(bins) - 1
 	for i, b := range bins {
 		h1 := b.Marked * plot / scale
 		h2 := b.Reconcil * plot / scale
 		x := i*slot + 1
 		base := top + plot
+		when := b.Start.UTC().Format("15:04")
+		if i == last {
+			when += " (now)"
+		}
 		c.Bars = append(c.Bars, bar{
 			X: x, W: slot - 2, Y1: base - h1, H1: h1, Y2: base - h1 - h2, H2: h2,
-			Label: fmt.Sprintf("%s: %d marked unknown, %d reconcile leases", b.Start.UTC().Format("15:04"), b.Marked, b.Reconcil),
+			Label: fmt.Sprintf("%s: %d marked unknown, %d reconcile leases", when, b.Marked, b.Reconcil),
 		})
-		if i%6 == 0 {
+		if i < last && (last-i)%tickEvery == 0 {
 			c.Ticks = append(c.Ticks, tick{X: x, Label: b.Start.UTC().Format("15:04")})
 		}
+	}
+	if last >= 0 {
+		c.Ticks = append(c.Ticks, tick{X: w - 2, Label: "now", End: true})
 	}
 	return c
 }
