@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,14 +121,29 @@ func (w *world) ctx(m member) context.Context {
 }
 
 // unknown leaves key UNKNOWN in tenant, as a worker whose payment call
-// timed out does; it returns the worker's session.
-func (w *world) unknown(tenant, key string) string {
+// timed out does; it returns the worker's session. Each of also changes
+// the registration first (a summary, labels; an empty key with an
+// identity is derived: unknownKey returns it).
+func (w *world) unknown(tenant, key string, also ...func(*intentv1.RegisterRequest)) string {
+	w.t.Helper()
+	_, session := w.unknownKey(tenant, key, also...)
+	return session
+}
+
+// unknownKey is unknown returning the registered key too.
+func (w *world) unknownKey(tenant, key string, also ...func(*intentv1.RegisterRequest)) (string, string) {
 	w.t.Helper()
 	ctx := w.ctx(worker)
 	p, _ := structpb.NewStruct(map[string]any{"order": "SO-1042", "amount_cents": 8900, "currency": "EUR"})
-	if _, err := w.api.Register(ctx, &intentv1.RegisterRequest{Tenant: tenant, Key: key, Params: p, Labels: map[string]string{"customer": "c-17"}}); err != nil {
+	req := &intentv1.RegisterRequest{Tenant: tenant, Key: key, Params: p, Labels: map[string]string{"customer": "c-17"}}
+	for _, f := range also {
+		f(req)
+	}
+	reg, err := w.api.Register(ctx, req)
+	if err != nil {
 		w.t.Fatalf("Register(%s): %v", key, err)
 	}
+	key = reg.GetIntent().GetKey()
 	s, err := w.api.OpenSession(ctx, &intentv1.OpenSessionRequest{Tenant: tenant, Worker: "worker-a"})
 	if err != nil {
 		w.t.Fatalf("OpenSession: %v", err)
@@ -139,7 +155,13 @@ func (w *world) unknown(tenant, key string) string {
 	if _, err := w.api.MarkUnknown(ctx, &intentv1.MarkUnknownRequest{Tenant: tenant, Key: key, Token: a.GetLease().GetToken(), Reason: "payment provider timed out"}); err != nil {
 		w.t.Fatalf("MarkUnknown(%s): %v", key, err)
 	}
-	return s.GetSessionId()
+	return key, s.GetSessionId()
+}
+
+// intentPath is the console's page of key, as the console links it: the
+// key in the query.
+func intentPath(tenant, key string) string {
+	return "/console/t/" + tenant + "/intent?key=" + url.QueryEscape(key)
 }
 
 func (w *world) state(tenant, key string) intentv1.State {
@@ -185,9 +207,12 @@ type person struct {
 	ctx  context.Context
 }
 
-func (b *browser) person(name string) *person {
+func (b *browser) person(name string) *person { return b.personFor(name, 60*time.Second) }
+
+// personFor is person for a test that takes longer than a minute.
+func (b *browser) personFor(name string, d time.Duration) *person {
 	ctx, cancel := chromedp.NewContext(b.ctx, chromedp.WithNewBrowserContext())
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	ctx, cancelTimeout := context.WithTimeout(ctx, d)
 	b.t.Cleanup(func() { cancelTimeout(); cancel() })
 	return &person{t: b.t, w: b.w, name: name, ctx: ctx}
 }
@@ -289,15 +314,15 @@ func TestReviewerDecidesInTheBrowser(t *testing.T) {
 	session := w.unknown("acme", "refund-1")
 	p := w.browser().person("alice")
 	p.signIn(alice)
-	p.do("see the queue", chromedp.WaitVisible(chromedp.CSS(`table.queue a.key`)))
-	if got := p.text(`table.queue tbody tr`); !strings.Contains(got, "refund-1") || !strings.Contains(got, "payment provider timed out") || !strings.Contains(got, "89.00 EUR") {
-		t.Errorf("queue row %q, want refund-1 with its amount and why", got)
+	p.do("see the queue", chromedp.WaitVisible(chromedp.CSS(`table.queue a.intent-link`)))
+	if got := p.text(`table.queue tbody tr`); !strings.Contains(got, "refund-1") || !strings.Contains(got, "payment provider timed out") || !strings.Contains(got, "amount_cents 8900") {
+		t.Errorf("queue row %q, want refund-1 with its approved terms and why", got)
 	}
 	p.poll("live count 1", `document.getElementById("live-count").textContent === "1"`)
 	p.accessible("queue")
 	p.shot("1-queue")
 
-	p.do("open the intent", chromedp.Click(chromedp.CSS(`table.queue a.key`)), chromedp.WaitVisible(chromedp.CSS("ol.timeline")))
+	p.do("open the intent", chromedp.Click(chromedp.CSS(`table.queue a.intent-link`)), chromedp.WaitVisible(chromedp.CSS("ol.timeline")))
 	timeline := p.text("ol.timeline")
 	for _, want := range []string{"Registered", "Lease issued (execute)", "Marked unknown", "payment provider timed out"} {
 		if !strings.Contains(timeline, want) {
@@ -349,7 +374,7 @@ func TestReaderCannotDecideInTheBrowser(t *testing.T) {
 	w.unknown("acme", "refund-1")
 	p := w.browser().person("rita")
 	p.signIn(rita)
-	p.open("/console/t/acme/intents/refund-1", "#reader-note")
+	p.open(intentPath("acme", "refund-1"), "#reader-note")
 	if got := p.text("#reader-note"); !strings.Contains(got, "Deciding needs the reviewer or admin role") {
 		t.Errorf("reader note %q", got)
 	}
@@ -368,10 +393,10 @@ func TestCrossTenantURLIsNotFoundInTheBrowser(t *testing.T) {
 	w.unknown("globex", "refund-g")
 	p := w.browser().person("alice")
 	p.signIn(alice)
-	p.open("/console/t/globex/intents/refund-g", "h1")
+	p.open(intentPath("globex", "refund-g"), "h1")
 	other := p.text("main")
 	p.shot("cross-tenant")
-	p.open("/console/t/acme/intents/no-such-intent", "h1")
+	p.open(intentPath("acme", "no-such-intent"), "h1")
 	if missing := p.text("main"); other != missing || !strings.Contains(other, "Not found") {
 		t.Errorf("cross-tenant page %q, want the same as a missing intent's %q", other, missing)
 	}
@@ -384,7 +409,7 @@ func TestFormWithoutCSRFTokenIsRefusedInTheBrowser(t *testing.T) {
 	w.unknown("acme", "refund-1")
 	p := w.browser().person("alice")
 	p.signIn(alice)
-	p.open("/console/t/acme/intents/refund-1", "section.decide form")
+	p.open(intentPath("acme", "refund-1"), "section.decide form")
 	p.do("tamper and submit",
 		chromedp.Click(chromedp.CSS("#d-pending")),
 		chromedp.SendKeys(chromedp.CSS("#reason"), "no refund at the provider"),
@@ -412,7 +437,7 @@ func TestTwoReviewersAtOnceInTheBrowser(t *testing.T) {
 	pa.signIn(alice)
 	pb.signIn(bob)
 	for _, p := range []*person{pa, pb} {
-		p.open("/console/t/acme/intents/refund-1", "section.decide form")
+		p.open(intentPath("acme", "refund-1"), "section.decide form")
 	}
 	pb.do("bob fills the form", chromedp.Click(chromedp.CSS("#d-cancelled")), chromedp.SendKeys(chromedp.CSS("#reason"), "customer withdrew"))
 	pa.do("alice decides", chromedp.Click(chromedp.CSS("#d-pending")), chromedp.SendKeys(chromedp.CSS("#reason"), "no refund at the provider"),
