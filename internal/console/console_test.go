@@ -153,6 +153,11 @@ func TestQueueShowsWhatWaits(t *testing.T) {
 	if len(described.key) != 64 {
 		t.Fatalf("derived key %q, want 64 hex digits", described.key)
 	}
+	// No summary: the action and identity are what the link says.
+	unsummed := e.unknown("acme", "", map[string]any{"amount": "5.00"}, func(r *intentv1.RegisterRequest) {
+		r.Action = "refund.issue"
+		r.Identity = mustStruct(t, map[string]any{"order_id": "ORD-1"})
+	})
 	ctx := e.ctx(worker)
 	a, err := e.api.Acquire(ctx, &intentv1.AcquireRequest{Tenant: "acme", Key: "purchase-lamp", SessionId: s.session, RequestId: "reconcile-1"})
 	if err != nil {
@@ -173,6 +178,7 @@ func TestQueueShowsWhatWaits(t *testing.T) {
 		// What the approver said it is, leading the row.
 		`<a href="`+html.EscapeString(intentURL("acme", described.key))+`" class="intent-link"><span class="summary"><bdi>Refund 40.00 USD to Alice for ORD-88412</bdi></span></a>`,
 		`<span class="action"><bdi>refund.issue</bdi></span> · <span class="identity"><bdi>order_id</bdi> <bdi>ORD-88412</bdi></span> · <span class="identity"><bdi>return_id</bdi> <bdi>RA-20931</bdi></span>`,
+		`<a href="`+html.EscapeString(intentURL("acme", unsummed.key))+`" class="intent-link"><span class="action"><bdi>refund.issue</bdi></span> · <span class="identity"><bdi>order_id</bdi> <bdi>ORD-1</bdi></span></a>`,
 		// The derived key, shortened, whole in its title.
 		`<bdi class="key" title="`+described.key+`">`+described.key[:12]+"…"+described.key[58:]+`</bdi>`,
 		"Timeout: <bdi>worker-a</bdi> could not tell whether its call took effect: <bdi>payment provider timed out</bdi>",
