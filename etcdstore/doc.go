@@ -39,6 +39,9 @@
 //	                                    once (create-if-absent) and never
 //	                                    changed: a snapshot restore keeps it,
 //	                                    a new cluster gets a new one
+//	console/s/<hex SHA-256 of a secret> a review console session, sealed by
+//	                                    the console (etcdstore stores bytes),
+//	                                    on an etcd lease of its idle timeout
 //
 // Index keys are a function of the record alone (indexKeys). Every
 // transition writes the keys its new version gains and deletes those it

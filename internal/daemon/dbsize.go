@@ -71,7 +71,9 @@ func watchDBSize(ctx context.Context, cli *clientv3.Client, endpoints []string, 
 			case step > warned:
 				hint := "raise --embed-quota-bytes (or the cluster's --quota-backend-bytes), or shorten --retention"
 				if st.inUse < st.size/2 {
-					hint = "most of the file is free pages: defragment (etcdctl defrag) to return them"
+					// The embedded etcd serves no TCP port unless asked: name
+					// the endpoint that was measured, a unix socket included.
+					hint = "most of the file is free pages: defragment (etcdctl --endpoints " + st.endpoint + " defrag) to return them"
 				}
 				log.Warn("etcd's database is filling up: at its quota etcd only reads and deletes, and every write fails STORE_FULL; "+hint,
 					"used_percent", math.Round(100*st.ratio()), "size_bytes", st.size, "in_use_bytes", st.inUse, "quota_bytes", st.quota, "endpoint", st.endpoint)
