@@ -102,18 +102,28 @@ func newEnv(t *testing.T, auth bool, configure ...func(*console.Config)) *env {
 		e.dir = directory(t, alice, bob, rita, gina, ops, worker)
 		dirFn = func() *access.Directory { e.dirMu.Lock(); defer e.dirMu.Unlock(); return e.dir }
 	}
+	e.serve(etcdtest.Start(t), dirFn, log, configure...)
+	return e
+}
+
+// serve starts e's intentd on etcd: a store, the IntentService behind the
+// guard, and the console on a client of it (its sessions in etcd, as
+// intentd keeps them), served by httptest. Replicas are envs served on
+// one etcd.
+func (e *env) serve(etcd *etcdtest.Server, dirFn func() *access.Directory, log *slog.Logger, configure ...func(*console.Config)) {
+	t := e.t
+	t.Helper()
 	guard, err := server.NewGuard(dirFn, server.RateLimits{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	activity := console.NewActivity(nil)
-	in := intentdtest.Serve(t, etcdtest.Start(t), etcdstore.DefaultConfig(),
+	in := intentdtest.Serve(t, etcd, etcdstore.DefaultConfig(),
 		grpc.ChainUnaryInterceptor(append(guard.Unary(), activity.Unary())...),
 		grpc.ChainStreamInterceptor(guard.Stream()...))
 	e.api = intentv1.NewIntentServiceClient(in.Dial(t))
 	cfg := console.DefaultConfig()
-	cfg.Service, cfg.Directory, cfg.Activity, cfg.Now, cfg.Log = e.api, dirFn, activity, e.clock.Now, log
-	cfg.Sessions = in.Store.ConsoleSessions() // in etcd, as intentd keeps them
+	cfg.Service, cfg.Sessions, cfg.Directory, cfg.Activity, cfg.Now, cfg.Log = e.api, in.Store.ConsoleSessions(), dirFn, activity, e.clock.Now, log
 	for _, f := range configure {
 		f(&cfg)
 	}
@@ -125,7 +135,6 @@ func newEnv(t *testing.T, auth bool, configure ...func(*console.Config)) *env {
 	mux.Handle(console.Path, c)
 	e.web = httptest.NewServer(mux)
 	t.Cleanup(e.web.Close)
-	return e
 }
 
 // ctx is a call context as m (or, without authentication, as anyone).

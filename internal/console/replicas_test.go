@@ -8,7 +8,6 @@ import (
 	"html"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -17,15 +16,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 
 	"github.com/intentd/intentd/access"
-	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/console"
 	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/intentdtest"
-	"github.com/intentd/intentd/server"
 )
 
 // replicaSet is intentd's replicas as a load balancer sees them: each its
@@ -52,29 +47,8 @@ func newReplicaSet(t *testing.T, n int, auth bool, configure ...func(*console.Co
 		dirFn = func() *access.Directory { rs.mu.Lock(); defer rs.mu.Unlock(); return rs.dir }
 	}
 	for range n {
-		guard, err := server.NewGuard(dirFn, server.RateLimits{}, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		activity := console.NewActivity(nil)
-		in := intentdtest.Serve(t, etcd, etcdstore.DefaultConfig(),
-			grpc.ChainUnaryInterceptor(append(guard.Unary(), activity.Unary())...),
-			grpc.ChainStreamInterceptor(guard.Stream()...))
 		e := &env{t: t, clock: rs.clock, auth: auth}
-		e.api = intentv1.NewIntentServiceClient(in.Dial(t))
-		cfg := console.DefaultConfig()
-		cfg.Service, cfg.Sessions, cfg.Directory, cfg.Activity, cfg.Now, cfg.Log = e.api, in.Store.ConsoleSessions(), dirFn, activity, rs.clock.Now, log
-		for _, f := range configure {
-			f(&cfg)
-		}
-		c, err := console.New(cfg)
-		if err != nil {
-			t.Fatalf("console.New: %v", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle(console.Path, c)
-		e.web = httptest.NewServer(mux)
-		t.Cleanup(e.web.Close)
+		e.serve(etcd, dirFn, log, configure...)
 		rs.replicas = append(rs.replicas, e)
 	}
 	return rs
