@@ -24,7 +24,7 @@
 // Records not written since an earlier version keep that version's
 // entries, t/<tenant>/x/s/<STATE>/<20-digit ns>/<key> and so on (some with
 // the intent key as their value), which List and the janitor read too, and
-// a record's next write moves them (record.go). Cluster-wide, for the
+// a record's next write moves them (keys.go). Cluster-wide, for the
 // janitor:
 //
 //	x/h/<tenant>/<session-id>/<key>     intents held under a session

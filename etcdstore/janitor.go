@@ -115,7 +115,7 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 
 // sweepRetained removes final records whose retention ended, each with its
 // index keys, leaving a tombstone in the same transaction. It sweeps the
-// retention index in both layouts (see record.go).
+// retention index in both layouts (see keys.go).
 func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	for _, r := range inBothLayouts(s.keys.retentionsIn) {

@@ -17,7 +17,7 @@ import (
 	"github.com/intentd/intentd/internal/machine"
 )
 
-// decimalIndexKeys spells, independently of record.go, the index entries
+// decimalIndexKeys spells, independently of keys.go, the index entries
 // the previous version wrote for a record: decimal times, state names,
 // "x/" tags.
 func decimalIndexKeys(r *machine.Record) []string {

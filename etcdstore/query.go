@@ -110,7 +110,7 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 	if err != nil {
 		return nil, err
 	}
-	// Each index in both layouts (see record.go): a record's entries are
+	// Each index in both layouts (see keys.go): a record's entries are
 	// in one of them, and both sort by position.
 	var ranges []indexRange
 	switch {

@@ -335,7 +335,7 @@ func rawKVs(t *testing.T, c *cluster, prefix string) map[string]string {
 }
 
 // wantIndexes is every index entry the records imply, by the compact
-// layout of record.go (every record of the test was written by this
+// layout of keys.go (every record of the test was written by this
 // version): tenant-scoped state, label and parent entries ordered by
 // registration (8 big-endian bytes of nanoseconds, sign bit flipped, then
 // the key), and the cluster-wide holder, retention and unfinished entries

@@ -76,7 +76,7 @@ type Record struct {
 	// not repeated in retain_until.
 	RetainFromCompletion bool `protobuf:"varint,23,opt,name=retain_from_completion,json=retainFromCompletion,proto3" json:"retain_from_completion,omitempty"`
 	// index_layout is the layout of the record's index entries (see
-	// etcdstore/record.go): 0, the earlier versions' (decimal times, state
+	// etcdstore/keys.go): 0, the earlier versions' (decimal times, state
 	// names); 1, the compact one.
 	IndexLayout uint32 `protobuf:"varint,24,opt,name=index_layout,json=indexLayout,proto3" json:"index_layout,omitempty"`
 	// action, identity (canonical JSON) and summary: what the registration
