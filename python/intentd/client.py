@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import secrets
 import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar
 
@@ -13,15 +12,12 @@ from google.protobuf import duration_pb2, struct_pb2
 from intent.v1 import intent_pb2, intent_pb2_grpc
 
 from .errors import from_rpc_error
+from .ids import new_request_id
+from .session import Session
 
 Resp = TypeVar("Resp")
 
 _RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-
-
-def new_request_id() -> str:
-    """A fresh random request id (24 hex digits)."""
-    return secrets.token_hex(12)
 
 
 def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
@@ -181,8 +177,6 @@ class Client:
     def open_session(self, worker: str, ttl: float = 0, *, timeout: Optional[float] = None) -> "Session":
         """Opens a worker session with a TTL in seconds (0: the server's
         default) and starts its heartbeat thread. See :class:`Session`."""
-        from .session import Session
-
         req = intent_pb2.OpenSessionRequest(tenant=self.tenant, worker=worker)
         if ttl:
             req.ttl.CopyFrom(_duration(ttl))

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from intent.v1 import intent_pb2
 
-from .client import new_request_id
+from .ids import new_request_id
 from .errors import IntentdError, LeaseLost, SessionLost, StaleToken, Unavailable
 
 if TYPE_CHECKING:

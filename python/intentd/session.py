@@ -11,10 +11,11 @@ import grpc
 from intent.v1 import intent_pb2
 
 from .errors import SessionLost, SessionNotFound, StaleToken, from_rpc_error
+from .run import Outcome, Task
+from .run import run as _run
 
 if TYPE_CHECKING:
     from .client import Client
-    from .run import Outcome, Task
 
 
 class _Held:
@@ -65,9 +66,7 @@ class Session:
 
     def run(self, task: "Task") -> "Outcome":
         """Carries one intent through its life on this session; see :func:`intentd.run.run`."""
-        from .run import run
-
-        return run(self, task)
+        return _run(self, task)
 
     def on_lost(self, callback: Callable[[BaseException], None]) -> None:
         """Calls callback(error) once when the session is lost (at once if it already is)."""
