@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,14 +168,7 @@ func TestServingSaysWhereAndWhatNext(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan string, 64)
-	go func() { // exits when intentd closes stderr
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	lines := linesOf(stderr)
 	timeout := time.After(60 * time.Second)
 	var plain []string
 	// The plain line is printed once intentd serves; its first health log
@@ -244,4 +238,18 @@ func TestNoFaultHookInTheShippedBinary(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "fault-clock-offset-file") {
 		t.Errorf("intentd --fault-clock-offset-file: exit %d, stderr %q; want exit 2 naming the unknown flag", code, stderr)
 	}
+}
+
+// linesOf sends r's lines until it ends (a process closing its stderr),
+// then closes the channel.
+func linesOf(r io.Reader) <-chan string {
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines
 }
