@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
 // Tokens of the test files and their hashes, as an operator would compute

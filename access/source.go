@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/intentd/intentd/internal/periodic"
+	"github.com/intentd/intentd/internal/core/periodic"
 )
 
 // Source holds the current Directory of a tokens file and reloads it when

@@ -11,7 +11,7 @@ import (
 
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 // Errors intentd returns, for errors.Is. Every error a Client method

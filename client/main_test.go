@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/intentd/intentd/internal/daemon"
-	"github.com/intentd/intentd/internal/intentdtest"
+	"github.com/intentd/intentd/internal/run/daemon"
+	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
 // addr is the address of the intentd every test and example of this

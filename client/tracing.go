@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/traceattr"
+	"github.com/intentd/intentd/internal/core/traceattr"
 )
 
 // tracerName is the instrumentation scope of Run's spans.

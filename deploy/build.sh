@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 
 export CGO_ENABLED=0
 go build -trimpath -buildvcs=false \
-  -ldflags "-s -w -X github.com/intentd/intentd/internal/version.Version=${VERSION}" \
+  -ldflags "-s -w -X github.com/intentd/intentd/internal/run/version.Version=${VERSION}" \
   -o "$OUT/" ./cmd/intentd ./cmd/intentctl
 
 for bin in intentd intentctl; do

@@ -190,7 +190,7 @@ func addSeries(names map[string]bool, family string, typ dto.MetricType) {
 var readmeMetric = regexp.MustCompile("^\\| *`([a-z_:][a-z0-9_:]*)` *\\| *([a-z]+)")
 
 // readmeMetrics reads README.md's metric table (held to /metrics by
-// internal/daemon's tests): name → type.
+// internal/run/daemon's tests): name → type.
 func readmeMetrics() (map[string]dto.MetricType, error) {
 	f, err := os.Open("../README.md")
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/intentd/intentd/client"
 	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
 // sessionTTL is the shortest session TTL intentd accepts: leases of a

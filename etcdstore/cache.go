@@ -5,7 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // The store's caches are bounded in bytes (Config.CacheBytes), each entry

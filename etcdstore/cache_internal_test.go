@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // The record cache's estimate of an entry is the heap a record decoded

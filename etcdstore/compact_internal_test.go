@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // happyPath registers, acquires and completes one intent the way a shop's

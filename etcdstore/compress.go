@@ -5,7 +5,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // Final records are what the store keeps longest (their retention, 30 days
@@ -13,7 +13,7 @@ import (
 // they are the ones worth storing small: a final record's value goes to
 // etcd compressed, as formatCompressed, when that saves at least a
 // sixteenth of it. Params and results are mostly JSON: a sixth of
-// internal/fill's purchase goes (563 to 474 bytes), for about 9 µs of one
+// internal/run/fill's purchase goes (563 to 474 bytes), for about 9 µs of one
 // core at Complete and 5 µs at a cache miss (BenchmarkFinalRecordValue);
 // random text or payloads compressed already gain nothing and are stored
 // as they are. Records still in flight are written as they are: their

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // purchaseCompleted is a completed record with the params and result of
-// internal/fill's purchase: JSON that compresses as params usually do
+// internal/run/fill's purchase: JSON that compresses as params usually do
 // (563 bytes, 474 stored).
 func purchaseCompleted() machine.Record {
 	r := typicalCompleted.stored

@@ -22,7 +22,7 @@ import (
 //
 // The console names a session by the hex SHA-256 of the secret its cookie
 // holds and stores it sealed under a key only that secret gives (package
-// internal/console), so this package keeps bytes it cannot read, under
+// internal/run/console), so this package keeps bytes it cannot read, under
 // names that sign nobody in: a copy of etcd reveals no bearer token and
 // no cookie. Idle expiry is the lease's (etcd decides it, as for workers'
 // sessions); the console refreshes the lease as the session is used and

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // describedCases are records whose registration said what they are

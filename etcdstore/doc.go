@@ -76,7 +76,7 @@
 //
 // # Transitions
 //
-// What each call does to an intent is decided by package internal/machine,
+// What each call does to an intent is decided by package internal/core/machine,
 // a pure function of the record read; this package reads the record, turns
 // the decision's guards into compares and its writes into operations, and
 // runs the optimistic loop. Every transition is one etcd transaction on one

@@ -12,8 +12,8 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // rawRevision is etcd's current revision, read past every store.

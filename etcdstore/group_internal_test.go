@@ -12,8 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // put is a member that writes key, guarded by key being absent, and

@@ -10,7 +10,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // acquireAll runs one Acquire with register per key, all at once, each on

@@ -16,7 +16,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // cluster is one real etcd member and the client the test's stores share.

@@ -13,8 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // decimalIndexKeys spells, independently of keys.go, the index entries

@@ -25,7 +25,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // listAll follows a listing to its end, pageSize at a time, and checks that

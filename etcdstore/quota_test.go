@@ -12,7 +12,7 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // When etcd's backend quota is exhausted, writes fail at once with

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // principal is who a history entry names: the authenticated caller, or,

@@ -13,7 +13,7 @@ import (
 	"github.com/intentd/intentd/etcdstore/internal/storagepb"
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // The storage format: what intentd keeps in etcd for an intent. A record or

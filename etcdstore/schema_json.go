@@ -7,7 +7,7 @@ import (
 
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // The JSON storage schema: the values every version of intentd before the

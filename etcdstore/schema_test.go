@@ -16,8 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // updateGolden rewrites the golden files of the format this version writes
@@ -582,7 +582,7 @@ func TestCommittedRecordIsWhatAReaderDecodes(t *testing.T) {
 // BenchmarkCommittedRecord is what a commit spends to get the record it
 // caches and answers with: decoding the value it wrote, as it did, against
 // asCommitted (here with the Clone that gives it a record of its own; a
-// commit has one already): a lease just issued, and internal/fill's
+// commit has one already): a lease just issued, and internal/run/fill's
 // purchase completed, stored compressed.
 func BenchmarkCommittedRecord(b *testing.B) {
 	issued := recordCases[1]

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/bytelru"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/bytelru"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // Store keeps intents in etcd. It is safe for concurrent use, and several

@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
-	"github.com/intentd/intentd/internal/traceattr"
+	"github.com/intentd/intentd/internal/core/machine"
+	"github.com/intentd/intentd/internal/core/traceattr"
 )
 
 // tracerName is the instrumentation scope of the store's spans.

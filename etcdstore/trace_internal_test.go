@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // BenchmarkUntracedSpan is what the store's spans cost a write when tracing

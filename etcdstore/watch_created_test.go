@@ -14,7 +14,7 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // startWatch runs Watch in the background and hands its events over a

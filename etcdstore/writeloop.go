@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/machine"
+	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // The write loop: a transition decides (package machine, pure), turns the

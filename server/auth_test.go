@@ -25,8 +25,8 @@ import (
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/testlog"
 	"github.com/intentd/intentd/server"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 // The wire and domain enums share their numbers; these conversions say so

@@ -17,8 +17,8 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/rawrpc"
+	"github.com/intentd/intentd/internal/core/rawrpc"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 	"github.com/intentd/intentd/server"
 )
 

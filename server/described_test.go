@@ -14,7 +14,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 	"github.com/intentd/intentd/server"
 )
 

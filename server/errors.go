@@ -34,7 +34,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 // ErrorDomain is the ErrorInfo domain of every intentd error.

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
 // Error texts a person reads: params too large said "intent: invalid

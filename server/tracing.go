@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/traceattr"
+	"github.com/intentd/intentd/internal/core/traceattr"
 )
 
 // traceAcquire puts what an Acquire answered on the call's span, when it

@@ -14,7 +14,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 // codeName is a code as the proto and the README spell it (FAILED_PRECONDITION).

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/intentd/intentd/internal/embedetcd"
-	"github.com/intentd/intentd/internal/intentdcmd"
+	"github.com/intentd/intentd/internal/run/embedetcd"
+	"github.com/intentd/intentd/internal/run/intentdcmd"
 )
 
 // childEnv tells a copy of this binary which server it is. Every server

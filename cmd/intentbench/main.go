@@ -55,7 +55,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/intentd/intentd/internal/cliflag"
+	"github.com/intentd/intentd/internal/run/cliflag"
 )
 
 // workloads in the order they run.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 // decidedState is the state a decision leaves an intent in.

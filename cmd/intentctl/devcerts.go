@@ -13,7 +13,7 @@ import (
 
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/devcerts"
+	"github.com/intentd/intentd/internal/run/devcerts"
 )
 
 // intentd's flags for TLS, mutual TLS and the tokens file, as the hint

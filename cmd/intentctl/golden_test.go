@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/etcdtest"
-	"github.com/intentd/intentd/internal/intentdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from this run's output")

@@ -21,7 +21,7 @@ import (
 	"github.com/intentd/intentd/access"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
 func decode[M proto.Message](t *testing.T, out string, m M) M {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/intentdtest"
+	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
 // addr is the intentd every test talks to unless it starts its own: a real

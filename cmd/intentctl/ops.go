@@ -14,7 +14,7 @@ import (
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 func newGetCommand(g *globals) *cobra.Command {

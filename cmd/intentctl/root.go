@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/intentd/intentd/client"
-	"github.com/intentd/intentd/internal/cliflag"
-	"github.com/intentd/intentd/internal/netaddr"
-	"github.com/intentd/intentd/internal/version"
+	"github.com/intentd/intentd/internal/run/cliflag"
+	"github.com/intentd/intentd/internal/run/netaddr"
+	"github.com/intentd/intentd/internal/run/version"
 )
 
 // DefaultAddr is where intentd listens when started without flags.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/intentd/intentd/internal/intentdtest"
+	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
 // secured is an intentd serving TLS with optional client certificates and

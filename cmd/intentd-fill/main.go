@@ -41,8 +41,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/intentd/intentd/internal/daemon"
-	"github.com/intentd/intentd/internal/fill"
+	"github.com/intentd/intentd/internal/run/daemon"
+	"github.com/intentd/intentd/internal/run/fill"
 )
 
 func main() {

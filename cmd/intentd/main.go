@@ -16,7 +16,7 @@ package main
 import (
 	"os"
 
-	"github.com/intentd/intentd/internal/intentdcmd"
+	"github.com/intentd/intentd/internal/run/intentdcmd"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
 // IntentdConfig shapes an intentd process.

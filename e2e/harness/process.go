@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
 // ProcessConfig says what to do with a child process's output and exit.

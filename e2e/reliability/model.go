@@ -8,7 +8,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/vocab"
+	"github.com/intentd/intentd/internal/core/vocab"
 )
 
 // OpKind is what a recorded call did to one intent, as the model sees it.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/e2e/harness"
-	"github.com/intentd/intentd/internal/testlog"
+	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
 // WorkerProcs are worker processes serving a Load's deliveries next to its

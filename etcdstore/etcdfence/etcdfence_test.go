@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/fencing"
-	"github.com/intentd/intentd/internal/etcdtest"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )

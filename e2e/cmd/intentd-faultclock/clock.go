@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/intentd/intentd/internal/periodic"
+	"github.com/intentd/intentd/internal/core/periodic"
 )
 
 // clockReload is how often an offset clock re-reads its file.

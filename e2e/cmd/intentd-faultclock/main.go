@@ -17,8 +17,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/intentd/intentd/internal/daemon"
-	"github.com/intentd/intentd/internal/intentdcmd"
+	"github.com/intentd/intentd/internal/run/daemon"
+	"github.com/intentd/intentd/internal/run/intentdcmd"
 )
 
 // clockFileEnv names the clock offset file. It is no INTENTD_* variable,
