@@ -5,8 +5,9 @@ package intent
 // as a structpb.Struct) and its encoding. Stores that bound their memory
 // count it for every version whose memo they handed out. paramsLen and
 // payloadLen are the lengths of the intent's params and result payload.
-// Measured (TestMemoBytesIsWhatAKeptAnswerHolds in package server): 3.4 KB
-// for 37 bytes of params and 300 of result, 9.1 KB for 3,000 and 300.
+// TestMemoBytesIsWhatAKeptAnswerHolds in package server holds the estimate
+// to the heap a kept answer takes (measured in docs/PERFORMANCE.md,
+// "intentd's memory, in short").
 func MemoBytes(paramsLen, payloadLen int) int64 {
 	return memoBase + 3*int64(paramsLen) + 2*int64(payloadLen)
 }

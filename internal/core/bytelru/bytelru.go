@@ -14,8 +14,9 @@ import (
 
 // EntryOverhead is what the cache itself spends on one entry besides the
 // key and value the size function counts: its list element, its map slot
-// and the bookkeeping of its size (measured: 115 bytes on amd64, see
-// TestEntryOverheadIsWhatAnEntryCosts).
+// and the bookkeeping of its size. TestEntryOverheadIsWhatAnEntryCosts holds
+// it to the heap an entry takes (measured in docs/PERFORMANCE.md, "intentd's
+// memory, in short").
 const EntryOverhead = 128
 
 // Cache is an LRU cache whose entries' estimated sizes, each plus
