@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -47,7 +48,7 @@ var probePaths = []string{"/healthz", "/readyz", "/metrics"}
 // exportedMetrics is every series name intentd exports: what a freshly
 // started intentd (built from this checkout, embedded etcd) serves on
 // /metrics, with the _bucket, _sum and _count series of its histograms,
-// and the metrics README.md's table lists (counters with labels appear on
+// and the metrics docs/OPERATIONS.md's table lists (counters with labels appear on
 // /metrics only once they moved).
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
@@ -186,13 +187,14 @@ func addSeries(names map[string]bool, family string, typ dto.MetricType) {
 	}
 }
 
-// readmeMetric is a row of README.md's metric table: | `name` | type | …
+// readmeMetric is a row of the metric table of docs/OPERATIONS.md (once
+// the README's): | `name` | type | …
 var readmeMetric = regexp.MustCompile("^\\| *`([a-z_:][a-z0-9_:]*)` *\\| *([a-z]+)")
 
-// readmeMetrics reads README.md's metric table (held to /metrics by
-// internal/run/daemon's tests): name → type.
+// readmeMetrics reads the metric table of docs/OPERATIONS.md (held to
+// /metrics by internal/run/daemon's tests): name → type.
 func readmeMetrics() (map[string]dto.MetricType, error) {
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/OPERATIONS.md")
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +206,13 @@ func readmeMetrics() (map[string]dto.MetricType, error) {
 			names[m[1]] = dto.MetricType(dto.MetricType_value[strings.ToUpper(m[2])])
 		}
 	}
-	return names, s.Err()
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, errors.New("deploy: docs/OPERATIONS.md has no metric table (| `intentd_…` | type |)")
+	}
+	return names, nil
 }
 
 // status is the status GET url answers, without following a redirect.

@@ -1,6 +1,6 @@
 // Package scripts holds the tests of the shell scripts beside it and of
-// what the README says about them: the scripts are what a newcomer runs
-// first, and each mismatch here once stopped one.
+// what the README and docs/ say about them: the scripts are what a
+// newcomer runs first, and each mismatch here once stopped one.
 package scripts
 
 import (
@@ -107,44 +107,44 @@ func TestNodeMinimumIsTheEngines(t *testing.T) {
 	}
 }
 
-// test.sh's sizing steps name the commands whose figures the README
-// gives; they used to cite -n 1000000 and -n 50000 while the README's
-// figures came from -n 100000 and -n 20000.
-func TestSizingStepsCiteTheReadmesCommands(t *testing.T) {
-	readme := read(t, "../README.md")
-	cites := regexp.MustCompile(`README's figures: ([^)]*)\)`).FindAllStringSubmatch(read(t, "test.sh"), -1)
+// test.sh's sizing steps name the commands whose figures
+// docs/PERFORMANCE.md gives (the README gave them once); they used to cite
+// -n 1000000 and -n 50000 while the figures came from -n 100000 and
+// -n 20000.
+func TestSizingStepsCiteTheFiguresCommands(t *testing.T) {
+	perf := read(t, "../docs/PERFORMANCE.md")
+	cites := regexp.MustCompile(`docs/PERFORMANCE\.md's figures: ([^)]*)\)`).FindAllStringSubmatch(read(t, "test.sh"), -1)
 	if len(cites) < 2 {
-		t.Fatalf("test.sh cites %d of the README's figures, want the two sizing steps", len(cites))
+		t.Fatalf("test.sh cites %d of docs/PERFORMANCE.md's figures, want the two sizing steps", len(cites))
 	}
 	for _, c := range cites {
-		if !strings.Contains(readme, "`"+c[1]+"`") {
-			t.Errorf("test.sh cites the README's figures of `%s`, which README.md does not show", c[1])
+		if !strings.Contains(perf, "`"+c[1]+"`") {
+			t.Errorf("test.sh cites docs/PERFORMANCE.md's figures of `%s`, which docs/PERFORMANCE.md does not show", c[1])
 		}
 	}
 }
 
-// What the README's blocks write in the repository root stays out of
-// git: the backup file was not ignored, and `git add .` after the backup
-// example would have committed every intent.
+// What the blocks of the README and docs/ write in the repository root
+// stays out of git: the backup file was not ignored, and `git add .` after
+// the backup example would have committed every intent.
 func TestReadmeOutputsAreIgnored(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git here")
 	}
-	readme := read(t, "../README.md")
-	for _, tc := range []struct{ written, path string }{
-		{"snapshot save intentd-backup.db", "intentd-backup.db"}, // Backup and restore
-		{"dev-certs --out certs", "certs/ca.pem"},                // Running securely
-		{"cat > tokens.json", "tokens.json"},
-		{`GOBIN="$PWD/bin" go install`, "bin/grpcurl"}, // the tour
+	for _, tc := range []struct{ doc, written, path string }{
+		{"docs/BACKUP.md", "snapshot save intentd-backup.db", "intentd-backup.db"},
+		{"docs/SECURITY.md", "dev-certs --out certs", "certs/ca.pem"},
+		{"docs/SECURITY.md", "cat > tokens.json", "tokens.json"},
+		{"README.md", `GOBIN="$PWD/bin" go install`, "bin/grpcurl"}, // the tour
 	} {
-		if !strings.Contains(readme, tc.written) {
-			t.Errorf("README.md no longer says %q: update this test", tc.written)
+		if !strings.Contains(read(t, "../"+tc.doc), tc.written) {
+			t.Errorf("%s no longer says %q: update this test", tc.doc, tc.written)
 			continue
 		}
 		cmd := exec.Command("git", "check-ignore", "-q", "--no-index", tc.path)
 		cmd.Dir = ".."
 		if err := cmd.Run(); err != nil {
-			t.Errorf("%s (README: %s) is not git-ignored: %v", tc.path, tc.written, err)
+			t.Errorf("%s (%s: %s) is not git-ignored: %v", tc.path, tc.doc, tc.written, err)
 		}
 	}
 }

@@ -96,9 +96,9 @@ rm -rf "$release_dir"
   go test -race -count=1 ./...
 )
 
-step "store sizing: intentd-fill on a fresh embedded etcd (README's figures: go run ./cmd/intentd-fill -n 100000 -c 32)"
+step "store sizing: intentd-fill on a fresh embedded etcd (docs/PERFORMANCE.md's figures: go run ./cmd/intentd-fill -n 100000 -c 32)"
 go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16
-step "tombstone sizing: intentd-fill -retention 1s (README's figures: go run ./cmd/intentd-fill -n 20000 -c 32 -retention 1s)"
+step "tombstone sizing: intentd-fill -retention 1s (docs/PERFORMANCE.md's figures: go run ./cmd/intentd-fill -n 20000 -c 32 -retention 1s)"
 go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16 -retention 1s
 
 step "benchmark smoke run: every workload, briefly; the RESULT line is whole (docs/PERFORMANCE.md)"

@@ -209,11 +209,12 @@ func TestServerWritesNoFieldLimit(t *testing.T) {
 	}
 }
 
-// The README's list of limits says what the rules say: each phrase is
-// built from the compiled rules (and, for params, from package intent's
-// canonical limits), so changing a rule without the README fails here.
+// The list of limits of docs/SECURITY.md (once the README's) says what the
+// rules say: each phrase is built from the compiled rules (and, for params,
+// from package intent's canonical limits), so changing a rule without the
+// list fails here.
 func TestReadmeLimitsAreTheRules(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "docs", "SECURITY.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestReadmeLimitsAreTheRules(t *testing.T) {
 		fmt.Sprintf("reasons ≤ %d bytes", server.MaxReasonLen),
 	} {
 		if !strings.Contains(readme, phrase) {
-			t.Errorf("README.md does not say %q, which is what intent.proto's rules say", phrase)
+			t.Errorf("docs/SECURITY.md does not say %q, which is what intent.proto's rules say", phrase)
 		}
 	}
 }

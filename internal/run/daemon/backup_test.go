@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,28 +16,8 @@ import (
 	"github.com/intentd/intentd/internal/run/devcerts"
 )
 
-// readmeBlock returns the shell block of README.md between the markers
-// <!-- name:begin --> and <!-- name:end -->.
-func readmeBlock(t *testing.T, root, name string) string {
-	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(readme), "<!-- "+name+":begin -->")
-	if !ok {
-		t.Fatalf("README.md has no %s block", name)
-	}
-	block, _, ok := strings.Cut(rest, "<!-- "+name+":end -->")
-	if !ok {
-		t.Fatalf("README.md: the %s block has no end marker", name)
-	}
-	block = strings.TrimSpace(block)
-	return strings.TrimSuffix(strings.TrimPrefix(block, "```sh"), "```")
-}
-
-// runBlock runs a README block with bash in dir, with ./bin first on PATH
-// and env added.
+// runBlock runs a document's shell block with bash in dir, with ./bin
+// first on PATH and env added.
 func runBlock(t *testing.T, root, dir, script string, env ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -55,8 +34,8 @@ func runBlock(t *testing.T, root, dir, script string, env ...string) {
 
 // Regression: the README's backup command, `etcdctl --endpoints
 // 127.0.0.1:2379 snapshot save`, relied on the embedded etcd's open TCP
-// port, which secure mode now closes. The README's backup and restore
-// blocks, run as written against an intentd with TLS, a client CA and a
+// port, which secure mode now closes. The backup and restore blocks (now
+// in docs/BACKUP.md), run as written against an intentd with TLS, a client CA and a
 // tokens file, must save a snapshot through the socket and restore it: the
 // intent registered before the backup is back, the one after it is gone,
 // and tokens continue above the revision bump.
@@ -73,7 +52,7 @@ func TestBackupAndRestoreInSecureMode(t *testing.T) {
 			t.Skipf("bin/%s not installed; run ./scripts/install-tools.sh", tool)
 		}
 	}
-	backup, restore := readmeBlock(t, root, "backup"), readmeBlock(t, root, "restore")
+	backup, restore := docBlocks(t, root, "backup", "docs/BACKUP.md"), docBlocks(t, root, "restore", "docs/BACKUP.md")
 
 	dir := t.TempDir()
 	pki := generate(t, filepath.Join(dir, "pki"), devcerts.Options{Clients: []string{"ops-1"}})

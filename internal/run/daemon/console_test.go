@@ -81,7 +81,8 @@ func TestConsoleUnderMutualTLS(t *testing.T) {
 	}
 }
 
-// TestReadmeConsoleSeed runs the README's one command that leaves an
+// TestReadmeConsoleSeed runs docs/CONSOLE.md's one command (once the
+// README's) that leaves an
 // UNKNOWN intent, against intentd as `go run ./cmd/intentd` starts it (no
 // tokens file), and finds that intent in the console's review queue.
 func TestReadmeConsoleSeed(t *testing.T) {
@@ -92,12 +93,12 @@ func TestReadmeConsoleSeed(t *testing.T) {
 	in := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", readmeBlocks(t, root, "console-seed"))
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", docBlocks(t, root, "console-seed", "docs/CONSOLE.md"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "ADDR="+in.addr)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"state": "STATE_UNKNOWN"`) {
-		t.Fatalf("the README's seed command: %v, want STATE_UNKNOWN:\n%s", err, out)
+		t.Fatalf("docs/CONSOLE.md's seed command: %v, want STATE_UNKNOWN:\n%s", err, out)
 	}
 	key := regexp.MustCompile(`"key": "(refund-[^"]+)"`).FindStringSubmatch(string(out))
 	if key == nil {

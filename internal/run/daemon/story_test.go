@@ -249,8 +249,8 @@ func TestMetricsTellTheStory(t *testing.T) {
 	}
 }
 
-// The README's metrics table and /metrics name the same intentd_ metrics,
-// with the same types.
+// The metrics table of docs/OPERATIONS.md (once the README's) and /metrics
+// name the same intentd_ metrics, with the same types.
 func TestMetricsTableMatchesExport(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.MetricsListen = freeAddr(t)
@@ -262,7 +262,7 @@ func TestMetricsTableMatchesExport(t *testing.T) {
 		}
 	}
 
-	f, err := os.Open("../../../README.md")
+	f, err := os.Open("../../../docs/OPERATIONS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestMetricsTableMatchesExport(t *testing.T) {
 	for sc.Scan() {
 		if m := row.FindStringSubmatch(sc.Text()); m != nil {
 			if _, dup := documented[m[1]]; dup {
-				t.Errorf("README lists %s twice", m[1])
+				t.Errorf("docs/OPERATIONS.md lists %s twice", m[1])
 			}
 			documented[m[1]] = m[2]
 		}
@@ -281,17 +281,20 @@ func TestMetricsTableMatchesExport(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
+	if len(documented) == 0 {
+		t.Fatal("docs/OPERATIONS.md has no metrics table (| `intentd_…` | type |)")
+	}
 	for _, name := range slices.Sorted(maps.Keys(exported)) {
 		switch doc, ok := documented[name]; {
 		case !ok:
-			t.Errorf("/metrics exports %s (%s), the README's metrics table does not list it", name, exported[name])
+			t.Errorf("/metrics exports %s (%s), the metrics table of docs/OPERATIONS.md does not list it", name, exported[name])
 		case doc != exported[name]:
-			t.Errorf("README lists %s as a %s, /metrics exports a %s", name, doc, exported[name])
+			t.Errorf("docs/OPERATIONS.md lists %s as a %s, /metrics exports a %s", name, doc, exported[name])
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(documented)) {
 		if _, ok := exported[name]; !ok {
-			t.Errorf("README lists %s, /metrics does not export it", name)
+			t.Errorf("docs/OPERATIONS.md lists %s, /metrics does not export it", name)
 		}
 	}
 }

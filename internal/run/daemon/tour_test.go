@@ -21,9 +21,11 @@ import (
 	"github.com/intentd/intentd/internal/run/daemon"
 )
 
-// TestReadmeTour runs the grpcurl tour of README.md, verbatim, against a
-// fresh intentd, and checks that each step shows what the README says it
-// shows. A README that drifts from the product fails here. It runs the tour
+// TestReadmeTour runs the grpcurl tour, verbatim, against a fresh intentd:
+// the blocks of README.md, then those of docs/CONSOLE.md, which continue
+// the README's shell with the review queue and a watch. It checks that each
+// step shows what the text says it shows: a document that drifts from the
+// product fails here. It runs the tour
 // twice against the same intentd: a reader following it a second time used
 // to meet the first run's intents (MarkUnknown refused on a COMPLETED
 // intent), so each run must use fresh keys.
@@ -36,7 +38,7 @@ import (
 func TestReadmeTour(t *testing.T) {
 	root := repoRoot(t)
 	needGrpcurl(t, root)
-	script := readmeBlocks(t, root, "tour")
+	script := docBlocks(t, root, "tour", "README.md", "docs/CONSOLE.md")
 	if !strings.Contains(script, `"ttl": "300s"`) {
 		t.Errorf("the tour's session TTL is not 300s: a reader slower than a minute lost the session")
 	}
@@ -112,8 +114,8 @@ func waitCompactedPast(t *testing.T, in *instance, rev int64) {
 	}
 }
 
-// TestReadmeSecure runs the "Running securely" blocks of README.md as
-// written: the credentials block, then the intentd command in the
+// TestReadmeSecure runs the "Running securely" blocks of docs/SECURITY.md
+// (once the README's) as written: the credentials block, then the intentd command in the
 // background, then the calls each principal makes. They used to fail as
 // written: an approver's token was used to read the review queue (refused:
 // List needs reviewer or reader), and $TOKEN clobbered the tour's fencing
@@ -124,9 +126,9 @@ func waitCompactedPast(t *testing.T, in *instance, rev int64) {
 func TestReadmeSecure(t *testing.T) {
 	root := repoRoot(t)
 	needGrpcurl(t, root)
-	setup := readmeBlocks(t, root, "secure-setup")
-	serve := readmeBlocks(t, root, "secure-serve")
-	use := readmeBlocks(t, root, "secure-use")
+	setup := docBlocks(t, root, "secure-setup", "docs/SECURITY.md")
+	serve := docBlocks(t, root, "secure-serve", "docs/SECURITY.md")
+	use := docBlocks(t, root, "secure-use", "docs/SECURITY.md")
 	const listen = "0.0.0.0:7650"
 	if !strings.Contains(serve, listen) {
 		t.Fatalf("the secure intentd command does not listen on %s:\n%s", listen, serve)
@@ -135,7 +137,7 @@ func TestReadmeSecure(t *testing.T) {
 	serve = strings.Replace(serve, listen, addr, 1)
 
 	// The blocks run from a directory shaped like the repository root: the
-	// binaries in ./bin, built as "Running it" says.
+	// binaries in ./bin, built as docs/OPERATIONS.md's "Running intentd" says.
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/intentd", "./cmd/intentctl")
@@ -240,33 +242,42 @@ func freePort(t *testing.T) string {
 	return lis.Addr().String()
 }
 
-// readmeBlocks joins the shell blocks of README.md between the markers
-// <!-- name:begin --> and <!-- name:end -->, in order: later blocks continue
-// in the shell of the earlier ones.
-func readmeBlocks(t *testing.T, root, name string) string {
+// docBlocks joins the shell blocks between the markers <!-- name:begin -->
+// and <!-- name:end --> of each of files (paths from the repository root),
+// in order: later blocks continue in the shell of the earlier ones. Each
+// file must hold at least one such block, so that a block moved elsewhere
+// fails the test instead of leaving it nothing to run.
+func docBlocks(t *testing.T, root, name string, files ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
+	if len(files) == 0 {
+		t.Fatalf("docBlocks(%s): no file named", name)
 	}
-	readme := string(b)
 	var blocks []string
-	for {
-		_, rest, ok := strings.Cut(readme, "<!-- "+name+":begin -->")
-		if !ok {
-			break
+	for _, file := range files {
+		b, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
 		}
-		block, after, ok := strings.Cut(rest, "<!-- "+name+":end -->")
-		if !ok {
-			t.Fatalf("README.md: a %s block has no end marker", name)
+		doc := string(b)
+		found := 0
+		for {
+			_, rest, ok := strings.Cut(doc, "<!-- "+name+":begin -->")
+			if !ok {
+				break
+			}
+			block, after, ok := strings.Cut(rest, "<!-- "+name+":end -->")
+			if !ok {
+				t.Fatalf("%s: a %s block has no end marker", file, name)
+			}
+			block = strings.TrimSpace(block)
+			block = strings.TrimPrefix(block, "```sh")
+			blocks = append(blocks, strings.TrimSuffix(block, "```"))
+			found++
+			doc = after
 		}
-		block = strings.TrimSpace(block)
-		block = strings.TrimPrefix(block, "```sh")
-		blocks = append(blocks, strings.TrimSuffix(block, "```"))
-		readme = after
-	}
-	if len(blocks) == 0 {
-		t.Fatalf("README.md has no %s markers", name)
+		if found == 0 {
+			t.Fatalf("%s has no %s markers", file, name)
+		}
 	}
 	return strings.Join(blocks, "\n")
 }

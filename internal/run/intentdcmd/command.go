@@ -230,7 +230,7 @@ func steps(addr string, cfg daemon.Config, ctl string, goRun bool) string {
 			curlFlags = append(curlFlags, `-H "authorization: Bearer $TOKEN"`)
 			token = " $TOKEN: the bearer token of a reviewer or reader of the tokens file (or INTENTCTL_TOKEN for intentctl)."
 		}
-		s = fmt.Sprintf("intentd: serving on %s with %s. Try `%s --addr %s %s review-queue`, or `grpcurl %s -d '{}' %s intent.v1.IntentService/List`.%s README.md's \"Running securely\" shows more.",
+		s = fmt.Sprintf("intentd: serving on %s with %s. Try `%s --addr %s %s review-queue`, or `grpcurl %s -d '{}' %s intent.v1.IntentService/List`.%s docs/SECURITY.md (\"Running securely\") shows more.",
 			addr, strings.Join(what, " and "), ctl, dial, strings.Join(ctlFlags, " "), strings.Join(curlFlags, " "), dial, token)
 	}
 	if host, port, err := net.SplitHostPort(cfg.ConsoleAddr()); err == nil && port != "0" {

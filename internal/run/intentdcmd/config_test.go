@@ -123,17 +123,18 @@ func TestConfigFileMistakesNameTheKey(t *testing.T) {
 
 var firstCode = regexp.MustCompile("`([^`]*)`")
 
-// flagTable is the README's table of intentd's flags, between the markers.
+// flagTable is docs/CONFIGURATION.md's table of intentd's flags (once the
+// README's), between the markers.
 func flagTable(t *testing.T) map[string][]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "CONFIGURATION.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "<!-- intentd-flags:begin -->")
 	block, _, ok2 := strings.Cut(rest, "<!-- intentd-flags:end -->")
 	if !ok || !ok2 {
-		t.Fatal("README.md has no intentd-flags block")
+		t.Fatal("docs/CONFIGURATION.md has no intentd-flags block")
 	}
 	rows := map[string][]string{}
 	for _, line := range strings.Split(block, "\n") {
@@ -159,8 +160,8 @@ func flagTable(t *testing.T) map[string][]string {
 // machine (the home directory): the table says how it is found instead.
 var envDependentDefaults = map[string]bool{"data-dir": true}
 
-// The README's flag table names every flag intentd --help lists, and no
-// other, each with its environment variable and default: an operator
+// docs/CONFIGURATION.md's flag table names every flag intentd --help lists,
+// and no other, each with its environment variable and default: an operator
 // reading it misses nothing, and it cannot rot as flags come and go.
 // Hidden (testing-only) flags are in neither.
 func TestReadmeFlagTableIsComplete(t *testing.T) {
@@ -200,22 +201,22 @@ func TestReadmeFlagTableIsComplete(t *testing.T) {
 			continue
 		}
 		if row[1] != envName(name) {
-			t.Errorf("README: --%s's variable is %q, want %s", name, row[1], envName(name))
+			t.Errorf("docs/CONFIGURATION.md: --%s's variable is %q, want %s", name, row[1], envName(name))
 		}
 		def := f.DefValue
 		if def == "[]" {
 			def = ""
 		}
 		if row[2] != def && !envDependentDefaults[name] {
-			t.Errorf("README: --%s's default is %q, --help says %q", name, row[2], def)
+			t.Errorf("docs/CONFIGURATION.md: --%s's default is %q, --help says %q", name, row[2], def)
 		}
 	}
 	if len(missing) > 0 {
-		t.Errorf("README's flag table lacks %d flags of intentd --help:\n%s", len(missing), strings.Join(missing, "\n"))
+		t.Errorf("docs/CONFIGURATION.md's flag table lacks %d flags of intentd --help:\n%s", len(missing), strings.Join(missing, "\n"))
 	}
 	for name := range rows {
 		if !listed[name] {
-			t.Errorf("README's flag table names --%s, which intentd --help does not list", name)
+			t.Errorf("docs/CONFIGURATION.md's flag table names --%s, which intentd --help does not list", name)
 		}
 	}
 	if len(listed) < 20 {

@@ -61,7 +61,7 @@ func TestNextStepsSayWhatWorks(t *testing.T) {
 			nil, []string{"console"}},
 		{"tokens, plaintext", "127.0.0.1:7650", tokens,
 			[]string{"with a tokens file.", "`CTL --addr 127.0.0.1:7650 --token \"$TOKEN\" review-queue`",
-				"`grpcurl -plaintext -H \"authorization: Bearer $TOKEN\" -d '{}' 127.0.0.1:7650 intent.v1.IntentService/List`", "Running securely"},
+				"`grpcurl -plaintext -H \"authorization: Bearer $TOKEN\" -d '{}' 127.0.0.1:7650 intent.v1.IntentService/List`", "docs/SECURITY.md (\"Running securely\")"},
 			[]string{"grpcurl tour", "cacert"}},
 		{"TLS", "127.0.0.1:7650", tls,
 			[]string{"with TLS.", "`CTL --addr 127.0.0.1:7650 --cacert " + pki.CA.Cert + " review-queue`",
