@@ -88,7 +88,7 @@ func exactly(paths ...string) func(graph, string) bool {
 	return func(_ graph, q string) bool { return slices.Contains(paths, q) }
 }
 
-// rules are the layering of docs/DESIGN.md ("Layers"), one forbidden edge each.
+// rules are the layering of docs/DESIGN.md ("Layering"), one forbidden edge each.
 var rules = []rule{
 	{
 		name:   "fencing depends on the standard library only",
