@@ -52,7 +52,7 @@ func WithReportTimeout(d time.Duration) Option { return func(o *options) { o.rep
 // WithTracerProvider makes Session.Run start a span of its own, so that
 // its calls (traced with a conn dialled with Tracing) and the spans of the
 // task's Execute and Reconcile, which get its context, form one trace. The
-// span carries the hashed intent key (see the README's Tracing section),
+// span carries the hashed intent key (see docs/OPERATIONS.md, "Tracing"),
 // the outcome and whether Run executed, never params or results. Without
 // this option, or with a nil tp, Run starts no span.
 func WithTracerProvider(tp trace.TracerProvider) Option {

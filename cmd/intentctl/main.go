@@ -52,8 +52,7 @@ import (
 	"github.com/intentd/intentd/client"
 )
 
-// Exit statuses.
-// Exit statuses, documented in the root command's help and the README.
+// Exit statuses, documented in the root command's help and docs/CONFIGURATION.md.
 const (
 	exitOK          = 0
 	exitFailure     = 1

@@ -29,11 +29,8 @@
 // etcd. It imports intent and fencing and the standard library only (the
 // layering test holds it to that).
 //
-// # Where a new transition goes
-//
-// A new call, or a new rule of an existing one, is a change to one decide
-// function here and a row in its table test; the store needs a change only
-// when the decision needs a guard or a write of a new kind (see Guard and
-// Decision). Every call that carries a fencing token checks it with fence,
+// Where a new transition goes (a decide function here, a row in its table
+// test, the store only for a new guard or write) is CONTRIBUTING.md's "A new
+// transition". Every call that carries a fencing token checks it with fence,
 // the one place that says what a stale or never-issued token does.
 package machine
