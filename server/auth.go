@@ -17,8 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/intentd/intentd/access"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
@@ -165,23 +163,28 @@ func principalFrom(ctx context.Context) *access.Principal {
 }
 
 func (g *Guard) authorizeUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := g.authorize(ctx, info.FullMethod, req); err != nil {
+	ctx, err := g.authorize(ctx, info.FullMethod, req)
+	if err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 func (g *Guard) authorizeStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &checkedStream{ServerStream: ss, g: g, method: info.FullMethod})
+	return handler(srv, &checkedStream{ServerStream: ss, ctx: ss.Context(), g: g, method: info.FullMethod})
 }
 
-// checkedStream authorizes a server stream on its (only) request message.
+// checkedStream authorizes a server stream on its (only) request message;
+// from then on its context carries the call's tenant.
 type checkedStream struct {
 	grpc.ServerStream
+	ctx     context.Context
 	g       *Guard
 	method  string
 	checked bool
 }
+
+func (s *checkedStream) Context() context.Context { return s.ctx }
 
 func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
@@ -191,55 +194,73 @@ func (s *checkedStream) RecvMsg(m any) error {
 		return nil
 	}
 	s.checked = true
-	return s.g.authorize(s.Context(), s.method, m)
-}
-
-// authorize applies the role matrix, scopes the request to a tenant the
-// principal belongs to (filling in the tenant when the principal has one),
-// and applies the rate limits.
-func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) error {
-	return toStatus(g.log, g.refusal(ctx, fullMethod, req))
-}
-
-// refusal is why authorize refuses the call, or nil.
-func (g *Guard) refusal(ctx context.Context, fullMethod string, req any) error {
-	p := principalFrom(ctx)
-	if p == nil {
-		return &unauthenticatedError{}
-	}
-	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
-	if !p.Has(access.RoleAdmin) && !slices.ContainsFunc(matrix[method], p.Has) {
-		return denied(p, method, fmt.Sprintf("%s needs one of the roles %v", method, matrix[method]))
-	}
-	if a, ok := req.(*intentv1.AcquireRequest); ok && a.GetRegister() != nil && !p.Has(access.RoleApprover) {
-		return denied(p, method, "registering inside Acquire needs the approver role: a worker cannot create approved terms")
-	}
-	tenant, err := scope(p, req)
+	ctx, err := s.g.authorize(s.ctx, s.method, m)
 	if err != nil {
 		return err
 	}
-	return g.limit(p, tenant)
+	s.ctx = ctx
+	return nil
+}
+
+// authorize applies the role matrix, resolves the tenant the call acts in
+// from the principal and the tenant the request names (resolveTenant),
+// and applies the rate limits. It returns ctx carrying that tenant for the
+// handler (callTenant), and changes nothing in req.
+func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) (context.Context, error) {
+	tenant, scoped, err := g.refusal(ctx, fullMethod, req)
+	if err != nil {
+		return nil, toStatus(g.log, err)
+	}
+	if scoped {
+		ctx = context.WithValue(ctx, tenantKey{}, tenant)
+	}
+	return ctx, nil
+}
+
+// refusal is why authorize refuses the call, or nil and the call's tenant
+// (scoped false: a call that names none, DeriveKey).
+func (g *Guard) refusal(ctx context.Context, fullMethod string, req any) (tenant string, scoped bool, err error) {
+	p := principalFrom(ctx)
+	if p == nil {
+		return "", false, &unauthenticatedError{}
+	}
+	method := fullMethod[strings.LastIndex(fullMethod, "/")+1:]
+	if !p.Has(access.RoleAdmin) && !slices.ContainsFunc(matrix[method], p.Has) {
+		return "", false, denied(p, method, fmt.Sprintf("%s needs one of the roles %v", method, matrix[method]))
+	}
+	if a, ok := req.(*intentv1.AcquireRequest); ok && a.GetRegister() != nil && !p.Has(access.RoleApprover) {
+		return "", false, denied(p, method, "registering inside Acquire needs the approver role: a worker cannot create approved terms")
+	}
+	if r, ok := req.(tenantScoped); ok {
+		if tenant, err = resolveTenant(p, r.GetTenant()); err != nil {
+			return "", false, err
+		}
+		scoped = true
+	}
+	return tenant, scoped, g.limit(p, tenant)
 }
 
 func denied(p *access.Principal, method, why string) error {
 	return &deniedError{principal: p.Name, method: method, why: why}
 }
 
-// scope resolves the request's tenant from the principal: empty becomes
-// the principal's only tenant (with several, the request must name one);
-// a tenant the principal does not belong to is refused. Nested tenants
-// (an Acquire's registration, a Complete's children) follow.
-func scope(p *access.Principal, req any) (string, error) {
-	m, ok := req.(proto.Message)
-	if !ok {
-		return "", nil
-	}
-	msg := m.ProtoReflect()
-	fd := msg.Descriptor().Fields().ByName("tenant")
-	if fd == nil {
-		return "", nil // DeriveKey: no tenant involved
-	}
-	tenant := msg.Get(fd).String()
+// tenantScoped is a request that names the tenant it acts in: every
+// IntentService request but DeriveKeyRequest.
+type tenantScoped interface{ GetTenant() string }
+
+// tenantKey is the context key of the tenant a call acts in, as the guard
+// resolved it.
+type tenantKey struct{}
+
+// resolveTenant is the tenant a call of principal p acts in, given the
+// tenant its request names, and the one place a tenant is defaulted: empty
+// becomes p's only tenant, else "default" when p belongs to it (with
+// authentication off, p is access.Anonymous, member of every tenant: empty
+// is "default"); a principal of several tenants must name one. A tenant p
+// does not belong to is refused. Nested registrations (an Acquire's, a
+// Complete's children) act in the same tenant (validate.go).
+func resolveTenant(p *access.Principal, named string) (string, error) {
+	tenant := named
 	if tenant == "" {
 		switch {
 		case len(p.Tenants) == 1 && p.Tenants[0] != access.AllTenants:
@@ -249,24 +270,24 @@ func scope(p *access.Principal, req any) (string, error) {
 		default:
 			return "", &tenantError{&intent.InvalidError{Field: "tenant", Reason: "required: the principal belongs to several tenants"}}
 		}
-		msg.Set(fd, protoreflect.ValueOfString(tenant))
 	}
 	if !p.InTenant(tenant) {
 		return "", denied(p, "", fmt.Sprintf("not a member of tenant %q", tenant))
 	}
-	switch r := req.(type) {
-	case *intentv1.AcquireRequest:
-		if r.GetRegister() != nil && r.GetRegister().GetTenant() == "" {
-			r.Register.Tenant = tenant
-		}
-	case *intentv1.CompleteRequest:
-		for _, c := range r.GetChildren() {
-			if c.GetTenant() == "" {
-				c.Tenant = tenant
-			}
-		}
-	}
 	return tenant, nil
+}
+
+// callTenant is the tenant a call acts in: the one the guard resolved
+// from the caller's credentials, carried in ctx. A server run without the
+// guard (package server's own tests, intentdtest.Serve) resolves it as the
+// guard does with authentication off, for access.Anonymous: named, or
+// "default" when empty.
+func callTenant(ctx context.Context, named string) string {
+	if tenant, ok := ctx.Value(tenantKey{}).(string); ok {
+		return tenant
+	}
+	tenant, _ := resolveTenant(access.Anonymous, named)
+	return tenant
 }
 
 // limit spends one request from the principal's and the tenant's buckets,

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/vocab"
@@ -56,7 +55,7 @@ func (s *Server) Register(ctx context.Context, req *intentv1.RegisterRequest) (*
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	reg, err := registration("", req)
+	reg, err := registration(callTenant(ctx, req.GetTenant()), "", req)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -112,11 +111,7 @@ func (s *Server) OpenSession(ctx context.Context, req *intentv1.OpenSessionReque
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	ttl := DefaultSessionTTL
-	if req.GetTtl() != nil {
-		ttl = req.GetTtl().AsDuration()
-	}
-	sess, err := s.store.OpenSession(ctx, tenantOr(req.GetTenant()), req.GetWorker(), ttl)
+	sess, err := s.store.OpenSession(ctx, callTenant(ctx, req.GetTenant()), req.GetWorker(), sessionTTL(req))
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -128,7 +123,7 @@ func (s *Server) CloseSession(ctx context.Context, req *intentv1.CloseSessionReq
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	if err := s.store.CloseSession(ctx, tenantOr(req.GetTenant()), req.GetSessionId()); err != nil {
+	if err := s.store.CloseSession(ctx, callTenant(ctx, req.GetTenant()), req.GetSessionId()); err != nil {
 		return nil, s.fail(err)
 	}
 	return &intentv1.CloseSessionResponse{}, nil
@@ -139,7 +134,7 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	ar, err := acquireRequest(req)
+	ar, err := acquireRequest(callTenant(ctx, req.GetTenant()), req)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -181,51 +176,16 @@ func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
 	return r
 }
 
-func acquireRequest(req *intentv1.AcquireRequest) (*intent.AcquireRequest, error) {
-	tn := tenantOr(req.GetTenant())
-	ar := &intent.AcquireRequest{
-		Tenant:              tn,
-		Key:                 req.GetKey(),
-		SessionID:           req.GetSessionId(),
-		RequestID:           req.GetRequestId(),
-		ExpectedFingerprint: req.GetExpectedFingerprint(),
-	}
-	if r := req.GetRegister(); r != nil {
-		var err error
-		if ar.Register, err = registration("register.", r); err != nil {
-			return nil, err
-		}
-		if r.GetKey() == "" && ar.Register.Key != ar.Key {
-			// Derived from register.identity, which the caller sees as
-			// the intent's: the request's key is the one that is wrong.
-			return nil, intent.Invalid("key", "must equal the key derived from register.action and register.identity, %s", ar.Register.Key)
-		}
-		if ar.Register.Tenant != tn || ar.Register.Key != ar.Key {
-			return nil, intent.Invalid("register", "tenant and key must equal the request's")
-		}
-	}
-	return ar, nil
-}
-
 // Heartbeat implements IntentService.Heartbeat.
 func (s *Server) Heartbeat(ctx context.Context, req *intentv1.HeartbeatRequest) (*intentv1.HeartbeatResponse, error) {
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	held := make([]intent.HeldLease, 0, len(req.GetLeases()))
-	for _, l := range req.GetLeases() {
-		held = append(held, intent.HeldLease{Key: l.GetKey(), Token: fencing.Token(l.GetToken())})
-	}
-	ttl, err := s.store.Heartbeat(ctx, tenantOr(req.GetTenant()), req.GetSessionId(), held)
+	ttl, err := s.store.Heartbeat(ctx, callTenant(ctx, req.GetTenant()), req.GetSessionId(), heldLeases(req))
 	if err != nil {
 		return nil, s.fail(err)
 	}
 	return &intentv1.HeartbeatResponse{Ttl: durationToProto(ttl)}, nil
-}
-
-// report is the domain form of the fields every fenced report shares.
-func report(tn, key string, token uint64, kind intent.ReportKind) *intent.Report {
-	return &intent.Report{Tenant: tenantOr(tn), Key: key, Token: fencing.Token(token), Kind: kind}
 }
 
 // Complete implements IntentService.Complete.
@@ -233,10 +193,8 @@ func (s *Server) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	r := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportComplete)
-	r.Result = result(req.GetResult())
-	var err error
-	if r.Children, err = children(r.Tenant, req.GetChildren()); err != nil {
+	r, err := completion(callTenant(ctx, req.GetTenant()), req)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	out, err := s.store.Report(ctx, *r)
@@ -255,7 +213,7 @@ func (s *Server) MarkUnknown(ctx context.Context, req *intentv1.MarkUnknownReque
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	in, err := s.reportWithReason(ctx, req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportMarkUnknown, req.GetReason())
+	in, err := s.report(ctx, unknownReport(callTenant(ctx, req.GetTenant()), req))
 	if err != nil {
 		return nil, err
 	}
@@ -267,16 +225,16 @@ func (s *Server) Release(ctx context.Context, req *intentv1.ReleaseRequest) (*in
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	in, err := s.reportWithReason(ctx, req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportRelease, req.GetReason())
+	in, err := s.report(ctx, releaseReport(callTenant(ctx, req.GetTenant()), req))
 	if err != nil {
 		return nil, err
 	}
 	return &intentv1.ReleaseResponse{Intent: in}, nil
 }
 
-func (s *Server) reportWithReason(ctx context.Context, tn, key string, token uint64, kind intent.ReportKind, reason string) (*intentv1.Intent, error) {
-	r := report(tn, key, token, kind)
-	r.Reason = reason
+// report hands a fenced report without children to the store and answers
+// with the intent as it is after it.
+func (s *Server) report(ctx context.Context, r *intent.Report) (*intentv1.Intent, error) {
 	out, err := s.store.Report(ctx, *r)
 	if err != nil {
 		return nil, s.fail(err)
@@ -289,13 +247,11 @@ func (s *Server) Fail(ctx context.Context, req *intentv1.FailRequest) (*intentv1
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	r := report(req.GetTenant(), req.GetKey(), req.GetToken(), intent.ReportFail)
-	r.Failure = &intent.Failure{Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()}
-	out, err := s.store.Report(ctx, *r)
+	in, err := s.report(ctx, failReport(callTenant(ctx, req.GetTenant()), req))
 	if err != nil {
-		return nil, s.fail(err)
+		return nil, err
 	}
-	return &intentv1.FailResponse{Intent: intentToProto(out.Intent)}, nil
+	return &intentv1.FailResponse{Intent: in}, nil
 }
 
 // Get implements IntentService.Get.
@@ -303,7 +259,7 @@ func (s *Server) Get(ctx context.Context, req *intentv1.GetRequest) (*intentv1.G
 	if err := s.valid(req); err != nil {
 		return nil, err
 	}
-	in, err := s.store.Get(ctx, tenantOr(req.GetTenant()), req.GetKey())
+	in, err := s.store.Get(ctx, callTenant(ctx, req.GetTenant()), req.GetKey())
 	if err != nil {
 		return nil, s.fail(err)
 	}

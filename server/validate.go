@@ -1,23 +1,36 @@
 package server
 
-// What the protovalidate rules of intent.proto cannot say, checked by hand
-// after them (see protovalidate.go), and the turning of valid requests into
-// their domain form. The rules are the only statement of a field's limits;
-// the checks here are about what no single field's rule can see: the
-// canonical form of params (its size and depth: intent.Canonical), a
-// registration's relation to the request around it, the pairing of a
-// decision with its result or failure, and the size of a whole outbox.
+// Admission: the one place a request becomes what the store takes. A
+// request reaches a handler decoded (decode.go: bytes that are not the
+// message are refused naming the field) and, behind the guard (auth.go),
+// authorized, rate-limited and scoped to the tenant the caller's
+// credentials allow, which travels in the call's context (callTenant); the
+// guard writes nothing into the request. The handler then checks the
+// request against the protovalidate rules of intent.proto
+// (protovalidate.go), the only statement of a field's limits, and hands it
+// and its tenant to its function here, which makes the checks no single
+// field's rule can (the canonical form of params, its size and depth:
+// intent.Canonical; a registration's relation to the request around it;
+// the pairing of a decision with its result or failure; the children of
+// one outbox together) and returns the trusted domain value the store
+// takes: a registration, an acquire request, a report, a decision, a
+// query, each carrying its tenant, nested registrations included. The
+// functions are pure: a request in, a value or an *intent.InvalidError
+// out. The store checks only what depends on its own configuration (the
+// longest retention it keeps, the size of an etcd transaction).
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
@@ -25,19 +38,11 @@ import (
 // DefaultSessionTTL is the TTL of a session whose OpenSession names none.
 const DefaultSessionTTL = 10 * time.Second
 
-// tenantOr returns the request's tenant, "default" when empty. (The rules
-// have checked a tenant that is given.)
-func tenantOr(t string) string {
-	if t == "" {
-		return intent.DefaultTenant
-	}
-	return t
-}
-
-// registration returns the domain form of a RegisterRequest (under field
-// prefix, for one nested in AcquireRequest or CompleteRequest) with
+// registration returns the domain form of a RegisterRequest in tenant tn
+// (under field prefix, for one nested in AcquireRequest or
+// CompleteRequest, whose caller checks a nested tenant against tn) with
 // canonical params, and its key derived when it gives an identity instead.
-func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registration, error) {
+func registration(tn, prefix string, r *intentv1.RegisterRequest) (*intent.Registration, error) {
 	params, err := canonicalParams(prefix, r.GetParams())
 	if err != nil {
 		return nil, err
@@ -47,7 +52,7 @@ func registration(prefix string, r *intentv1.RegisterRequest) (*intent.Registrat
 		return nil, err
 	}
 	return &intent.Registration{
-		Tenant:        tenantOr(r.GetTenant()),
+		Tenant:        tn,
 		Key:           key,
 		Params:        params,
 		ParamsVersion: r.GetParamsVersion(),
@@ -97,6 +102,161 @@ func registeredKey(prefix string, r *intentv1.RegisterRequest) (key string, iden
 	return d.Key, d.Identity, nil
 }
 
+// acquireRequest returns the domain form of an AcquireRequest in tenant
+// tn, with its registration, if any, in tn too: a registration inside
+// Acquire names the request's tenant (or none) and its key.
+func acquireRequest(tn string, req *intentv1.AcquireRequest) (*intent.AcquireRequest, error) {
+	ar := &intent.AcquireRequest{
+		Tenant:              tn,
+		Key:                 req.GetKey(),
+		SessionID:           req.GetSessionId(),
+		RequestID:           req.GetRequestId(),
+		ExpectedFingerprint: req.GetExpectedFingerprint(),
+	}
+	if r := req.GetRegister(); r != nil {
+		var err error
+		if ar.Register, err = registration(tn, "register.", r); err != nil {
+			return nil, err
+		}
+		if r.GetKey() == "" && ar.Register.Key != ar.Key {
+			// Derived from register.identity, which the caller sees as
+			// the intent's: the request's key is the one that is wrong.
+			return nil, intent.Invalid("key", "must equal the key derived from register.action and register.identity, %s", ar.Register.Key)
+		}
+		if t := r.GetTenant(); (t != "" && t != tn) || ar.Register.Key != ar.Key {
+			return nil, intent.Invalid("register", "tenant and key must equal the request's")
+		}
+	}
+	return ar, nil
+}
+
+// sessionTTL is the TTL an OpenSessionRequest asks for, DefaultSessionTTL
+// when it names none. (The rules have bounded one that is given.)
+func sessionTTL(req *intentv1.OpenSessionRequest) time.Duration {
+	if req.GetTtl() == nil {
+		return DefaultSessionTTL
+	}
+	return req.GetTtl().AsDuration()
+}
+
+// heldLeases returns the leases a HeartbeatRequest names, for the store to
+// check.
+func heldLeases(req *intentv1.HeartbeatRequest) []intent.HeldLease {
+	held := make([]intent.HeldLease, 0, len(req.GetLeases()))
+	for _, l := range req.GetLeases() {
+		held = append(held, intent.HeldLease{Key: l.GetKey(), Token: fencing.Token(l.GetToken())})
+	}
+	return held
+}
+
+// report is the domain form of the fields every fenced report shares.
+func report(tn, key string, token uint64, kind intent.ReportKind) *intent.Report {
+	return &intent.Report{Tenant: tn, Key: key, Token: fencing.Token(token), Kind: kind}
+}
+
+// unknownReport returns the domain form of a MarkUnknownRequest in tenant tn.
+func unknownReport(tn string, req *intentv1.MarkUnknownRequest) *intent.Report {
+	r := report(tn, req.GetKey(), req.GetToken(), intent.ReportMarkUnknown)
+	r.Reason = req.GetReason()
+	return r
+}
+
+// releaseReport returns the domain form of a ReleaseRequest in tenant tn.
+func releaseReport(tn string, req *intentv1.ReleaseRequest) *intent.Report {
+	r := report(tn, req.GetKey(), req.GetToken(), intent.ReportRelease)
+	r.Reason = req.GetReason()
+	return r
+}
+
+// failReport returns the domain form of a FailRequest in tenant tn.
+func failReport(tn string, req *intentv1.FailRequest) *intent.Report {
+	r := report(tn, req.GetKey(), req.GetToken(), intent.ReportFail)
+	r.Failure = &intent.Failure{Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()}
+	return r
+}
+
+// escalation returns the domain form of an EscalateRequest in tenant tn.
+func escalation(tn string, req *intentv1.EscalateRequest) intent.Escalation {
+	return intent.Escalation{
+		Tenant: tn, Key: req.GetKey(), Token: fencing.Token(req.GetToken()),
+		Reason: req.GetReason(), Actor: req.GetActor(), Force: req.GetForce(),
+	}
+}
+
+// decisions maps the API's verdicts to the states they lead to.
+var decisions = map[intentv1.Decision]intent.State{
+	intentv1.Decision_DECISION_COMPLETED: intent.StateCompleted,
+	intentv1.Decision_DECISION_PENDING:   intent.StatePending,
+	intentv1.Decision_DECISION_FAILED:    intent.StateFailed,
+	intentv1.Decision_DECISION_CANCELLED: intent.StateCancelled,
+}
+
+// resolution returns the domain form of a ResolveRequest in tenant tn,
+// after the check the rules leave to the server: a result with a
+// COMPLETED decision only, a failure with a FAILED one only.
+func resolution(tn string, req *intentv1.ResolveRequest) (*intent.Resolution, error) {
+	state, ok := decisions[req.GetDecision()]
+	if !ok {
+		return nil, intent.Invalid("decision", "required: COMPLETED, PENDING, FAILED or CANCELLED")
+	}
+	d := &intent.Resolution{Tenant: tn, Key: req.GetKey(), Decision: state, Actor: req.GetActor(), Reason: req.GetReason(), Force: req.GetForce(), RequestID: req.GetRequestId(), Channel: req.GetChannel(),
+		ExpectedToken: fencing.Token(req.GetExpectedToken())}
+	switch state {
+	case intent.StateCompleted:
+		if req.GetResult() == nil {
+			return nil, intent.Invalid("result", "required: what the side effect produced")
+		}
+		d.Result = result(req.GetResult())
+	case intent.StateFailed:
+		if req.GetFailure() == nil {
+			return nil, intent.Invalid("failure.code", "required")
+		}
+		d.Failure = &intent.Failure{Code: req.GetFailure().GetCode(), Message: req.GetFailure().GetMessage()}
+	}
+	if state != intent.StateCompleted && req.GetResult() != nil {
+		return nil, intent.Invalid("result", "only a COMPLETED decision carries a result")
+	}
+	if state != intent.StateFailed && req.GetFailure() != nil {
+		return nil, intent.Invalid("failure", "only a FAILED decision carries a failure")
+	}
+	return d, nil
+}
+
+// cancellation returns the domain form of a CancelRequest in tenant tn.
+func cancellation(tn string, req *intentv1.CancelRequest) intent.Cancellation {
+	return intent.Cancellation{Tenant: tn, Key: req.GetKey(), Actor: req.GetActor(), Reason: req.GetReason()}
+}
+
+// listQuery returns the domain form of a ListRequest in tenant tn.
+func listQuery(tn string, req *intentv1.ListRequest) (intent.ListQuery, error) {
+	f, err := filter(tn, req.GetStates(), req.GetLabel(), req.GetParentKey())
+	return intent.ListQuery{Filter: f, PageSize: int(req.GetPageSize()), PageToken: req.GetPageToken()}, err
+}
+
+// watchQuery returns the domain form of a WatchRequest in tenant tn.
+func watchQuery(tn string, req *intentv1.WatchRequest) (intent.WatchQuery, error) {
+	f, err := filter(tn, req.GetStates(), req.GetLabel(), req.GetParentKey())
+	return intent.WatchQuery{Filter: f, Key: req.GetKey(), StartRevision: req.GetStartRevision(), NotifyCreated: req.GetCreatedNotify()}, err
+}
+
+// filter returns the domain form of the filter fields List and Watch
+// share in tenant tn, which the rules have checked but for the label's
+// value.
+func filter(tn string, states []intentv1.State, label, parent string) (intent.Filter, error) {
+	f := intent.Filter{Tenant: tn, ParentKey: parent}
+	for _, st := range states {
+		f.States = append(f.States, intent.State(st))
+	}
+	if label != "" {
+		name, value, _ := strings.Cut(label, "=")
+		if err := labelFilter(name, value); err != nil {
+			return f, err
+		}
+		f.Label = &intent.Label{Name: name, Value: value}
+	}
+	return f, nil
+}
+
 // MaxOutboxBytes bounds what the children of one Complete add to its etcd
 // transaction, as outboxCost estimates it. etcd refuses a request above
 // 1.5 MiB (its default --max-request-bytes). The completed record alone may
@@ -124,24 +284,38 @@ func outboxCost(reg *intent.Registration) int {
 	return n
 }
 
-// children returns the child registrations of a Complete (the outbox) in
-// tenant tn: a child names its parent's tenant or none.
-func children(tn string, reqs []*intentv1.RegisterRequest) ([]intent.Registration, error) {
+// completion returns the domain form of a CompleteRequest in tenant tn:
+// the result, and the children it registers (the outbox).
+func completion(tn string, req *intentv1.CompleteRequest) (*intent.Report, error) {
+	r := report(tn, req.GetKey(), req.GetToken(), intent.ReportComplete)
+	r.Result = result(req.GetResult())
+	var err error
+	if r.Children, err = children(tn, req.GetKey(), req.GetChildren()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// children returns the child registrations of a Complete of intent parent
+// in tenant tn (the outbox), each in tn with parent as its ParentKey: a
+// child names its parent's tenant or none, and a key neither the parent's
+// nor another child's.
+func children(tn, parent string, reqs []*intentv1.RegisterRequest) ([]intent.Registration, error) {
 	out := make([]intent.Registration, 0, len(reqs))
 	cost := 0
 	for i, r := range reqs {
 		prefix := fmt.Sprintf("children[%d].", i)
-		if r.GetTenant() == "" {
-			r = proto.CloneOf(r)
-			r.Tenant = tn
-		}
-		reg, err := registration(prefix, r)
+		reg, err := registration(tn, prefix, r)
 		if err != nil {
 			return nil, err
 		}
-		if reg.Tenant != tn {
+		if t := r.GetTenant(); t != "" && t != tn {
 			return nil, intent.Invalid(prefix+"tenant", "a child belongs to its parent's tenant")
 		}
+		if reg.Key == parent || slices.ContainsFunc(out, func(o intent.Registration) bool { return o.Key == reg.Key }) {
+			return nil, intent.Invalid(prefix+"key", "%q repeats the parent's or another child's key", reg.Key)
+		}
+		reg.ParentKey = parent
 		cost += outboxCost(reg)
 		out = append(out, *reg)
 	}
