@@ -122,8 +122,11 @@ trap 'rm -rf "$intentd_dir"' EXIT
 intentd_bin="$intentd_dir/intentd"
 go build -o "$intentd_bin" ./cmd/intentd
 
-step "Python worker library against a live intentd (/usr/bin/python3: Debian's grpcio and protobuf)"
-INTENTD_BIN="$intentd_bin" PYTHONPATH=python:gen/python /usr/bin/python3 -m unittest discover -s python -t python -v
+step "Python worker library against a live intentd: Debian's runtimes (gen/python), no drift in python/stubs, the wheel on protobuf 6 and 7 (scripts/python-test.sh; pinned in scripts/python-env.sh)"
+INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh debian stubs pb6 pb7
+
+step "Python co-install: the wheel resolves and imports beside opentelemetry-proto, openai-agents, langgraph and pydantic-ai"
+INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh coinstall
 
 step "Node suite on the TypeScript stubs against a live intentd"
 (cd typescript && INTENTD_BIN="$intentd_bin" npm test --silent)

@@ -11,9 +11,13 @@ safe claim → act → report loop::
         out = session.run(intentd.Task(key=key, execute=buy, reconcile=look_up))
         print(out.name, out.result.external_refs)
 
-The generated stubs (``intent.v1.intent_pb2``) must be importable too: put
-the repository's ``python`` and ``gen/python`` directories on ``PYTHONPATH``.
+``pip install ./python`` installs it with the generated stubs it imports
+(``intent.v1.intent_pb2``, for protobuf 6 and 7); on Debian's runtimes, put
+the repository's ``python`` and ``gen/python`` directories on ``PYTHONPATH``
+instead. :mod:`intentd.aio` is the same on asyncio.
 """
+
+from importlib import metadata as _metadata
 
 from .client import Client, new_request_id, struct
 from .errors import (
@@ -48,5 +52,11 @@ from .errors import (
 )
 from .run import Attempt, Evidence, Final, NotAttempted, Outcome, Task, absent, found, undecided
 from .session import Session
+
+try:
+    __version__ = _metadata.version("intentd")
+    """The installed wheel's version (the project's release version)."""
+except _metadata.PackageNotFoundError:  # imported from a clone, not installed
+    __version__ = "0.0.0"
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -282,8 +282,11 @@ def _status_messages():
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(any_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(fd)
-    factory = message_factory.MessageFactory(pool)
-    return tuple(factory.GetPrototype(pool.FindMessageTypeByName("google.rpc." + n)) for n in ("Status", "ErrorInfo", "BadRequest"))
+    descriptors = [pool.FindMessageTypeByName("google.rpc." + n) for n in ("Status", "ErrorInfo", "BadRequest")]
+    if hasattr(message_factory, "GetMessageClass"):  # protobuf 4.22 and newer (GetPrototype is gone from 5)
+        return tuple(message_factory.GetMessageClass(d) for d in descriptors)
+    factory = message_factory.MessageFactory(pool)  # Debian's protobuf 4.21
+    return tuple(factory.GetPrototype(d) for d in descriptors)
 
 
 _Status, _ErrorInfo, _BadRequest = _status_messages()

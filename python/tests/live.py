@@ -16,8 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional
 from urllib.parse import parse_qs, urlsplit
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PYTHONPATH = os.pathsep.join([os.path.join(REPO, "python"), os.path.join(REPO, "gen", "python")])
+REPO = os.environ.get("INTENTD_REPO") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The repository: $INTENTD_REPO when the tests run from a copy (as
+scripts/python-test.sh runs them against an installed wheel), else the
+clone they are in."""
+TESTS_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The directory holding the tests package: a child worker runs there."""
 
 _bin_lock = threading.Lock()
 _bin: Optional[str] = None
@@ -147,8 +151,13 @@ class Provider:
 
 
 def child_env() -> Dict[str, str]:
+    """The environment of a child process: this one's, so that it imports
+    intentd as the tests do (from PYTHONPATH=python:gen/python on Debian's
+    runtimes, from the installed wheel otherwise), with PYTHONPATH made
+    absolute: a child may run in another directory."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = PYTHONPATH
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     return env
 
 

@@ -16,7 +16,7 @@ import grpc
 import intentd
 from intent.v1 import intent_pb2
 from tests import merchant
-from tests.live import PYTHON, REPO, Intentd, Provider, child_env
+from tests.live import PYTHON, REPO, TESTS_ROOT, Intentd, Provider, child_env
 
 O = intent_pb2
 
@@ -217,7 +217,7 @@ class LiveTest(unittest.TestCase):
     def spawn(self, key: str) -> subprocess.Popen:
         p = subprocess.Popen(
             [PYTHON, "-m", "tests.worker_child", server.address, key, provider.url, "2"],
-            cwd=os.path.join(REPO, "python"), env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=TESTS_ROOT, env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         def end() -> None:
             if p.poll() is None:
