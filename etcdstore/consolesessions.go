@@ -7,8 +7,9 @@ import (
 	"math"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/intent"
 )
 
 // The review console's sign-in sessions, kept in etcd so that every
@@ -144,10 +145,11 @@ func (c *ConsoleSessions) Refresh(ctx context.Context, id string, value []byte) 
 	}
 	kv := got.Kvs[0]
 	if _, err := c.s.leases.KeepAliveOnce(rctx, clientv3.LeaseID(kv.Lease)); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		err = unavailable(err)
+		if errors.Is(err, intent.ErrSessionNotFound) {
 			return false, nil // lapsed since the read
 		}
-		return false, fmt.Errorf("etcdstore: console session: %w", unavailable(err))
+		return false, fmt.Errorf("etcdstore: console session: %w", err)
 	}
 	// The same incarnation only: one deleted and created anew since the
 	// read (which a random id never is) keeps its own value.

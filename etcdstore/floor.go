@@ -280,7 +280,7 @@ func (s *Store) Installation(ctx context.Context) (string, error) {
 			Commit()
 		rcancel()
 		if err != nil {
-			if werr := s.backoff(ctx, attempt, err); werr != nil {
+			if werr := s.again(ctx, attempt, classify(err, false)); werr != nil {
 				return "", werr
 			}
 			continue
@@ -292,7 +292,7 @@ func (s *Store) Installation(ctx context.Context) (string, error) {
 		switch {
 		case len(kvs) == 0:
 			// Deleted between compare and read (by hand): create it again.
-			if werr := s.backoff(ctx, attempt, errors.New("installation key deleted")); werr != nil {
+			if werr := s.backoff(ctx, attempt, fmt.Errorf("%w: %s deleted while read", intent.ErrUnavailable, k)); werr != nil {
 				return "", werr
 			}
 		case len(kvs[0].Value) == 0:

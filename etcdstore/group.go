@@ -2,11 +2,9 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/internal/core/machine"
@@ -256,7 +254,7 @@ func (c *committer) send(members []*member) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(members[0].ctx), c.timeout)
 	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
 	cancel()
-	if err != nil && refusedWhole(err) {
+	if err != nil && classify(err, true).whole {
 		// Nothing was written: send the halves.
 		half := len(members) / 2
 		c.send(members[:half])
@@ -273,11 +271,4 @@ func (c *committer) send(members []*member) {
 		}
 		m.done <- outcome{succeeded: resp.Responses[i].GetResponseTxn().GetSucceeded(), rev: resp.Header.Revision}
 	}
-}
-
-// refusedWhole reports whether etcd refused a request before applying any
-// of it for what the request holds, so that smaller ones may pass.
-func refusedWhole(err error) bool {
-	return errors.Is(err, rpctypes.ErrRequestTooLarge) || errors.Is(err, rpctypes.ErrTooManyOps) ||
-		errors.Is(err, rpctypes.ErrDuplicateKey)
 }

@@ -216,7 +216,7 @@ func (s *Store) RunJanitor(ctx context.Context, cli *clientv3.Client, id string,
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
 		if err != nil {
-			_ = s.backoff(ctx, attempt, err)
+			_ = s.backoff(ctx, attempt, nil) // tried again until ctx ends
 			continue
 		}
 		el := concurrency.NewElection(sess, s.keys.election())

@@ -10,7 +10,6 @@ import (
 	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
@@ -219,11 +218,8 @@ func (s *Store) get(ctx context.Context, key string, rev int64, opts ...clientv3
 		opts = append(opts, clientv3.WithRev(rev))
 	}
 	resp, err := s.kv.Get(ctx, key, opts...)
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return nil, &intent.CompactedError{Requested: rev}
-	}
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, readErr(err, rev)
 	}
 	return resp, nil
 }
@@ -234,11 +230,8 @@ func (s *Store) readTxn(ctx context.Context, rev int64, reads []clientv3.Op) (*c
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := s.kv.Txn(rctx).Then(reads...).Commit()
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return nil, &intent.CompactedError{Requested: rev}
-	}
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, readErr(err, rev)
 	}
 	return resp, nil
 }
@@ -289,11 +282,8 @@ func (s *Store) settleLiveness(ctx context.Context, tenant string, ins []*intent
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return &intent.CompactedError{Requested: rev}
-	}
 	if err != nil {
-		return unavailable(err)
+		return readErr(err, rev)
 	}
 	for i, r := range resp.Responses {
 		if r.GetResponseRange().Count == 0 {

@@ -3,12 +3,10 @@ package etcdstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
@@ -52,13 +50,10 @@ func (s *Store) OpenSession(ctx context.Context, tenant, worker string, ttl time
 			Commit()
 		pcancel()
 		if err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return nil, fmt.Errorf("%w: lease lapsed while opening", intent.ErrSessionNotFound)
-			}
-			if errors.Is(err, rpctypes.ErrNoSpace) {
-				return nil, unavailable(err) // the store is full: refused, not ambiguous
-			}
-			if werr := s.backoff(ctx, attempt, err); werr != nil {
+			// Refused: the lease lapsed while opening, or the store is
+			// full (a session key that did land lapses with its lease).
+			// Else sent again: it reads back what landed.
+			if werr := s.again(ctx, attempt, classify(err, false)); werr != nil {
 				return nil, werr
 			}
 			continue
@@ -120,14 +115,14 @@ func (s *Store) CloseSession(ctx context.Context, tenant, id string) error {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := s.leases.Revoke(rctx, sess.lease)
-	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return unavailable(err)
+	if err := unavailable(err); err != nil && !errors.Is(err, intent.ErrSessionNotFound) {
+		return err
 	}
 	s.sessions.Remove(id)
 	if err == nil {
 		return s.confirmFloor(ctx, before, (*pb.LeaseRevokeResponse)(resp).GetHeader())
 	}
-	return nil
+	return nil // its lease was gone already
 }
 
 // Heartbeat keeps a session alive and returns its remaining TTL. Leases
@@ -146,12 +141,12 @@ func (s *Store) Heartbeat(ctx context.Context, tenant, id string, held []intent.
 	kctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	ka, err := s.leases.KeepAliveOnce(kctx, sess.lease)
 	cancel()
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := unavailable(err); err != nil {
+		if errors.Is(err, intent.ErrSessionNotFound) {
 			s.sessions.Remove(id)
 			return 0, intent.ErrSessionNotFound
 		}
-		return 0, unavailable(err)
+		return 0, err
 	}
 	// A restored etcd restores its leases too: a keep-alive it answers
 	// must not tell the worker its leases are fine.

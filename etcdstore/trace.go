@@ -2,9 +2,7 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -53,16 +51,17 @@ func endRead(span trace.Span, err error) {
 	span.End()
 }
 
-// endCommit ends the span of a write of d, classifying its outcome the way
-// transition acts on it. Error texts are not recorded: they may quote keys.
-func endCommit(span trace.Span, attempt int, d *machine.Decision, res outcome, err error) {
+// endCommit ends the span of a write of d, labelling its outcome by e,
+// its error classed as transition acts on it. Error texts are not
+// recorded: they may quote keys.
+func endCommit(span trace.Span, attempt int, d *machine.Decision, res outcome, e verdict) {
 	defer span.End()
 	if !span.IsRecording() {
 		return
 	}
 	span.SetAttributes(traceattr.TxnAttempt.Int(attempt))
 	switch {
-	case err == nil && res.succeeded:
+	case e.class == succeeded && res.succeeded:
 		span.SetAttributes(traceattr.TxnOutcome.String("committed"))
 		if d.Next == nil {
 			return // a removal
@@ -75,25 +74,19 @@ func endCommit(span trace.Span, attempt int, d *machine.Decision, res outcome, e
 			}
 			span.SetAttributes(traceattr.Token.Int64(int64(token)))
 		}
-	case err == nil:
+	case e.class == succeeded:
 		span.SetAttributes(traceattr.TxnOutcome.String("conflict"))
-	case errors.Is(err, rpctypes.ErrNoSpace):
+	case e.full:
 		// Applied or not: transition reads back, and refuses what still
 		// needs a write.
 		span.SetAttributes(traceattr.TxnOutcome.String("no_space"))
 		span.SetStatus(codes.Error, "etcd backend quota exhausted")
-	case refusedWrite(err):
-		span.SetAttributes(traceattr.TxnOutcome.String("refused"))
-		span.SetStatus(codes.Error, "etcd refused the write")
-	default:
+	case e.class == readBack:
 		span.SetAttributes(traceattr.TxnOutcome.String("ambiguous"))
 		span.SetStatus(codes.Error, "etcd write outcome unknown")
+	default:
+		// Nothing to read back: refused, or turned away unproposed.
+		span.SetAttributes(traceattr.TxnOutcome.String("refused"))
+		span.SetStatus(codes.Error, "etcd refused the write")
 	}
-}
-
-// refusedWrite reports whether a commit error means nothing is to be read
-// back as ambiguous (see transition).
-func refusedWrite(err error) bool {
-	return errors.Is(err, intent.ErrTooLarge) || errors.Is(err, ErrRevisionWentBack) ||
-		errors.Is(err, rpctypes.ErrRequestTooLarge)
 }

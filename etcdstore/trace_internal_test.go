@@ -27,7 +27,7 @@ func BenchmarkUntracedSpan(b *testing.B) {
 			s := &Store{tracer: newTracer(tc.tp)}
 			for b.Loop() {
 				_, span := s.startSpan(ctx, "etcd txn", "default", "order-1")
-				endCommit(span, 0, d, res, nil)
+				endCommit(span, 0, d, res, verdict{})
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -35,20 +36,17 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
 	defer cancel()
 	v := start
-	// full is set once etcd answered NOSPACE: the store is full, but the
-	// write may have been applied anyway (etcd applies the write that
-	// crosses the quota, then raises the alarm and answers NOSPACE). Read
-	// back like any ambiguous outcome; only a decision that still needs a
-	// write is refused as full.
-	full := false
+	// full is set once etcd answered NOSPACE, to the refusal: the store is
+	// full, but the write may have been applied anyway (etcd applies the
+	// write that crosses the quota, then raises the alarm and answers
+	// NOSPACE). It is read back like any ambiguous outcome; only a
+	// decision that still needs a write is refused as full.
+	var full error
 	for attempt := 0; ; attempt++ {
 		if v == nil {
 			var err error
 			if v, err = load(ctx); err != nil {
-				if errors.Is(err, errCorrupt) {
-					return machine.Answer{}, err
-				}
-				if werr := s.backoff(ctx, attempt, err); werr != nil {
+				if werr := s.again(ctx, attempt, classify(err, false)); werr != nil {
 					return machine.Answer{}, werr
 				}
 				continue
@@ -60,7 +58,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			// it, then decide again on the same view.
 			kv, err := s.getSession(ctx, tenant, id)
 			if err != nil {
-				if werr := s.backoff(ctx, attempt, err); werr != nil {
+				if werr := s.again(ctx, attempt, classify(err, false)); werr != nil {
 					return machine.Answer{}, werr
 				}
 				continue
@@ -78,37 +76,33 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 		if !d.Writes() {
 			return answered(d.Answer, d.Err)
 		}
-		if full {
-			return machine.Answer{}, fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull)
+		if full != nil {
+			return machine.Answer{}, full
 		}
 		cctx, span := s.startSpan(ctx, "etcd txn", tenant, key)
 		res, next, err := s.commit(cctx, tenant, v, &d)
-		endCommit(span, attempt, &d, res, err)
-		if errors.Is(err, intent.ErrTooLarge) {
-			return machine.Answer{}, err
-		}
-		if errors.Is(err, rpctypes.ErrNoSpace) {
-			full, v = true, nil // reads are still served
+		e := classify(err, true)
+		endCommit(span, attempt, &d, res, e)
+		switch e.class {
+		case refuse:
+			return machine.Answer{}, e.err
+		case retry:
+			// Nothing was written: decide again on the same view and
+			// send the write again.
+			if werr := s.backoff(ctx, attempt, e.err); werr != nil {
+				return machine.Answer{}, werr
+			}
 			continue
-		}
-		if errors.Is(err, ErrRevisionWentBack) {
-			// Refused, not ambiguous: the write may have been applied by
-			// the etcd that went back, but nothing of it reaches the
-			// caller, and trying again would be refused the same way.
-			return machine.Answer{}, err
-		}
-		if errors.Is(err, rpctypes.ErrRequestTooLarge) {
-			// etcd refused the request whole: nothing was written, and
-			// sending it again would fail the same way.
-			return machine.Answer{}, fmt.Errorf("%w: etcd refused it: %v", intent.ErrTooLarge, err)
-		}
-		if err != nil {
+		case readBack:
 			// The write may or may not have committed: read back and
 			// decide again. The compare keeps a committed write from
 			// applying twice; the decision recognizes its own effect.
 			s.stats.ambiguous.Add(1)
 			s.cfg.Logger.Debug("etcdstore: ambiguous commit, reading back", "tenant", tenant, "key", key, "err", err)
-			if werr := s.backoff(ctx, attempt, err); werr != nil {
+			if e.full {
+				full = e.err
+			}
+			if werr := s.backoff(ctx, attempt, e.err); werr != nil {
 				return machine.Answer{}, werr
 			}
 			v = nil
@@ -268,12 +262,10 @@ func opsBytes(ops []clientv3.Op) int {
 }
 
 // backoff waits before the next attempt, or returns why it must not: the
-// caller's context ended, or the operation ran out of time (then the store
-// is unavailable, and the caller may retry the same call safely).
-func (s *Store) backoff(ctx context.Context, attempt int, cause error) error {
-	if errors.Is(cause, ErrRevisionWentBack) {
-		return cause // every retry would be refused the same way
-	}
+// caller's context was canceled, or the operation ran out of time; then it
+// returns outOfTime, what the last failure answers (the store is
+// unavailable, and the caller may retry the same call safely).
+func (s *Store) backoff(ctx context.Context, attempt int, outOfTime error) error {
 	d := min(10*time.Millisecond<<min(attempt, 6), 500*time.Millisecond)
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
@@ -283,23 +275,148 @@ func (s *Store) backoff(ctx context.Context, attempt int, cause error) error {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: %v", intent.ErrUnavailable, cause)
+		return outOfTime
 	case <-t.C:
 		return nil
 	}
 }
 
-// unavailable wraps an etcd error of a call that wrote nothing: the store
-// did not answer — or, for a full backend, refused.
+// again acts on the verdict of a failed call that is sent again as it is
+// (a read, or a create-if-absent write whose else branch reads back):
+// nil once it may be sent again, after a backoff, or the error to return.
+func (s *Store) again(ctx context.Context, attempt int, e verdict) error {
+	if e.class == refuse {
+		return e.err
+	}
+	return s.backoff(ctx, attempt, e.err)
+}
+
+// class is what an error of an etcd call means for the call; classify puts
+// every error of the store's etcd calls in exactly one.
+type class uint8
+
+const (
+	// succeeded: there was no error.
+	succeeded class = iota
+	// retry: transient, and nothing was written: the call read only, or
+	// etcd turned the write away before proposing it (no leader, too many
+	// requests). Send it again after a backoff.
+	retry
+	// readBack: the outcome of a write is unknown: it may have been
+	// applied (a timeout, a leader change, a lost reply, a full backend).
+	// Read the record back and decide again; the compare keeps a write
+	// that did apply from applying twice.
+	readBack
+	// refuse: permanent: sending the call again would fail the same way
+	// (the request too large, a full backend for a write that is not read
+	// back, etcd's revision went back, permission denied, the caller gave
+	// up). The call ends with the verdict's error.
+	refuse
+)
+
+// verdict is an error of an etcd call, classed.
+type verdict struct {
+	class class
+	// err is what the caller answers: the refusal; for retry and read
+	// back, the unavailability to answer if the operation runs out of
+	// time; for a full backend read back, the refusal a decision that
+	// still needs a write gets.
+	err error
+	// full: etcd's backend quota is exhausted (NOSPACE): it serves reads
+	// and deletes only, and refuses every write.
+	full bool
+	// whole: etcd refused the request whole for what it holds (its size,
+	// its number of operations, a key written twice): nothing was
+	// written, and smaller requests may pass (group.go sends a batch
+	// refused so again in halves).
+	whole bool
+}
+
+// classify is the one place the store tells etcd's errors apart: it classes
+// err, the error of an etcd call or of the store's own checks around it.
+// write is set for the write loop's commit, whose outcome the loop learns
+// by reading back when it is unknown; for any other call (a read, a lease
+// call, a create-if-absent write sent again as it is, whose else branch
+// reads back) a transient error is retry, and a full backend a refusal.
+func classify(err error, write bool) verdict {
+	transient := verdict{class: retry, err: fmt.Errorf("%w: %v", intent.ErrUnavailable, err)}
+	if write {
+		transient.class = readBack
+	}
+	switch {
+	case err == nil:
+		return verdict{}
+	// The store's own refusals, and the caller's cancellation.
+	case errors.Is(err, intent.ErrStoreRolledBack), errors.Is(err, intent.ErrTooLarge), errors.Is(err, errCorrupt),
+		errors.Is(err, context.Canceled):
+		return verdict{class: refuse, err: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		// One attempt's deadline (Config.RequestTimeout): a write may
+		// have been applied. When the operation ran out of time as a
+		// whole, backoff says so.
+		return transient
+	// etcd's errors, as the client returns them.
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		// etcd applies the write that crosses the quota, then answers
+		// NOSPACE: the write loop reads it back.
+		full := verdict{class: refuse, err: fmt.Errorf("%w: etcd's backend quota is exhausted (NOSPACE alarm)", intent.ErrStoreFull), full: true}
+		if write {
+			full.class = readBack
+		}
+		return full
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrTooManyOps):
+		// Refused whole: nothing was written.
+		return verdict{class: refuse, err: fmt.Errorf("%w: etcd refused it: %v", intent.ErrTooLarge, err), whole: true}
+	case errors.Is(err, rpctypes.ErrDuplicateKey):
+		// A transaction that writes a key twice: the store's own bug,
+		// refused whole.
+		return verdict{class: refuse, err: fmt.Errorf("etcdstore: etcd refused the transaction: %w", err), whole: true}
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// The lease behind a session lapsed or was revoked.
+		return verdict{class: refuse, err: fmt.Errorf("%w: its etcd lease is gone", intent.ErrSessionNotFound)}
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return verdict{class: refuse, err: &intent.CompactedError{}}
+	case errors.Is(err, rpctypes.ErrNoLeader), errors.Is(err, rpctypes.ErrNotLeader), errors.Is(err, rpctypes.ErrTooManyRequests),
+		errors.Is(err, clientv3.ErrNoAvailableEndpoints):
+		// Turned away before it was proposed, or never sent.
+		transient.class = retry
+		return transient
+	case errors.Is(err, rpctypes.ErrLeaderChanged), errors.Is(err, rpctypes.ErrStopped), errors.Is(err, rpctypes.ErrTimeout),
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost),
+		errors.Is(err, rpctypes.ErrUnhealthy):
+		// A member that cannot answer now: a write may have been
+		// proposed, and applied.
+		return transient
+	case strings.Contains(rpctypes.ErrorDesc(err), "trying to send message larger than max"):
+		// gRPC's limit on a message the client sends (a status whose
+		// code etcdstore cannot read: it imports none of gRPC's codes):
+		// refused whole before it was sent.
+		return verdict{class: refuse, err: fmt.Errorf("%w: %v", intent.ErrTooLarge, err), whole: true}
+	case errors.As(err, new(rpctypes.EtcdError)):
+		// Any other error etcd names (permission denied, an invalid
+		// auth token, a corrupt cluster, a future revision, ...)
+		// refuses the call as it is, or intentd's credentials: sending
+		// it again fails the same way. An operator fixes it; the caller
+		// is told the store is unavailable.
+		return verdict{class: refuse, err: fmt.Errorf("%w: etcd refused the call: %v", intent.ErrUnavailable, err)}
+	}
+	// Not one etcd names: a connection lost or refused (a gRPC status
+	// etcd's client passes on as it is), a timeout, a member stopping.
+	return transient
+}
+
+// unavailable is the error a call that does not read back answers for err,
+// an error of etcd (nil for none): what classify says.
 func unavailable(err error) error {
-	if err == nil {
-		return nil
+	return classify(err, false).err
+}
+
+// readErr is the error a read at rev (0: now) answers for err: a revision
+// etcd compacted away names the one asked for.
+func readErr(err error, rev int64) error {
+	err = unavailable(err)
+	if c, ok := errors.AsType[*intent.CompactedError](err); ok {
+		c.Requested = rev
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrRevisionWentBack) {
-		return err // a refusal below the floor is already ErrUnavailable
-	}
-	if errors.Is(err, rpctypes.ErrNoSpace) {
-		return fmt.Errorf("%w: %v", intent.ErrStoreFull, err)
-	}
-	return fmt.Errorf("%w: %v", intent.ErrUnavailable, err)
+	return err
 }
