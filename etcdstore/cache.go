@@ -8,6 +8,80 @@ import (
 	"github.com/intentd/intentd/internal/core/machine"
 )
 
+// The store's caches: records (the newest version this store saw of each
+// intent, with a final version's replay memo) and sessions, and what each
+// entry costs.
+
+// CacheUsage is what the store's caches hold now: entries, and their
+// estimated bytes of heap (at most Config.CacheBytes together).
+type CacheUsage struct {
+	Records, RecordBytes   int64
+	Sessions, SessionBytes int64
+}
+
+// CacheUsage returns what the store's caches hold.
+func (s *Store) CacheUsage() CacheUsage {
+	return CacheUsage{
+		Records: int64(s.records.Len()), RecordBytes: s.records.Bytes(),
+		Sessions: int64(s.sessions.Len()), SessionBytes: s.sessions.Bytes(),
+	}
+}
+
+// cached is a record and the mod revision it was read or written at.
+type cached struct {
+	rec *machine.Record
+	rev int64
+	// memo goes with a final record's answers replayed from this version
+	// (intent.Memo), nil for a record that is not final. A newer version
+	// gets a new entry and so a new memo.
+	memo *intent.Memo
+	// replayed is set once the memo was handed out with a replay: from
+	// then on the entry counts what the memo may hold (cachedBytes).
+	replayed bool
+}
+
+func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
+
+// remember caches the newest version seen of a record.
+func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
+	k := cacheKey(tenant, key)
+	if old, ok := s.records.Get(k); ok && old.rev >= rev {
+		return
+	}
+	c := cached{rec: rec, rev: rev}
+	if rec.State.Final() {
+		c.memo = new(intent.Memo)
+	}
+	s.records.Add(k, c)
+}
+
+// replayedFrom counts, against the record cache's budget, what the memo
+// handed out with a replay may come to hold, the first time it is handed
+// out (the version's entry, if still the one cached). Callers that read
+// the entry skip it once the entry says it was replayed: a replay then
+// takes the cache's lock once.
+func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
+	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
+		if c.memo != memo || c.replayed {
+			return c, false
+		}
+		c.replayed = true
+		return c, true
+	})
+}
+
+// cachedEntry is the remembered version of a record, if any, with that
+// version's memo and whether a replay has handed it out yet.
+func (s *Store) cachedEntry(tenant, key string) (cached, bool) {
+	return s.records.Get(cacheKey(tenant, key))
+}
+
+// view is a view of the entry's version of the record under key: not
+// fresh (see machine.View).
+func (c cached) view(key string) *machine.View {
+	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}
+}
+
 // The store's caches are bounded in bytes (Config.CacheBytes), each entry
 // counted at the estimate below: the Go heap its key and value occupy,
 // headers and what they point to, as decoded from etcd. The estimate

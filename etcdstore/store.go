@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/bytelru"
 	"github.com/intentd/intentd/internal/core/machine"
 )
@@ -80,21 +79,6 @@ type Stats struct {
 	LapsesByAcquire, LapsesByJanitor int64
 }
 
-// CacheUsage is what the store's caches hold now: entries, and their
-// estimated bytes of heap (at most Config.CacheBytes together).
-type CacheUsage struct {
-	Records, RecordBytes   int64
-	Sessions, SessionBytes int64
-}
-
-// CacheUsage returns what the store's caches hold.
-func (s *Store) CacheUsage() CacheUsage {
-	return CacheUsage{
-		Records: int64(s.records.Len()), RecordBytes: s.records.Bytes(),
-		Sessions: int64(s.sessions.Len()), SessionBytes: s.sessions.Bytes(),
-	}
-}
-
 // Stats returns the store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
@@ -103,19 +87,6 @@ func (s *Store) Stats() Stats {
 		AttemptsExhausted: s.stats.exhausted.Load(), MarkedUnknown: s.stats.markedUnknown.Load(),
 		LapsesByAcquire: s.stats.lapsesByAcquire.Load(), LapsesByJanitor: s.stats.lapsesByJanitor.Load(),
 	}
-}
-
-// cached is a record and the mod revision it was read or written at.
-type cached struct {
-	rec *machine.Record
-	rev int64
-	// memo goes with a final record's answers replayed from this version
-	// (intent.Memo), nil for a record that is not final. A newer version
-	// gets a new entry and so a new memo.
-	memo *intent.Memo
-	// replayed is set once the memo was handed out with a replay: from
-	// then on the entry counts what the memo may hold (cachedBytes).
-	replayed bool
 }
 
 // session is what the store knows of an open session.
@@ -167,8 +138,6 @@ func (s *Store) Ping(ctx context.Context) error {
 	_, err := s.kv.Get(ctx, s.cfg.Prefix+"ping", clientv3.WithCountOnly())
 	return unavailable(err)
 }
-
-func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
 
 // read returns a fresh view of an intent and its tombstone, of the other
 // intents named (records and tombstones) and of the given sessions, in one
@@ -270,46 +239,6 @@ func (s *Store) getSession(ctx context.Context, tenant, id string) (*mvccpb.KeyV
 		return nil, nil
 	}
 	return resp.Kvs[0], nil
-}
-
-// remember caches the newest version seen of a record.
-func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
-	k := cacheKey(tenant, key)
-	if old, ok := s.records.Get(k); ok && old.rev >= rev {
-		return
-	}
-	c := cached{rec: rec, rev: rev}
-	if rec.State.Final() {
-		c.memo = new(intent.Memo)
-	}
-	s.records.Add(k, c)
-}
-
-// replayedFrom counts, against the record cache's budget, what the memo
-// handed out with a replay may come to hold, the first time it is handed
-// out (the version's entry, if still the one cached). Callers that read
-// the entry skip it once the entry says it was replayed: a replay then
-// takes the cache's lock once.
-func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
-	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
-		if c.memo != memo || c.replayed {
-			return c, false
-		}
-		c.replayed = true
-		return c, true
-	})
-}
-
-// cachedEntry is the remembered version of a record, if any, with that
-// version's memo and whether a replay has handed it out yet.
-func (s *Store) cachedEntry(tenant, key string) (cached, bool) {
-	return s.records.Get(cacheKey(tenant, key))
-}
-
-// view is a view of the entry's version of the record under key: not
-// fresh (see machine.View).
-func (c cached) view(key string) *machine.View {
-	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}
 }
 
 func sessionID(id clientv3.LeaseID) string { return strconv.FormatUint(uint64(id), 16) }
