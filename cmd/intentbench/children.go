@@ -130,14 +130,24 @@ func startChild(dir, name, kind string, args ...string) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startExec(dir, name, self, []string{childEnv + "=" + kind}, args...)
+}
+
+// startProgram starts the program at path (another intentd binary, say)
+// with args, as startChild starts this binary.
+func startProgram(dir, name, path string, args ...string) (*child, error) {
+	return startExec(dir, name, path, nil, args...)
+}
+
+func startExec(dir, name, self string, env []string, args ...string) (*child, error) {
 	logPath := filepath.Join(dir, name+".log")
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644) // a restart appends
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), childEnv+"="+kind)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -306,9 +316,10 @@ func (p proc) cpuSince(c0 time.Duration) time.Duration {
 }
 
 // mem is a process's resident memory, in bytes (zero: unknown): now, at
-// its peak, and now without file-backed pages (etcd's bbolt database is
-// memory-mapped; its pages are the page cache's, reclaimable).
-type mem struct{ rss, peak, anon int64 }
+// its peak, now without file-backed pages (anon), and those pages alone
+// (file: etcd's bbolt database is memory-mapped; its pages are the page
+// cache's, reclaimable).
+type mem struct{ rss, peak, anon, file int64 }
 
 // memory reads the process's resident memory from /proc.
 func (p proc) memory() mem {
@@ -333,6 +344,8 @@ func (p proc) memory() mem {
 			field = &m.peak
 		case "RssAnon":
 			field = &m.anon
+		case "RssFile":
+			field = &m.file
 		default:
 			continue
 		}

@@ -24,7 +24,12 @@
 //   - scale: Acquire and review-queue page latency with --scale-small
 //     against --scale-large stored intents (two intentds of their own);
 //     then intentd's peak RSS with the large store, and the bytes in use
-//     per retained intent after compaction and defragmentation.
+//     per retained intent after compaction and defragmentation;
+//   - tombstones (not in the default run: storing a million takes
+//     minutes): Register and Acquire of tombstoned keys, and Acquire with
+//     register of fresh ones, with --tombstones stored, against the same
+//     in an earlier version's intentd (--tombstone-baseline); what the
+//     tombstones cost intentd's RSS and etcd's database (tombstones.go).
 //
 // CPU time per operation of each server process comes from
 // /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per
@@ -58,8 +63,12 @@ import (
 	"github.com/intentd/intentd/internal/run/cliflag"
 )
 
-// workloads in the order they run.
-var workloads = []string{"replay", "cycle", "contention", "heartbeat", "scale"}
+// workloads in the order they run: the default run; optionalWorkloads run
+// only when --workloads names them, after those.
+var (
+	workloads         = []string{"replay", "cycle", "contention", "heartbeat", "scale"}
+	optionalWorkloads = []string{"tombstones"}
+)
 
 // config is the run's settings, from the flags.
 type config struct {
@@ -89,6 +98,12 @@ type config struct {
 	// heapProfiles, if set, is where each started intentd's heap profile
 	// is written when its memory is reported.
 	heapProfiles string
+	// tombstones is how many tombstones the tombstones workload stores;
+	// tombstoneBaseline an earlier intentd binary it measures beside this
+	// one ("": none); tombstoneWorkers its concurrency.
+	tombstones        int
+	tombstoneBaseline string
+	tombstoneWorkers  int
 }
 
 func (c config) runs(w string) bool { return slices.Contains(c.workloads, w) }
@@ -112,7 +127,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	replayLevels := fs.String("replay-levels", "1,64", "replay concurrency levels, comma-separated, ascending")
 	fs.IntVar(&c.payload, "payload", 300, "bytes of params and of result per intent (the raw peer writes as many)")
 	fs.StringVar(&c.payloadText, "payload-text", "random", "what the payloads hold: random (letters and digits, as ids and tokens: they hardly compress) or repeat (one letter over and over: compresses to nothing)")
-	list := fs.String("workloads", strings.Join(workloads, ","), "workloads to run, comma-separated: "+strings.Join(workloads, ", "))
+	all := append(slices.Clone(workloads), optionalWorkloads...)
+	list := fs.String("workloads", strings.Join(workloads, ","), "workloads to run, comma-separated: "+strings.Join(all, ", ")+" (the last only when named)")
 	fs.IntVar(&c.contentionWorkers, "contention-workers", 64, "workers in the contention workload")
 	fs.IntVar(&c.contentionIntents, "contention-intents", 8, "intents they contend for at a time")
 	fs.IntVar(&c.hbWorkers, "heartbeat-workers", 50, "workers in the heartbeat workload, one session each")
@@ -125,6 +141,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.scaleEtcdApart, "scale-etcd-apart", false, "run the scale workload's intentds on etcds in processes of their own (as with an external etcd cluster), so that the memory table shows intentd's and its etcd's apart")
 	fs.StringVar(&c.intentdAddr, "intentd-addr", "", "measure a running intentd at this gRPC address instead of starting one (plaintext, no authentication)")
 	intentdEtcd := fs.String("intentd-etcd", "", "with --intentd-addr: its etcd's endpoints, comma-separated, to count the revisions it writes")
+	fs.IntVar(&c.tombstones, "tombstones", 1000000, "tombstones stored in each intentd of the tombstones workload")
+	fs.StringVar(&c.tombstoneBaseline, "tombstone-baseline", "", "an earlier version's intentd binary, measured beside this version's in the tombstones workload (empty: this version's alone)")
+	fs.IntVar(&c.tombstoneWorkers, "tombstone-workers", 1, "concurrent calls in the tombstones workload")
 	fs.StringVar(&c.heapProfiles, "heap-profiles", "", "write each started intentd's heap profile (pprof, in use after a GC) into this directory when its memory is reported: <name>.heap")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "use this running etcd cluster (comma-separated endpoints) as the raw peer instead of starting one; it must not be intentd's")
 	if err := fs.Parse(args); err != nil {
@@ -146,18 +165,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.intentdEtcd, c.etcdEndpoints = splitList(*intentdEtcd), splitList(*etcdEndpoints)
 	for _, w := range splitList(*list) {
-		if !slices.Contains(workloads, w) {
-			return c, bad("--workloads %q: unknown workload %q, want some of %s", *list, w, strings.Join(workloads, ", "))
+		if !slices.Contains(all, w) {
+			return c, bad("--workloads %q: unknown workload %q, want some of %s", *list, w, strings.Join(all, ", "))
 		}
 	}
-	for _, w := range workloads { // in their order, each once
+	for _, w := range all { // in their order, each once
 		if slices.Contains(splitList(*list), w) {
 			c.workloads = append(c.workloads, w)
 		}
 	}
 	switch {
 	case len(c.workloads) == 0:
-		return c, bad("--workloads %q: want at least one of %s", *list, strings.Join(workloads, ", "))
+		return c, bad("--workloads %q: want at least one of %s", *list, strings.Join(all, ", "))
 	case c.duration < 100*time.Millisecond:
 		return c, bad("--duration %s: want at least 100ms", c.duration)
 	case c.rounds < 1:
@@ -182,6 +201,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, bad("--scale-large %d: want more than --scale-small (%d)", c.scaleLarge, c.scaleSmall)
 	case c.scaleWorkers < 1:
 		return c, bad("--scale-workers %d: want at least 1", c.scaleWorkers)
+	case c.tombstones < 2:
+		return c, bad("--tombstones %d: want at least 2", c.tombstones)
+	case c.tombstoneWorkers < 1:
+		return c, bad("--tombstone-workers %d: want at least 1", c.tombstoneWorkers)
 	case len(c.intentdEtcd) > 0 && c.intentdAddr == "":
 		return c, bad("--intentd-etcd: only with --intentd-addr (a started intentd's etcd is known)")
 	}
@@ -294,6 +317,11 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}
 		defer p.stores.close()
 		if err := b.runScale(ctx, p.stores); err != nil {
+			return err
+		}
+	}
+	if cfg.runs("tombstones") {
+		if err := b.runTombstones(ctx); err != nil {
 			return err
 		}
 	}

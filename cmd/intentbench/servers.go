@@ -78,6 +78,13 @@ func (s *intentdServer) metric(name string) float64 {
 // endpoint on too. Given an etcd (not nil), intentd uses it instead of an
 // embedded one.
 func (b *bench) startIntentd(ctx context.Context, name string, etcd *etcdServer) (*intentdServer, error) {
+	return b.startIntentdBin(ctx, name, "", etcd)
+}
+
+// startIntentdBin is startIntentd with the intentd binary at bin instead
+// of this one's (empty: this one's), and extra flags; a data directory
+// that exists already (a restart) is kept.
+func (b *bench) startIntentdBin(ctx context.Context, name, bin string, etcd *etcdServer, extra ...string) (*intentdServer, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -107,7 +114,13 @@ func (b *bench) startIntentd(ctx context.Context, name string, etcd *etcdServer)
 		args = append(args, "--pprof-listen", pprof)
 		pprof = "http://" + pprof + "/debug/pprof/"
 	}
-	c, err := startChild(b.dir, name, "intentd", args...)
+	args = append(args, extra...)
+	var c *child
+	if bin == "" {
+		c, err = startChild(b.dir, name, "intentd", args...)
+	} else {
+		c, err = startProgram(b.dir, name, bin, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
