@@ -152,7 +152,7 @@ import importlib.metadata as m
 import agents, grpc, langgraph, pydantic_ai
 import google.protobuf
 from opentelemetry.proto.trace.v1 import trace_pb2
-import intentd
+import intentd, intentd.aio
 from intent.v1 import intent_pb2
 print("resolved and imported together:", ", ".join(f"{p} {m.version(p)}" for p in
       ("intentd", "protobuf", "grpcio", "opentelemetry-proto", "openai-agents", "langgraph", "pydantic-ai-slim")))

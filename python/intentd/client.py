@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple
 
 import grpc
 from google.protobuf import duration_pb2, struct_pb2
@@ -15,9 +15,37 @@ from .errors import from_rpc_error
 from .ids import new_request_id
 from .session import Session
 
-Resp = TypeVar("Resp")
-
 _RETRIABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class Retrying:
+    """One call's retry budget, the same for :class:`Client` and
+    :class:`intentd.aio.AsyncClient`: the deadline of each attempt, and,
+    after an error, either the wait before sending again (intentd did not
+    answer: UNAVAILABLE or the attempt's deadline) or the error's
+    :mod:`intentd.errors` class raised (a refusal, or the budget spent)."""
+
+    def __init__(self, client: "Calls", timeout: Optional[float]) -> None:
+        self._client = client
+        self.deadline = time.monotonic() + (client.retry_timeout if timeout is None else timeout)
+        self._wait = client.backoff_min
+
+    def attempt_timeout(self) -> float:
+        """The deadline of the next attempt, in seconds from now."""
+        return max(min(self._client.call_timeout, self.deadline - time.monotonic()), 0.001)
+
+    def after(self, e: grpc.RpcError) -> float:
+        """The jittered wait before the next attempt; raises instead when
+        intentd answered (a refusal is never resent) or time ran out."""
+        err = from_rpc_error(e)
+        if e.code() not in _RETRIABLE:
+            raise err from None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise err from None
+        wait = min(left, self._wait / 2 + random.uniform(0, self._wait / 2))
+        self._wait = min(2 * self._wait, self._client.backoff_max)
+        return wait
 
 
 def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
@@ -27,7 +55,194 @@ def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
     return s
 
 
-class Client:
+class Calls:
+    """The calls of intentd, built once for both clients: each method builds
+    its request and hands it to ``_call``, which :class:`Client` sends and
+    answers at once, and :class:`intentd.aio.AsyncClient` returns as an
+    awaitable. The retry policy is :class:`Retrying`."""
+
+    tenant: str
+    call_timeout: float
+    retry_timeout: float
+    backoff_min: float
+    backoff_max: float
+    report_timeout: float
+    _metadata: Sequence[Tuple[str, str]]
+
+    def _configure(
+        self,
+        tenant: str,
+        token: str,
+        metadata: Sequence[Tuple[str, str]],
+        call_timeout: float,
+        retry_timeout: float,
+        backoff: Tuple[float, float],
+        report_timeout: float,
+    ) -> None:
+        self.tenant = tenant
+        self.call_timeout = call_timeout
+        self.retry_timeout = retry_timeout
+        self.backoff_min, self.backoff_max = backoff
+        self.report_timeout = report_timeout
+        auth = (("authorization", "Bearer " + token),) if token else ()
+        self._metadata = tuple(metadata) + auth
+
+    def _call(self, method: str, request: Any, timeout: Optional[float] = None, then: Optional[Callable[[Any], Any]] = None) -> Any:
+        """Sends request to the method named, retrying as :class:`Retrying`
+        says; ``then`` maps the response."""
+        raise NotImplementedError
+
+    def _tenant(self, request: Any) -> Any:
+        if not request.tenant:
+            request.tenant = self.tenant
+        return request
+
+    def register(
+        self,
+        key: str,
+        params: Mapping[str, Any],
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        params_version: str = "",
+        parent_key: str = "",
+        request_id: str = "",
+        timeout: Optional[float] = None,
+        **fields: Any,
+    ) -> intent_pb2.RegisterResponse:
+        """Approves an intent: idempotent for the same key and params; other
+        params raise :class:`FingerprintMismatch`. The request id (fresh
+        unless given) is kept across this call's retries, so ``created``
+        stays true when a reply was lost. Extra keyword arguments are further
+        RegisterRequest fields (e.g. ``max_attempts`` where the server has it),
+        and ``action``, ``identity`` and ``summary`` as
+        :meth:`register_request` takes them (``key=""`` to have it derived)."""
+        req = self.register_request(key, params, labels=labels, params_version=params_version, parent_key=parent_key, **fields)
+        req.request_id = request_id or new_request_id()
+        return self._call("Register", self._tenant(req), timeout)
+
+    @staticmethod
+    def register_request(
+        key: str,
+        params: Mapping[str, Any],
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        action: str = "",
+        identity: Optional[Mapping[str, Any]] = None,
+        summary: str = "",
+        **fields: Any,
+    ) -> intent_pb2.RegisterRequest:
+        """A RegisterRequest, for :class:`Task.register` and outbox children.
+
+        ``action`` and ``identity`` (the fields that make the action distinct)
+        tell reviewers what the intent is: with them intentd derives an empty
+        ``key`` as :meth:`derive_key` does, and refuses a given one that is not
+        that key. ``summary`` is a one-line sentence for reviewers (at most 200
+        characters). None of the three is part of the fingerprint."""
+        req = intent_pb2.RegisterRequest(key=key or "", labels=dict(labels or {}), action=action, summary=summary, **{k: v for k, v in fields.items() if v})
+        req.params.update(params)
+        if identity:
+            req.identity.update(identity)
+        return req
+
+    def derive_key(self, action: str, identity: Mapping[str, Any], *, timeout: Optional[float] = None) -> intent_pb2.DeriveKeyResponse:
+        """The canonical key for an action and its identity fields, as intentd
+        derives it: ask the server rather than reimplement the canonical form."""
+        req = intent_pb2.DeriveKeyRequest(action=action)
+        req.identity.update(identity)
+        return self._call("DeriveKey", req, timeout)
+
+    def fingerprint(self, params: Mapping[str, Any], *, timeout: Optional[float] = None) -> str:
+        """The fingerprint intentd gives params (the one Register stores), for
+        :meth:`acquire`'s ``expected_fingerprint``: ask the server rather than
+        reimplement the canonical form."""
+        req = intent_pb2.DeriveKeyRequest()
+        req.params.update(params)
+        return self._call("DeriveKey", req, timeout, then=lambda r: r.fingerprint)
+
+    def _open_session_request(self, worker: str, ttl: float) -> intent_pb2.OpenSessionRequest:
+        req = intent_pb2.OpenSessionRequest(tenant=self.tenant, worker=worker)
+        if ttl:
+            req.ttl.CopyFrom(_duration(ttl))
+        return req
+
+    def acquire(
+        self,
+        key: str,
+        session_id: str,
+        *,
+        request_id: str = "",
+        expected_fingerprint: str = "",
+        register: Optional[intent_pb2.RegisterRequest] = None,
+        timeout: Optional[float] = None,
+    ) -> intent_pb2.AcquireResponse:
+        """Asks for the right to act on an intent. The same request id (fresh
+        unless given) returns the same lease on every retry."""
+        req = intent_pb2.AcquireRequest(
+            key=key, session_id=session_id, request_id=request_id or new_request_id(), expected_fingerprint=expected_fingerprint
+        )
+        self._tenant(req)
+        if register is not None:
+            req.register.CopyFrom(register)
+            req.register.key, req.register.tenant = key, req.tenant
+        return self._call("Acquire", req, timeout)
+
+    def complete(
+        self,
+        key: str,
+        token: int,
+        result: intent_pb2.Result,
+        *,
+        children: Sequence[intent_pb2.RegisterRequest] = (),
+        timeout: Optional[float] = None,
+    ) -> intent_pb2.CompleteResponse:
+        """Records the result under the caller's token."""
+        req = intent_pb2.CompleteRequest(key=key, token=token, result=result, children=list(children))
+        return self._call("Complete", self._tenant(req), timeout)
+
+    def mark_unknown(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.MarkUnknownResponse:
+        """Records that the outcome is unknown, under the caller's token: the next Acquire reconciles."""
+        req = intent_pb2.MarkUnknownRequest(key=key, token=token, reason=reason[:1000])
+        return self._call("MarkUnknown", self._tenant(req), timeout)
+
+    def release(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.ReleaseResponse:
+        """Records a confirmed absence, under the caller's token: the intent is PENDING again."""
+        req = intent_pb2.ReleaseRequest(key=key, token=token, reason=reason[:1000])
+        return self._call("Release", self._tenant(req), timeout)
+
+    def fail(self, key: str, token: int, code: str, message: str = "", *, timeout: Optional[float] = None) -> intent_pb2.FailResponse:
+        """Records a definite failure, under the caller's token."""
+        req = intent_pb2.FailRequest(key=key, token=token, failure=intent_pb2.Failure(code=code, message=message[:1000]))
+        return self._call("Fail", self._tenant(req), timeout)
+
+    def escalate(self, key: str, reason: str, *, token: int = 0, actor: str = "", force: bool = False, timeout: Optional[float] = None) -> intent_pb2.EscalateResponse:
+        """Hands an intent to a human (under the worker's token, or as a reviewer with token 0)."""
+        req = intent_pb2.EscalateRequest(key=key, token=token, reason=reason[:1000], actor=actor, force=force)
+        return self._call("Escalate", self._tenant(req), timeout)
+
+    def resolve(self, request: intent_pb2.ResolveRequest, *, timeout: Optional[float] = None) -> intent_pb2.ResolveResponse:
+        """Records a reviewer's decision; a fresh request id is set unless given."""
+        if not request.request_id:
+            request.request_id = new_request_id()
+        return self._call("Resolve", self._tenant(request), timeout)
+
+    def cancel(self, key: str, *, actor: str = "", reason: str = "", timeout: Optional[float] = None) -> intent_pb2.CancelResponse:
+        """Withdraws a PENDING intent."""
+        req = intent_pb2.CancelRequest(key=key, actor=actor, reason=reason)
+        return self._call("Cancel", self._tenant(req), timeout)
+
+    def get(self, key: str, *, timeout: Optional[float] = None) -> intent_pb2.Intent:
+        """Reads an intent with its history."""
+        return self._call("Get", self._tenant(intent_pb2.GetRequest(key=key)), timeout, then=lambda r: r.intent)
+
+    def list(self, request: intent_pb2.ListRequest, *, timeout: Optional[float] = None) -> intent_pb2.ListResponse:
+        """Reads one page of intents."""
+        return self._call("List", self._tenant(request), timeout)
+
+    def _watch_request(self, request: intent_pb2.WatchRequest) -> intent_pb2.WatchRequest:
+        return self._tenant(request)
+
+
+class Client(Calls):
     """Calls intentd. Safe for use from many threads.
 
     Every call is sent again, with jittered exponential backoff and a deadline
@@ -36,6 +251,7 @@ class Client:
     so that is safe — until the call's own ``timeout`` (default
     ``retry_timeout``) runs out. A refusal (any other code) is raised at once
     as the :mod:`intentd.errors` class for its reason, and never resent.
+    :class:`intentd.aio.AsyncClient` is the same on asyncio.
 
     Args:
         target: ``host:port`` of intentd, used when ``channel`` is not given.
@@ -69,13 +285,7 @@ class Client:
         self._channel = channel if channel is not None else grpc.insecure_channel(target)
         self.rpc = intent_pb2_grpc.IntentServiceStub(self._channel)
         """The generated stub, for calls this class does not wrap."""
-        self.tenant = tenant
-        self.call_timeout = call_timeout
-        self.retry_timeout = retry_timeout
-        self.backoff_min, self.backoff_max = backoff
-        self.report_timeout = report_timeout
-        auth = (("authorization", "Bearer " + token),) if token else ()
-        self._metadata: Sequence[Tuple[str, str]] = tuple(metadata) + auth
+        self._configure(tenant, token, metadata, call_timeout, retry_timeout, backoff, report_timeout)
 
     def close(self) -> None:
         """Closes the channel if this client opened it."""
@@ -88,174 +298,24 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, rpc: Callable[..., Resp], request: Any, timeout: Optional[float] = None) -> Resp:
+    def _call(self, method: str, request: Any, timeout: Optional[float] = None, then: Optional[Callable[[Any], Any]] = None) -> Any:
         """Sends request until intentd answers or timeout (seconds) runs out."""
-        budget = self.retry_timeout if timeout is None else timeout
-        deadline = time.monotonic() + budget
-        wait = self.backoff_min
+        rpc = getattr(self.rpc, method)
+        retrying = Retrying(self, timeout)
         while True:
-            left = deadline - time.monotonic()
             try:
-                return rpc(request, timeout=max(min(self.call_timeout, left), 0.001), metadata=self._metadata)
+                resp = rpc(request, timeout=retrying.attempt_timeout(), metadata=self._metadata)
+                return then(resp) if then is not None else resp
             except grpc.RpcError as e:
-                err = from_rpc_error(e)
-                if e.code() not in _RETRIABLE:
-                    raise err from None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise err
-            time.sleep(min(left, wait / 2 + random.uniform(0, wait / 2)))
-            wait = min(2 * wait, self.backoff_max)
-
-    def _tenant(self, request: Any) -> Any:
-        if not request.tenant:
-            request.tenant = self.tenant
-        return request
-
-    def register(
-        self,
-        key: str,
-        params: Mapping[str, Any],
-        *,
-        labels: Optional[Mapping[str, str]] = None,
-        params_version: str = "",
-        parent_key: str = "",
-        request_id: str = "",
-        timeout: Optional[float] = None,
-        **fields: Any,
-    ) -> intent_pb2.RegisterResponse:
-        """Approves an intent: idempotent for the same key and params; other
-        params raise :class:`FingerprintMismatch`. The request id (fresh
-        unless given) is kept across this call's retries, so ``created``
-        stays true when a reply was lost. Extra keyword arguments are further
-        RegisterRequest fields (e.g. ``max_attempts`` where the server has it),
-        and ``action``, ``identity`` and ``summary`` as
-        :meth:`register_request` takes them (``key=""`` to have it derived)."""
-        req = self.register_request(key, params, labels=labels, params_version=params_version, parent_key=parent_key, **fields)
-        req.request_id = request_id or new_request_id()
-        return self._call(self.rpc.Register, self._tenant(req), timeout)
-
-    @staticmethod
-    def register_request(
-        key: str,
-        params: Mapping[str, Any],
-        *,
-        labels: Optional[Mapping[str, str]] = None,
-        action: str = "",
-        identity: Optional[Mapping[str, Any]] = None,
-        summary: str = "",
-        **fields: Any,
-    ) -> intent_pb2.RegisterRequest:
-        """A RegisterRequest, for :class:`Task.register` and outbox children.
-
-        ``action`` and ``identity`` (the fields that make the action distinct)
-        tell reviewers what the intent is: with them intentd derives an empty
-        ``key`` as :meth:`derive_key` does, and refuses a given one that is not
-        that key. ``summary`` is a one-line sentence for reviewers (at most 200
-        characters). None of the three is part of the fingerprint."""
-        req = intent_pb2.RegisterRequest(key=key or "", labels=dict(labels or {}), action=action, summary=summary, **{k: v for k, v in fields.items() if v})
-        req.params.update(params)
-        if identity:
-            req.identity.update(identity)
-        return req
-
-    def derive_key(self, action: str, identity: Mapping[str, Any], *, timeout: Optional[float] = None) -> intent_pb2.DeriveKeyResponse:
-        """The canonical key for an action and its identity fields, as intentd
-        derives it: ask the server rather than reimplement the canonical form."""
-        req = intent_pb2.DeriveKeyRequest(action=action)
-        req.identity.update(identity)
-        return self._call(self.rpc.DeriveKey, req, timeout)
-
-    def fingerprint(self, params: Mapping[str, Any], *, timeout: Optional[float] = None) -> str:
-        """The fingerprint intentd gives params (the one Register stores), for
-        :meth:`acquire`'s ``expected_fingerprint``: ask the server rather than
-        reimplement the canonical form."""
-        req = intent_pb2.DeriveKeyRequest()
-        req.params.update(params)
-        return self._call(self.rpc.DeriveKey, req, timeout).fingerprint
+                wait = retrying.after(e)
+            time.sleep(wait)
 
     def open_session(self, worker: str, ttl: float = 0, *, timeout: Optional[float] = None) -> "Session":
         """Opens a worker session with a TTL in seconds (0: the server's
         default) and starts its heartbeat thread. See :class:`Session`."""
-        req = intent_pb2.OpenSessionRequest(tenant=self.tenant, worker=worker)
-        if ttl:
-            req.ttl.CopyFrom(_duration(ttl))
         sent = time.monotonic()
-        resp = self._call(self.rpc.OpenSession, req, timeout)
+        resp = self._call("OpenSession", self._open_session_request(worker, ttl), timeout)
         return Session(self, resp.session_id, worker, resp.ttl.ToTimedelta().total_seconds(), sent)
-
-    def acquire(
-        self,
-        key: str,
-        session_id: str,
-        *,
-        request_id: str = "",
-        expected_fingerprint: str = "",
-        register: Optional[intent_pb2.RegisterRequest] = None,
-        timeout: Optional[float] = None,
-    ) -> intent_pb2.AcquireResponse:
-        """Asks for the right to act on an intent. The same request id (fresh
-        unless given) returns the same lease on every retry."""
-        req = intent_pb2.AcquireRequest(
-            key=key, session_id=session_id, request_id=request_id or new_request_id(), expected_fingerprint=expected_fingerprint
-        )
-        self._tenant(req)
-        if register is not None:
-            req.register.CopyFrom(register)
-            req.register.key, req.register.tenant = key, req.tenant
-        return self._call(self.rpc.Acquire, req, timeout)
-
-    def complete(
-        self,
-        key: str,
-        token: int,
-        result: intent_pb2.Result,
-        *,
-        children: Sequence[intent_pb2.RegisterRequest] = (),
-        timeout: Optional[float] = None,
-    ) -> intent_pb2.CompleteResponse:
-        """Records the result under the caller's token."""
-        req = intent_pb2.CompleteRequest(key=key, token=token, result=result, children=list(children))
-        return self._call(self.rpc.Complete, self._tenant(req), timeout)
-
-    def mark_unknown(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.MarkUnknownResponse:
-        """Records that the outcome is unknown, under the caller's token: the next Acquire reconciles."""
-        req = intent_pb2.MarkUnknownRequest(key=key, token=token, reason=reason[:1000])
-        return self._call(self.rpc.MarkUnknown, self._tenant(req), timeout)
-
-    def release(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.ReleaseResponse:
-        """Records a confirmed absence, under the caller's token: the intent is PENDING again."""
-        req = intent_pb2.ReleaseRequest(key=key, token=token, reason=reason[:1000])
-        return self._call(self.rpc.Release, self._tenant(req), timeout)
-
-    def fail(self, key: str, token: int, code: str, message: str = "", *, timeout: Optional[float] = None) -> intent_pb2.FailResponse:
-        """Records a definite failure, under the caller's token."""
-        req = intent_pb2.FailRequest(key=key, token=token, failure=intent_pb2.Failure(code=code, message=message[:1000]))
-        return self._call(self.rpc.Fail, self._tenant(req), timeout)
-
-    def escalate(self, key: str, reason: str, *, token: int = 0, actor: str = "", force: bool = False, timeout: Optional[float] = None) -> intent_pb2.EscalateResponse:
-        """Hands an intent to a human (under the worker's token, or as a reviewer with token 0)."""
-        req = intent_pb2.EscalateRequest(key=key, token=token, reason=reason[:1000], actor=actor, force=force)
-        return self._call(self.rpc.Escalate, self._tenant(req), timeout)
-
-    def resolve(self, request: intent_pb2.ResolveRequest, *, timeout: Optional[float] = None) -> intent_pb2.ResolveResponse:
-        """Records a reviewer's decision; a fresh request id is set unless given."""
-        if not request.request_id:
-            request.request_id = new_request_id()
-        return self._call(self.rpc.Resolve, self._tenant(request), timeout)
-
-    def cancel(self, key: str, *, actor: str = "", reason: str = "", timeout: Optional[float] = None) -> intent_pb2.CancelResponse:
-        """Withdraws a PENDING intent."""
-        req = intent_pb2.CancelRequest(key=key, actor=actor, reason=reason)
-        return self._call(self.rpc.Cancel, self._tenant(req), timeout)
-
-    def get(self, key: str, *, timeout: Optional[float] = None) -> intent_pb2.Intent:
-        """Reads an intent with its history."""
-        return self._call(self.rpc.Get, self._tenant(intent_pb2.GetRequest(key=key)), timeout).intent
-
-    def list(self, request: intent_pb2.ListRequest, *, timeout: Optional[float] = None) -> intent_pb2.ListResponse:
-        """Reads one page of intents."""
-        return self._call(self.rpc.List, self._tenant(request), timeout)
 
     def watch(self, request: intent_pb2.WatchRequest, *, timeout: Optional[float] = None) -> Iterator[intent_pb2.WatchResponse]:
         """Yields the changes the stream reports until ``timeout`` (seconds)
@@ -264,16 +324,22 @@ class Client:
         again on :class:`RevisionCompacted`. The end of ``timeout`` ends the
         iteration without an error. A message without an intent (the server
         saying the watch is established) is yielded too: skip it."""
-        stream = self.rpc.Watch(self._tenant(request), timeout=timeout, metadata=self._metadata)
+        stream = self.rpc.Watch(self._watch_request(request), timeout=timeout, metadata=self._metadata)
         try:
             for ev in stream:
                 yield ev
         except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.CANCELLED or (e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and timeout is not None):
+            if watch_ended(e, timeout):
                 return
             raise from_rpc_error(e) from None
         finally:
             stream.cancel()
+
+
+def watch_ended(e: grpc.RpcError, timeout: Optional[float]) -> bool:
+    """True when a watch stream's error is its normal end: cancelled, or
+    its own ``timeout`` passed."""
+    return e.code() == grpc.StatusCode.CANCELLED or (e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and timeout is not None)
 
 
 def _duration(seconds: float) -> duration_pb2.Duration:
@@ -282,4 +348,4 @@ def _duration(seconds: float) -> duration_pb2.Duration:
     return d
 
 
-__all__ = ["Client", "new_request_id", "struct"]
+__all__ = ["Calls", "Client", "Retrying", "new_request_id", "struct"]

@@ -32,10 +32,10 @@ worker), or check the fencing token ``attempt.token``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional, Tuple
 
 from intent.v1 import intent_pb2
 
@@ -109,8 +109,9 @@ class Attempt:
     """True in reconcile: an earlier attempt may have taken effect."""
     intent: intent_pb2.Intent
     """The intent as acquired: its params are the approved terms."""
-    lost: threading.Event
-    """Set the moment the lease is lost: stop, the report will say so."""
+    lost: Any
+    """Set the moment the lease is lost: stop, the report will say so (a
+    ``threading.Event``; an ``asyncio.Event`` under :mod:`intentd.aio`)."""
     children: List[intent_pb2.RegisterRequest] = dataclasses.field(default_factory=list)
 
     def operation_key(self, operation: str) -> str:
@@ -231,13 +232,48 @@ class Outcome:
         return f"Outcome({', '.join(fields)})"
 
 
-def run(session: "Session", task: Any) -> Outcome:
-    """Carries one intent through its life on session: acquire; if done,
-    return the stored result without executing; if another worker holds it,
-    wait (watching) up to ``task.wait_in_progress``; if an earlier attempt's
-    outcome is unknown, reconcile; otherwise execute once and report. It
-    never executes on a doubt. Refusals raise their :mod:`intentd.errors`
-    class; a lost session raises :class:`SessionLost`."""
+# The plan: run's decisions, written once, without I/O. It is a generator
+# that yields the operations it needs (an Op) and is sent each one's
+# answer, or has its exception thrown in; run below drives it with the
+# thread Session, intentd.aio with the asyncio one, so both decide alike.
+
+
+@dataclasses.dataclass
+class Op:
+    """One operation the plan needs done, and what the driver sends back."""
+
+    kind: str
+    """``call`` (a client method: ``name``, ``args``, ``kw``; sends its
+    response, throws its error), ``task`` (``fn(attempt)``, the task's
+    execute or reconcile: sends ``(value, None)`` or ``(None, exception)``,
+    never throws), ``track`` / ``untrack`` (the session's, with ``args``),
+    or ``wait`` (while the intent is IN_PROGRESS: ``args`` are the key, the
+    AcquireResponse and the monotonic deadline)."""
+    name: str = ""
+    args: tuple = ()
+    kw: dict = dataclasses.field(default_factory=dict)
+    fn: Optional[Callable[[Attempt], Any]] = None
+    attempt: Optional[Attempt] = None
+    report: bool = False
+    """True for a report after the task ran (Complete, Fail, Release,
+    MarkUnknown, Escalate, and the give-back of an unwanted lease): it must
+    reach intentd even when the caller is cancelled meanwhile."""
+
+
+def _call(name: str, *args: Any, report: bool = False, **kw: Any) -> Op:
+    return Op("call", name=name, args=args, kw=kw, report=report)
+
+
+Plan = Generator[Op, Any, Outcome]
+
+
+def plan(session: Any, task: Any) -> Plan:
+    """run's decisions for one task on session (anything with ``id``,
+    ``error`` and ``client``): acquire; if done, the stored result without
+    executing; if another worker holds it, wait up to
+    ``task.wait_in_progress``; if an earlier attempt's outcome is unknown,
+    reconcile; otherwise execute once and report. It never executes on a
+    doubt."""
     deadline = time.monotonic() + getattr(task, "wait_in_progress", 30.0)
     executed = superseded = False
     takeovers = 0
@@ -246,18 +282,18 @@ def run(session: "Session", task: Any) -> Outcome:
         if session.error is not None:
             # A lost session would hand out leases it cannot keep.
             raise prev or session.error
-        acq = _acquire(session, task)
+        acq = yield from _acquire(session, task)
         out: Optional[Outcome] = None
         try:
             if acq.outcome == Outcomes.OUTCOME_EXECUTE:
                 executed = True
-                out = _execute(session, task, acq)
+                out = yield from _execute(session, task, acq)
             elif acq.outcome == Outcomes.OUTCOME_RECONCILE:
-                out = _reconcile(session, task, acq)
+                out = yield from _reconcile(session, task, acq)
                 if out is None:
                     continue  # confirmed absent: acquire again and execute
             elif acq.outcome == Outcomes.OUTCOME_IN_PROGRESS and time.monotonic() < deadline:
-                _wait_while_held(session, task.key, acq, deadline)
+                yield Op("wait", args=(task.key, acq, deadline))
                 continue
             else:  # final, needs review, expired, or still in progress: nothing to do
                 out = Outcome(acq.outcome, acq.intent, statement=acq.statement)
@@ -271,71 +307,113 @@ def run(session: "Session", task: Any) -> Outcome:
         return out
 
 
-def _acquire(session: "Session", task: Any) -> intent_pb2.AcquireResponse:
-    """Sends Acquire. If intentd stops answering before the reply arrives,
-    the lease may have been issued all the same: it asks once more with the
-    same request id, within the report timeout, and gives back a lease it
-    got (Release for EXECUTE, MarkUnknown for RECONCILE), so the intent is not
-    held by a worker that is not working on it."""
+def run(session: "Session", task: Any) -> Outcome:
+    """Carries one intent through its life on session (see :func:`plan`
+    for the decisions). Refusals raise their :mod:`intentd.errors` class; a
+    lost session raises :class:`SessionLost`."""
+    steps = plan(session, task)
+    answer: Any = None
+    thrown: Optional[BaseException] = None
+    while True:
+        try:
+            op = steps.throw(thrown) if thrown is not None else steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        answer, thrown = None, None
+        if op.kind == "task":
+            try:
+                answer = (op.fn(op.attempt), None)
+            except Exception as e:  # the task's failure decides the report
+                answer = (None, e)
+            continue
+        try:
+            answer = _perform(session, op)
+        except Exception as e:
+            thrown = e
+
+
+def _perform(session: "Session", op: Op) -> Any:
+    if op.kind == "call":
+        return getattr(session.client, op.name)(*op.args, **op.kw)
+    if op.kind == "track":
+        return session.track(*op.args)
+    if op.kind == "untrack":
+        return session.untrack(*op.args)
+    if op.kind == "wait":
+        return _wait_while_held(session, *op.args)
+    raise ValueError(f"unknown op {op.kind}")
+
+
+def _acquire(session: Any, task: Any) -> Generator[Op, Any, intent_pb2.AcquireResponse]:
+    """Sends Acquire. If intentd stops answering before the reply arrives
+    (or the caller is cancelled meanwhile), the lease may have been issued
+    all the same: it asks once more with the same request id, within the
+    report timeout, and gives back a lease it got (Release for EXECUTE,
+    MarkUnknown for RECONCILE), so the intent is not held by a worker that
+    is not working on it."""
     c = session.client
     rid = new_request_id()
     kw = dict(request_id=rid, expected_fingerprint=getattr(task, "expected_fingerprint", ""), register=getattr(task, "register", None))
     try:
-        return c.acquire(task.key, session.id, **kw)
-    except Unavailable:
+        return (yield _call("acquire", task.key, session.id, **kw))
+    except (Unavailable, asyncio.CancelledError):
         try:
-            got = c.acquire(task.key, session.id, timeout=c.report_timeout, **kw)
+            got = yield _call("acquire", task.key, session.id, timeout=c.report_timeout, report=True, **kw)
         except IntentdError:
             got = None
         if got is not None and got.lease.session_id == session.id:
             if got.outcome == Outcomes.OUTCOME_EXECUTE:
-                c.release(task.key, got.lease.token, "caller gave up before acting", timeout=c.report_timeout)
+                yield _call("release", task.key, got.lease.token, "caller gave up before acting", timeout=c.report_timeout, report=True)
             elif got.outcome == Outcomes.OUTCOME_RECONCILE:
-                c.mark_unknown(task.key, got.lease.token, "caller gave up before reconciling", timeout=c.report_timeout)
+                yield _call("mark_unknown", task.key, got.lease.token, "caller gave up before reconciling", timeout=c.report_timeout, report=True)
         raise
 
 
-def _under_lease(session: "Session", att: Attempt, fn: Callable[[Attempt], Any]) -> Any:
+def _attempt(session: Any, key: str, acq: intent_pb2.AcquireResponse, reconciling: bool) -> Generator[Op, Any, Attempt]:
+    token = acq.lease.token
+    lost = yield Op("track", args=(key, token))
+    return Attempt(key=key, token=token, reconciling=reconciling, intent=acq.intent, lost=lost)
+
+
+def _under_lease(att: Attempt, fn: Callable[[Attempt], Any]) -> Generator[Op, Any, Tuple[Any, Optional[BaseException]]]:
     """Runs fn(att) with att.lost tracking the lease; a lease already lost
     (the session was lost meanwhile) does not run fn at all."""
-    try:
-        if att.lost.is_set():
-            raise NotAttempted("lease lost before it started")
-        return fn(att)
-    finally:
-        session.untrack(att.key, att.token)
+    if att.lost.is_set():
+        got: Tuple[Any, Optional[BaseException]] = (None, NotAttempted("lease lost before it started"))
+    else:
+        got = yield Op("task", fn=fn, attempt=att)
+    yield Op("untrack", args=(att.key, att.token))
+    return got
 
 
-def _attempt(session: "Session", key: str, acq: intent_pb2.AcquireResponse, reconciling: bool) -> Attempt:
-    token = acq.lease.token
-    return Attempt(key=key, token=token, reconciling=reconciling, intent=acq.intent, lost=session.track(key, token))
-
-
-def _execute(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -> Outcome:
+def _execute(session: Any, task: Any, acq: intent_pb2.AcquireResponse) -> Generator[Op, Any, Outcome]:
     c, key = session.client, task.key
-    att = _attempt(session, key, acq, reconciling=False)
-    err: Optional[BaseException] = None
-    result = None
-    try:
-        result = _under_lease(session, att, task.execute)
-    except Exception as e:  # the task's failure decides the report
-        err = e
+    att = yield from _attempt(session, key, acq, reconciling=False)
+    result, err = yield from _under_lease(att, task.execute)
     lost, t, rt = att.lost.is_set(), att.token, c.report_timeout
     try:
         if err is None:
-            resp = c.complete(key, t, result if result is not None else intent_pb2.Result(), children=att.children, timeout=rt)
+            resp = yield _call("complete", key, t, result if result is not None else intent_pb2.Result(), children=att.children, timeout=rt, report=True)
             return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)
         if isinstance(err, Final):
-            resp = c.fail(key, t, err.code, err.message, timeout=rt)
+            resp = yield _call("fail", key, t, err.code, err.message, timeout=rt, report=True)
             return Outcome(Outcomes.OUTCOME_FAILED, resp.intent, error=err, lease_lost=lost)
         if isinstance(err, NotAttempted):
-            resp = c.release(key, t, f"not attempted: {err}", timeout=rt)
+            resp = yield _call("release", key, t, f"not attempted: {err}", timeout=rt, report=True)
         else:
-            resp = c.mark_unknown(key, t, f"{type(err).__name__}: {err}", timeout=rt)
+            # Anything else — a timeout, a reset, a cancellation — may have
+            # happened after the effect: UNKNOWN, never a Release.
+            resp = yield _call("mark_unknown", key, t, _reason(err), timeout=rt, report=True)
             return Outcome(_marked_unknown(resp.intent), resp.intent, error=err, lease_lost=lost)
     except IntentdError as rerr:
         raise _lease_err(lost, rerr) from rerr
     return Outcome(Outcomes.OUTCOME_UNSPECIFIED, resp.intent, error=err, lease_lost=lost)
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, asyncio.CancelledError):
+        return f"cancelled while executing ({type(err).__name__}{': ' + str(err) if str(err) else ''}): it may have taken effect"
+    return f"{type(err).__name__}: {err}"
 
 
 def _marked_unknown(intent: intent_pb2.Intent) -> int:
@@ -346,35 +424,34 @@ def _marked_unknown(intent: intent_pb2.Intent) -> int:
     return Outcomes.OUTCOME_UNSPECIFIED
 
 
-def _reconcile(session: "Session", task: Any, acq: intent_pb2.AcquireResponse) -> Optional[Outcome]:
+def _reconcile(session: Any, task: Any, acq: intent_pb2.AcquireResponse) -> Generator[Op, Any, Optional[Outcome]]:
     """Asks task.reconcile what became of an earlier attempt and reports it;
     None after a confirmed absence (acquire again and execute)."""
     c, key = session.client, task.key
-    att = _attempt(session, key, acq, reconciling=True)
+    att = yield from _attempt(session, key, acq, reconciling=True)
     reconcile = getattr(task, "reconcile", None)
-    ev = undecided("no reconcile function")
+    ev: Any = undecided("no reconcile function")
     err: Optional[BaseException] = None
     if reconcile is not None:
-        try:
-            ev = _under_lease(session, att, reconcile)
-        except Exception as e:
-            err = e
+        got, err = yield from _under_lease(att, reconcile)
+        if err is None:
+            ev = got
     else:
-        session.untrack(key, att.token)
+        yield Op("untrack", args=(key, att.token))
     lost, t, rt = att.lost.is_set(), att.token, c.report_timeout
     try:
         if err is not None:
             # The lookup itself failed: nothing was learned. Leave the intent
             # UNKNOWN for the next reconcile rather than for a human.
-            resp = c.mark_unknown(key, t, f"reconcile failed: {type(err).__name__}: {err}", timeout=rt)
+            resp = yield _call("mark_unknown", key, t, f"reconcile failed: {_reason(err)}", timeout=rt, report=True)
             return Outcome(_marked_unknown(resp.intent), resp.intent, error=err, lease_lost=lost)
         if ev.verdict == "found":
-            resp = c.complete(key, t, ev.result or intent_pb2.Result(), children=att.children, timeout=rt)
+            resp = yield _call("complete", key, t, ev.result or intent_pb2.Result(), children=att.children, timeout=rt, report=True)
             return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)
         if ev.verdict == "absent":
-            c.release(key, t, ev.reason, timeout=rt)
+            yield _call("release", key, t, ev.reason, timeout=rt, report=True)
             return None
-        resp = c.escalate(key, ev.reason or "undecided", token=t, actor="intentd.run", timeout=rt)
+        resp = yield _call("escalate", key, ev.reason or "undecided", token=t, actor="intentd.run", timeout=rt, report=True)
         return Outcome(Outcomes.OUTCOME_NEEDS_REVIEW, resp.intent, lease_lost=lost)
     except IntentdError as rerr:
         raise _lease_err(lost, rerr) from rerr
@@ -414,9 +491,11 @@ __all__ = [
     "Final",
     "NotAttempted",
     "Outcome",
+    "Op",
     "Task",
     "absent",
     "found",
+    "plan",
     "run",
     "undecided",
     "LeaseLost",

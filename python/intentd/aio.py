@@ -1,0 +1,308 @@
+"""intentd on asyncio: the same calls and the same claim → act → report loop
+as :class:`intentd.Client`, on ``grpc.aio``, for agent hosts whose tools are
+coroutines::
+
+    import intentd.aio
+
+    async with intentd.aio.AsyncClient("127.0.0.1:7650") as client:
+        async with await client.open_session("agent-host", ttl=15) as session:
+            out = await session.run(intentd.Task(key=key, execute=buy, reconcile=look_up))
+
+``execute`` and ``reconcile`` may be coroutine functions (or plain ones,
+which then run on the event loop: keep them short). The decisions are
+:func:`intentd.run.plan`'s, the very ones the thread session makes; what
+asyncio adds:
+
+- The heartbeat is an asyncio task, and ``attempt.lost`` an
+  ``asyncio.Event`` (``await attempt.lost.wait()`` races it against the
+  work).
+- Cancellation inside ``execute`` — ``task.cancel()``, ``asyncio.timeout``,
+  a framework's own timeout — may come after the effect: run reports
+  MarkUnknown (never Release) in a shielded task, waits for it, and lets
+  the ``CancelledError`` go on. Every report after the task ran is shielded
+  the same way, and so is the give-back of a lease whose Acquire was
+  cancelled in flight.
+- Channels belong to an event loop, so the client opens one lazily per
+  running loop: a host that calls ``asyncio.run`` (or a framework's
+  ``run_sync``) more than once reuses the client without "attached to a
+  different loop" errors. A session belongs to the loop that opened it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import weakref
+from typing import Any, AsyncIterator, Callable, Optional, Sequence, Set, Tuple
+
+import grpc
+import grpc.aio
+
+from intent.v1 import intent_pb2, intent_pb2_grpc
+
+from .client import Calls, Retrying, watch_ended
+from .errors import IntentdError, SessionLost, from_rpc_error
+from .run import Op, Outcome, plan
+from .session import Leases
+
+
+class AsyncClient(Calls):
+    """Calls intentd from coroutines: every method of :class:`intentd.Client`
+    (``register``, ``derive_key``, ``fingerprint``, ``acquire``,
+    ``complete``, …) is here with the same arguments, to be awaited, and the
+    same retry policy (:class:`intentd.client.Retrying`); :meth:`watch` is
+    an async iterator and :meth:`open_session` gives an
+    :class:`AsyncSession`.
+
+    Args:
+        target: ``host:port`` of intentd.
+        credentials: ``grpc.ChannelCredentials`` for TLS (default: plaintext).
+        options: gRPC channel options.
+        interceptors: ``grpc.aio`` client interceptors.
+        channel_factory: makes a ``grpc.aio.Channel`` instead of the three
+            above; called once per event loop the client is used on.
+        tenant, token, metadata, call_timeout, retry_timeout, backoff,
+        report_timeout: as :class:`intentd.Client` takes them.
+    """
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:7650",
+        *,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+        options: Sequence[Tuple[str, Any]] = (),
+        interceptors: Optional[Sequence[Any]] = None,
+        channel_factory: Optional[Callable[[], grpc.aio.Channel]] = None,
+        tenant: str = "",
+        token: str = "",
+        metadata: Sequence[Tuple[str, str]] = (),
+        call_timeout: float = 10.0,
+        retry_timeout: float = 60.0,
+        backoff: Tuple[float, float] = (0.05, 2.0),
+        report_timeout: float = 60.0,
+    ) -> None:
+        self.target = target
+        self._credentials = credentials
+        self._options = list(options)
+        self._interceptors = list(interceptors) if interceptors else None
+        self._channel_factory = channel_factory
+        # One channel and stub per event loop, dropped with the loop.
+        self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tuple[grpc.aio.Channel, Any]]" = weakref.WeakKeyDictionary()
+        self._configure(tenant, token, metadata, call_timeout, retry_timeout, backoff, report_timeout)
+
+    def _new_channel(self) -> grpc.aio.Channel:
+        if self._channel_factory is not None:
+            return self._channel_factory()
+        if self._credentials is not None:
+            return grpc.aio.secure_channel(self.target, self._credentials, options=self._options, interceptors=self._interceptors)
+        return grpc.aio.insecure_channel(self.target, options=self._options, interceptors=self._interceptors)
+
+    @property
+    def rpc(self) -> intent_pb2_grpc.IntentServiceStub:
+        """The generated stub on the running loop's channel, for calls this
+        class does not wrap."""
+        loop = asyncio.get_running_loop()
+        got = self._per_loop.get(loop)
+        if got is None or loop.is_closed():
+            channel = self._new_channel()
+            got = (channel, intent_pb2_grpc.IntentServiceStub(channel))
+            self._per_loop[loop] = got
+        return got[1]
+
+    async def close(self) -> None:
+        """Closes the running loop's channel (those of loops that ended went
+        with them)."""
+        got = self._per_loop.pop(asyncio.get_running_loop(), None)
+        if got is not None:
+            await got[0].close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, request: Any, timeout: Optional[float] = None, then: Optional[Callable[[Any], Any]] = None) -> Any:
+        """Sends request until intentd answers or timeout (seconds) runs out."""
+        rpc = getattr(self.rpc, method)
+        retrying = Retrying(self, timeout)
+        while True:
+            try:
+                resp = await rpc(request, timeout=retrying.attempt_timeout(), metadata=self._metadata)
+                return then(resp) if then is not None else resp
+            except grpc.RpcError as e:
+                wait = retrying.after(e)
+            await asyncio.sleep(wait)
+
+    async def open_session(self, worker: str, ttl: float = 0, *, timeout: Optional[float] = None) -> "AsyncSession":
+        """Opens a worker session with a TTL in seconds (0: the server's
+        default) and starts its heartbeat task on the running loop."""
+        sent = time.monotonic()
+        resp = await self._call("OpenSession", self._open_session_request(worker, ttl), timeout)
+        return AsyncSession(self, resp.session_id, worker, resp.ttl.ToTimedelta().total_seconds(), sent)
+
+    async def watch(self, request: intent_pb2.WatchRequest, *, timeout: Optional[float] = None) -> AsyncIterator[intent_pb2.WatchResponse]:
+        """As :meth:`intentd.Client.watch`, as an async iterator."""
+        call = self.rpc.Watch(self._watch_request(request), timeout=timeout, metadata=self._metadata)
+        try:
+            async for ev in call:
+                yield ev
+        except grpc.RpcError as e:
+            if watch_ended(e, timeout):
+                return
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()
+
+
+class AsyncSession(Leases):
+    """A worker's session on asyncio: :class:`intentd.Session`'s liveness
+    rules, with the heartbeat an asyncio task and every event an
+    ``asyncio.Event``. Opened by :meth:`AsyncClient.open_session`; use it
+    as ``async with`` to close it."""
+
+    def __init__(self, client: AsyncClient, session_id: str, worker: str, ttl: float, opened_at: float) -> None:
+        super().__init__(session_id, worker, ttl, opened_at, asyncio.Event)
+        self.client = client
+        self._background: Set[asyncio.Task] = set()
+        self._beater = asyncio.get_running_loop().create_task(self._beating(), name=f"intentd-heartbeat-{session_id}")
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def run(self, task: Any) -> Outcome:
+        """Carries one intent through its life on this session: the
+        decisions of :func:`intentd.run.plan`, with ``execute`` and
+        ``reconcile`` awaited when they are coroutine functions. A
+        cancellation inside them is reported as MarkUnknown, then raised."""
+        return await _drive(self, task)
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Stops heartbeating and ends the session on the server: every lease
+        it still holds becomes UNKNOWN there. Reports still under way are
+        waited for first."""
+        self._beater.cancel()
+        try:
+            await self._beater
+        except asyncio.CancelledError:
+            pass
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        self._lose(SessionLost("session closed"))
+        await self.client._call("CloseSession", intent_pb2.CloseSessionRequest(tenant=self.client.tenant, session_id=self.id), timeout)
+
+    async def _beating(self) -> None:
+        every = self._every()
+        next_beat = time.monotonic() + every
+        while not self.lost.is_set():
+            if self._expired():
+                return
+            await asyncio.sleep(max(0.0, min(next_beat, self._expiry()) - time.monotonic()))
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + every
+                await self._beat(every)
+
+    async def _beat(self, every: float) -> None:
+        req, sent, timeout = self._heartbeat(self.client.tenant, every)
+        if timeout <= 0:
+            return
+        try:
+            await self.client.rpc.Heartbeat(req, timeout=timeout, metadata=self.client._metadata)
+        except grpc.RpcError as e:
+            self._answered(sent, from_rpc_error(e))
+            return
+        self._answered(sent, None)
+
+    def _shielded(self, awaitable: Any) -> "asyncio.Future[Any]":
+        """A report in a task of its own that a cancellation of the caller
+        does not stop (kept until done, and awaited by close)."""
+        t = asyncio.ensure_future(awaitable)
+        self._background.add(t)
+        t.add_done_callback(self._background.discard)
+        return asyncio.shield(t)
+
+
+async def _drive(session: AsyncSession, task: Any) -> Outcome:
+    """Drives :func:`intentd.run.plan` on an AsyncSession."""
+    steps = plan(session, task)
+    answer: Any = None
+    thrown: Optional[BaseException] = None
+    cancelled: Optional[BaseException] = None
+    while True:
+        try:
+            op = steps.throw(thrown) if thrown is not None else steps.send(answer)
+        except StopIteration as done:
+            if cancelled is not None:
+                raise cancelled
+            return done.value
+        except BaseException as e:
+            if cancelled is not None and e is not cancelled:
+                raise cancelled from e
+            raise
+        answer, thrown = None, None
+        if cancelled is not None and not op.report and op.kind in ("call", "task", "wait"):
+            # Cancelled: only the reports of what already happened go on.
+            steps.close()
+            raise cancelled
+        if op.kind == "task":
+            answer = await _run_task(op)
+            if isinstance(answer[1], asyncio.CancelledError):
+                cancelled = answer[1]
+            continue
+        try:
+            if op.kind == "call":
+                call = getattr(session.client, op.name)(*op.args, **op.kw)
+                answer = await (session._shielded(call) if op.report else call)
+            elif op.kind == "track":
+                answer = session.track(*op.args)
+            elif op.kind == "untrack":
+                answer = session.untrack(*op.args)
+            elif op.kind == "wait":
+                answer = await _wait_while_held(session, *op.args)
+            else:
+                raise ValueError(f"unknown op {op.kind}")
+        except asyncio.CancelledError as e:
+            if op.report:
+                # The report goes on in its shielded task; the caller is
+                # told at once.
+                steps.close()
+                raise
+            # Into the plan: an Acquire cancelled in flight gives back the
+            # lease it may have got (shielded reports), then re-raises.
+            cancelled = thrown = e
+        except Exception as e:
+            thrown = e
+
+
+async def _run_task(op: Op) -> Tuple[Any, Optional[BaseException]]:
+    """The task's execute or reconcile, awaited when it is a coroutine; its
+    exception, a cancellation included, is the answer, never raised here."""
+    try:
+        got = op.fn(op.attempt)  # type: ignore[misc]
+        if inspect.isawaitable(got):
+            got = await got
+        return got, None
+    except (Exception, asyncio.CancelledError) as e:
+        return None, e
+
+
+async def _wait_while_held(session: AsyncSession, key: str, acq: intent_pb2.AcquireResponse, deadline: float) -> None:
+    """As the thread session's wait: watch the intent until it leaves
+    IN_PROGRESS or deadline passes; a broken watch sleeps briefly."""
+    c = session.client
+    req = intent_pb2.WatchRequest(key=key, start_revision=acq.intent.revision + 1)
+    try:
+        async for ev in c.watch(req, timeout=max(deadline - time.monotonic(), 0.001)):
+            if not ev.HasField("intent"):
+                continue
+            if ev.intent.state != intent_pb2.STATE_IN_PROGRESS:
+                return
+    except IntentdError:
+        await asyncio.sleep(min(c.backoff_min, max(deadline - time.monotonic(), 0)))
+
+
+__all__ = ["AsyncClient", "AsyncSession"]

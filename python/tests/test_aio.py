@@ -1,0 +1,249 @@
+"""intentd.aio against a live intentd: the thread session's decisions on
+asyncio, cancellation turned into UNKNOWN, heartbeats as a task, and one
+client across repeated asyncio.run calls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import unittest
+import uuid
+
+import grpc
+import grpc.aio
+
+import intentd
+import intentd.aio
+from intent.v1 import intent_pb2
+from tests import merchant
+from tests.live import Intentd, Provider
+
+O = intent_pb2
+
+
+def setUpModule() -> None:
+    global server, provider
+    server, provider = Intentd(), Provider()
+
+
+def tearDownModule() -> None:
+    provider.stop()
+    server.stop()
+
+
+def fresh_key(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:12]}"
+
+
+async def place(url: str, att: intentd.Attempt) -> intent_pb2.Result:
+    """One order at the merchant, off the event loop."""
+    order = await asyncio.to_thread(merchant.create_order, url, att.operation_key("create-order"))
+    return merchant.order_result(order)
+
+
+async def look_up(att: intentd.Attempt) -> intentd.Evidence:
+    return await asyncio.to_thread(merchant.reconcile(provider.url), att)
+
+
+class HoldAcquire(grpc.aio.UnaryUnaryClientInterceptor):
+    """Lets Acquire reach intentd, then holds its answer back until released:
+    the lease is issued while the caller is still waiting."""
+
+    def __init__(self) -> None:
+        self.answered = asyncio.Event()
+        self.hold = True
+
+    async def intercept_unary_unary(self, continuation, details, request):
+        call = await continuation(details, request)
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if self.hold and method.endswith("/Acquire"):
+            await call  # intentd answered: the lease exists
+            self.answered.set()
+            await asyncio.sleep(3600)
+        return call
+
+
+class AioTest(unittest.IsolatedAsyncioTestCase):
+    async def asyncSetUp(self) -> None:
+        self.client = intentd.aio.AsyncClient(server.address, report_timeout=10)
+        self.sync = intentd.Client(server.address)
+
+    async def asyncTearDown(self) -> None:
+        await self.client.close()
+        self.sync.close()
+
+    async def test_run_replay_and_decisions(self) -> None:
+        """EXECUTE → the coroutine runs once → COMPLETED; the same task again
+        is replayed with the statement and runs nothing; Final, NotAttempted
+        and any other exception decide as the thread session's run does."""
+        key = fresh_key("aio")
+        await self.client.register(key, {"item": "lamp", "max_eur": 89})
+        ran = []
+
+        async def execute(att: intentd.Attempt) -> intent_pb2.Result:
+            ran.append(att.token)
+            self.assertIsInstance(att.lost, asyncio.Event)
+            return await place(provider.url, att)
+
+        async with await self.client.open_session("aio-worker", ttl=3) as session:
+            first = await session.run(intentd.Task(key=key, execute=execute, reconcile=look_up))
+            self.assertEqual((first.name, first.executed), ("OUTCOME_COMPLETED", True))
+            again = await session.run(intentd.Task(key=key, execute=execute, reconcile=look_up))
+            self.assertEqual((again.name, again.executed), ("OUTCOME_COMPLETED", False))
+            self.assertIn("action_taken: none", again.statement.text)
+            self.assertEqual(again.result.payload, first.result.payload)
+            self.assertEqual(len(ran), 1)
+            self.assertEqual(provider.effects(f"{key}:create-order"), 1)
+
+            cases = [
+                ("final", intentd.Final("card_declined", "no"), "OUTCOME_FAILED", O.STATE_FAILED),
+                ("none", intentd.NotAttempted("refused before sending"), "RELEASED", O.STATE_PENDING),
+                ("timeout", TimeoutError("merchant did not answer"), "LEFT_UNKNOWN", O.STATE_UNKNOWN),
+            ]
+            for name, exc, want, state in cases:
+                with self.subTest(name):
+                    k = fresh_key(name)
+                    await self.client.register(k, {"case": name})
+
+                    async def fails(att: intentd.Attempt, exc: Exception = exc) -> intent_pb2.Result:
+                        raise exc
+
+                    out = await session.run(intentd.Task(key=k, execute=fails))
+                    self.assertEqual((out.name, out.intent.state), (want, state))
+                    self.assertIs(out.error, exc)
+
+    async def test_cancelled_inside_execute_is_unknown_then_reconciled(self) -> None:
+        """A cancellation after the effect (task.cancel(), asyncio.timeout)
+        is reported as MarkUnknown, never Release, and the CancelledError
+        (TimeoutError from asyncio.timeout) reaches the caller; the next run
+        reconciles by operation key and records the one effect."""
+        for how in ("cancel", "timeout"):
+            with self.subTest(how):
+                key = fresh_key(how)
+                await self.client.register(key, {"item": "lamp"})
+                effected = asyncio.Event()
+
+                async def slow(att: intentd.Attempt) -> intent_pb2.Result:
+                    await place(provider.url, att)
+                    effected.set()
+                    await asyncio.sleep(3600)  # the answer never comes
+                    raise AssertionError("not reached")
+
+                async with await self.client.open_session("cancelled", ttl=3) as session:
+                    if how == "cancel":
+                        running = asyncio.ensure_future(session.run(intentd.Task(key=key, execute=slow)))
+                        await effected.wait()
+                        running.cancel()
+                        with self.assertRaises(asyncio.CancelledError):
+                            await running
+                    else:
+                        with self.assertRaises(TimeoutError):
+                            async with asyncio.timeout(1.0):
+                                await session.run(intentd.Task(key=key, execute=slow))
+                    got = await self.client.get(key)
+                    self.assertEqual(got.state, O.STATE_UNKNOWN, intent_pb2.State.Name(got.state))
+                    marked = [h for h in got.history if h.kind == O.HistoryEntry.KIND_MARKED_UNKNOWN]
+                    self.assertEqual(len(marked), 1, got.history)
+                    self.assertIn("cancelled while executing", marked[0].reason)
+
+                    async def never(att: intentd.Attempt) -> intent_pb2.Result:
+                        raise AssertionError("EXECUTE after a cancellation")
+
+                    out = await session.run(intentd.Task(key=key, execute=never, reconcile=look_up))
+                    self.assertEqual((out.name, out.executed), ("OUTCOME_COMPLETED", False))
+                    self.assertEqual(provider.effects(f"{key}:create-order"), 1)
+
+    async def test_acquire_cancelled_in_flight_gives_the_lease_back(self) -> None:
+        """intentd issued the lease but the caller was cancelled before the
+        answer arrived: run asks again with the same request id and
+        releases it (shielded), so the intent is PENDING, not held by a
+        worker that does nothing."""
+        hold = HoldAcquire()
+        client = intentd.aio.AsyncClient(channel_factory=lambda: grpc.aio.insecure_channel(server.address, interceptors=[hold]))
+        key = fresh_key("held")
+        await client.register(key, {"item": "lamp"})
+        async with await client.open_session("held", ttl=3) as session:
+            running = asyncio.ensure_future(session.run(intentd.Task(key=key, execute=lambda att: intent_pb2.Result())))
+            await hold.answered.wait()
+            hold.hold = False
+            running.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await running
+            got = await client.get(key)
+            self.assertEqual(got.state, O.STATE_PENDING, intent_pb2.State.Name(got.state))
+            self.assertTrue(any(h.kind == O.HistoryEntry.KIND_RELEASED for h in got.history), got.history)
+        await client.close()
+
+    async def test_lease_loss_is_an_event(self) -> None:
+        """The session ended elsewhere: the next heartbeat sets attempt.lost,
+        which execute can await."""
+        key = fresh_key("lost")
+        await self.client.register(key, {"item": "lamp"})
+        session = await self.client.open_session("doomed", ttl=2)
+        told = []
+        session.on_lost(told.append)
+
+        async def execute(att: intentd.Attempt) -> intent_pb2.Result:
+            self.sync.rpc.CloseSession(intent_pb2.CloseSessionRequest(session_id=session.id))
+            await asyncio.wait_for(att.lost.wait(), 5)
+            raise intentd.NotAttempted("lease lost before sending")
+
+        out = await session.run(intentd.Task(key=key, execute=execute))
+        self.assertTrue(out.lease_lost, out)  # the report still went in: the best evidence there is
+        self.assertTrue(session.lost.is_set())
+        self.assertIsInstance(session.error, intentd.SessionNotFound)
+        self.assertEqual(len(told), 1)
+
+    async def test_heartbeat_task_keeps_the_session(self) -> None:
+        """A session with a 2 s TTL outlives two TTLs while the loop does
+        other work, and then runs a task."""
+        async with await self.client.open_session("beating", ttl=2) as session:
+            await asyncio.sleep(4.5)
+            self.assertFalse(session.lost.is_set())
+            key = fresh_key("beat")
+            await self.client.register(key, {"item": "lamp"})
+            out = await session.run(intentd.Task(key=key, execute=lambda att: place(provider.url, att)))
+            self.assertEqual(out.name, "OUTCOME_COMPLETED")
+
+    async def test_concurrent_runs_one_effect(self) -> None:
+        """Two coroutines run the same intent at once: one executes, the
+        other waits for it and gets the replay; one effect."""
+        key = fresh_key("race")
+        await self.client.register(key, {"item": "lamp"})
+
+        async def execute(att: intentd.Attempt) -> intent_pb2.Result:
+            await asyncio.sleep(0.3)
+            return await place(provider.url, att)
+
+        async with await self.client.open_session("a", ttl=3) as a, await self.client.open_session("b", ttl=3) as b:
+            outs = await asyncio.gather(*(s.run(intentd.Task(key=key, execute=execute, wait_in_progress=10)) for s in (a, b)))
+        self.assertEqual(sorted(o.executed for o in outs), [False, True])
+        self.assertEqual({o.name for o in outs}, {"OUTCOME_COMPLETED"})
+        self.assertEqual(provider.effects(f"{key}:create-order"), 1)
+
+
+class RepeatedLoopsTest(unittest.TestCase):
+    """One AsyncClient used from several asyncio.run calls, as a host that
+    calls a framework's run_sync twice does: each loop gets its own
+    channel."""
+
+    def test_two_asyncio_runs(self) -> None:
+        client = intentd.aio.AsyncClient(server.address)
+        keys = []
+
+        async def once() -> str:
+            key = fresh_key("loops")
+            await client.register(key, {"n": len(keys)})
+            async with await client.open_session("loops", ttl=3) as s:
+                out = await s.run(intentd.Task(key=key, execute=lambda att: intent_pb2.Result(external_refs={"n": str(len(keys))})))
+            keys.append(key)
+            return out.name
+
+        for _ in range(3):
+            self.assertEqual(asyncio.run(once()), "OUTCOME_COMPLETED")
+        self.assertEqual(len(keys), 3)
+        asyncio.run(client.close())
+
+
+if __name__ == "__main__":
+    unittest.main()
