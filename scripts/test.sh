@@ -122,8 +122,8 @@ trap 'rm -rf "$intentd_dir"' EXIT
 intentd_bin="$intentd_dir/intentd"
 go build -o "$intentd_bin" ./cmd/intentd
 
-step "Python worker library against a live intentd: Debian's runtimes (gen/python), no drift in python/stubs, the wheel on protobuf 6 and 7 (scripts/python-test.sh; pinned in scripts/python-env.sh)"
-INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh debian stubs pb6 pb7
+step "Python worker library against a live intentd: Debian's runtimes (gen/python), no drift in python/stubs, the wheel on protobuf 6 and 7, the framework adapters (scripts/python-test.sh; pinned in scripts/python-env.sh)"
+INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh debian stubs pb6 pb7 frameworks
 
 step "Python co-install: the wheel resolves and imports beside opentelemetry-proto, openai-agents, langgraph and pydantic-ai"
 INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh coinstall

@@ -50,7 +50,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
-from .guard import Answer, GuardedTool, Ledger, guarded
+from .guard import Answer, GuardedTool, Ledger, current_attempt, guarded
 from .run import Attempt, Evidence, Final, NotAttempted, Outcome, Task, absent, found, undecided
 from .session import Session
 

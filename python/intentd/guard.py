@@ -42,6 +42,7 @@ not approved              "refused: NOT_APPROVED … ask the user"
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 import json
@@ -75,10 +76,12 @@ class GuardedTool:
     params: Fields
     """The approved terms (item, amount, merchant): their fingerprint is
     what the approval binds the execution to."""
-    execute: Callable[[Attempt, Mapping[str, Any]], Any]
+    execute: Optional[Callable[[Attempt, Mapping[str, Any]], Any]] = None
     """Performs the effect once, sending ``attempt.operation_key(...)``
     downstream; returns the tool's result (a str, a JSON-able value, or an
-    ``intent.v1.Result``). May be a coroutine function."""
+    ``intent.v1.Result``). May be a coroutine function. None where the
+    framework's own tool is the effect (an adapter's middleware runs it, and
+    the tool reads its attempt from :func:`current_attempt`)."""
     reconcile: Optional[Callable[[Attempt, Mapping[str, Any]], Any]] = None
     """Asks the provider by operation key whether an earlier attempt took
     effect: :func:`intentd.found`, :func:`intentd.absent` or
@@ -93,7 +96,7 @@ class GuardedTool:
 
     def __post_init__(self) -> None:
         if not self.name:
-            self.name = getattr(self.execute, "__name__", self.action)
+            self.name = getattr(self.execute, "__name__", "") or self.action
 
     def identity_of(self, ctx: Any, args: Mapping[str, Any]) -> Dict[str, Any]:
         return _fields(self.identity, ctx, args)
@@ -125,6 +128,19 @@ def guarded(
         return GuardedTool(action, identity, params, execute, reconcile, summary, name, wait_in_progress)
 
     return wrap
+
+
+_attempt: "contextvars.ContextVar[Optional[Attempt]]" = contextvars.ContextVar("intentd_attempt", default=None)
+
+
+def current_attempt() -> Attempt:
+    """The attempt a guarded call is executing under, for a framework's own
+    tool function run by an adapter: send ``current_attempt().operation_key(
+    "create-order")`` downstream. Raises LookupError outside a guarded call."""
+    att = _attempt.get()
+    if att is None:
+        raise LookupError("not inside a guarded tool call: run the tool through intentd's adapter")
+    return att
 
 
 @dataclasses.dataclass
@@ -220,17 +236,28 @@ class Ledger:
         await self.client.register("", terms.params, action=tool.action, identity=terms.identity, summary=summary[:200])
         return terms
 
-    async def call(self, tool: GuardedTool, ctx: Any, args: Mapping[str, Any]) -> Answer:
+    async def call(
+        self, tool: GuardedTool, ctx: Any, args: Mapping[str, Any], *, execute: Optional[Callable[[Attempt], Any]] = None
+    ) -> Answer:
         """The tool call: acquires the intent with the fingerprint of these
-        arguments' terms and answers as the module doc says. A cancellation
-        while the tool runs is reported as unknown and raised."""
+        arguments' terms and answers as the module doc says. ``execute``
+        (the attempt → the result) stands in for ``tool.execute``, as an
+        adapter runs the framework's own tool. A cancellation while the tool
+        runs is reported as unknown and raised."""
+        if execute is None and tool.execute is None:
+            raise ValueError(f"guarded tool {tool.name} has no execute: pass execute= (its adapter does)")
         terms = await self.terms(tool, ctx, args)
         ran: Dict[str, Any] = {}
+        effect = execute if execute is not None else (lambda att: tool.execute(att, args))  # type: ignore[misc]
 
-        async def execute(att: Attempt) -> intent_pb2.Result:
-            value = tool.execute(att, args)
-            if inspect.isawaitable(value):
-                value = await value
+        async def execute_once(att: Attempt) -> intent_pb2.Result:
+            token = _attempt.set(att)
+            try:
+                value = effect(att)
+                if inspect.isawaitable(value):
+                    value = await value
+            finally:
+                _attempt.reset(token)
             ran["value"] = value
             return to_result(value)
 
@@ -240,7 +267,7 @@ class Ledger:
 
         task = Task(
             key=terms.key,
-            execute=execute,
+            execute=execute_once,
             reconcile=reconcile if tool.reconcile is not None else None,
             expected_fingerprint=terms.fingerprint,
             wait_in_progress=tool.wait_in_progress,
@@ -339,4 +366,4 @@ def _struct_json(s: Any) -> str:
     return json_format.MessageToJson(s)
 
 
-__all__ = ["Answer", "GuardedTool", "Ledger", "Terms", "answer", "guarded", "to_result"]
+__all__ = ["Answer", "GuardedTool", "Ledger", "Terms", "answer", "current_attempt", "guarded", "to_result"]

@@ -38,6 +38,7 @@ class Shop:
             return await asyncio.to_thread(merchant.reconcile(shop.url), att)
 
         @intentd.guarded(
+            name="buy_item",
             action="buy-item",
             identity=lambda ctx, args: {"conversation": ctx.conversation_id, "item": args["item"]},
             params=("item", "max_eur"),
@@ -46,12 +47,22 @@ class Shop:
             wait_in_progress=10,
         )
         async def buy_item(att: intentd.Attempt, args: Mapping[str, Any]) -> dict:
-            order = await asyncio.to_thread(merchant.create_order, shop.url, att.operation_key("create-order"))
-            if shop.after_effect is not None:
-                await shop.after_effect()
-            return {"order_id": order, "item": args["item"]}
+            return await shop.place(att, args["item"])
 
         return buy_item
+
+    async def place(self, att: intentd.Attempt, item: str) -> dict:
+        """The effect: one order under the attempt's operation key, then
+        whatever after_effect does."""
+        order = await asyncio.to_thread(merchant.create_order, self.url, att.operation_key("create-order"))
+        if self.after_effect is not None:
+            await self.after_effect()
+        return {"order_id": order, "item": item}
+
+    def spec(self) -> intentd.GuardedTool:
+        """buy_item's spec without an effect of its own: for an adapter whose
+        framework tool is the effect."""
+        return dataclasses.replace(self.tool, execute=None)
 
     def effects(self, provider: Any, key: str) -> int:
         return provider.effects(f"{key}:create-order")
