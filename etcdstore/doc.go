@@ -107,17 +107,26 @@
 // # Revision floor
 //
 // Because tokens follow revisions, an etcd whose revision goes back (restored
-// from a snapshot without --bump-revision) would hand out tokens that
-// workers and fencing gateways have already seen. The store refuses every
-// etcd answer below the highest revision it has seen or been told of
-// (RaiseFloor), with an error matching both ErrRevisionWentBack and
-// intent.ErrUnavailable, and from then on refuses every call before it
-// reaches etcd. The check is on answers, so the one write that discovers
-// the problem may have been applied by the etcd that went back; nothing of
-// it reaches anyone, and a lease it granted lapses unanswered. A process
-// that restarts learns its floor from what it persisted (HighestRevision),
-// per installation (Installation), so that a new cluster is not held to an
-// old one's revisions.
+// from a snapshot without --bump-revision, or a wiped member) would hand out
+// tokens that workers and fencing gateways have already seen. The store
+// refuses every etcd answer below the highest revision it has seen or been
+// told of (RaiseFloor), with a *RolledBackError (matching
+// intent.ErrStoreRolledBack and intent.ErrUnavailable: the one error for
+// this condition), and from then on refuses every call before it reaches
+// etcd. The check is on answers, so the one write that discovers the
+// problem may have been applied by the etcd that went back; nothing of it
+// reaches anyone, and a lease it granted lapses unanswered.
+//
+// The floor is the store's, whole, across restarts too (Floor, floor.go):
+// only the store sees every revision etcd answers at (flooredKV) and knows
+// the installation key, whose value tells a restored cluster (same
+// installation, held to its floor) from a new one (not held to an old
+// one's). So the store also keeps the floor in a file of a directory it is
+// given (HoldFloor, at start, refuses an etcd already below it; Floor.Run
+// writes the floor as it grows and returns the refusal, explained for the
+// operator, when a call finds etcd went back). intentd's daemon only names
+// the directory (its data directory), runs Floor.Run as one of its
+// components, and stops when it returns.
 //
 // # Failure modes
 //

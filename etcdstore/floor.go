@@ -14,37 +14,46 @@ import (
 	"github.com/intentd/intentd/intent"
 )
 
-// ErrRevisionWentBack reports that etcd answered at a revision below one
-// the store had already seen or been told of: the cluster was most likely
-// restored from an older snapshot without a revision bump. Fencing tokens
+// RolledBackError is the one refusal of an etcd whose revision went back:
+// it answered at a revision below one the store had already seen or been
+// told of, most likely because the cluster was restored from an older
+// snapshot without a revision bump (or a member was wiped). Fencing tokens
 // are derived from etcd revisions, so such a store would hand out tokens
-// equal to or lower than tokens already held by workers and seen by
-// gateways. Every error that matches it also matches
-// intent.ErrUnavailable: nothing was decided, and the gRPC layer answers
-// UNAVAILABLE.
-var ErrRevisionWentBack = errors.New("etcdstore: etcd's revision went back")
-
-// RevisionWentBackError is the refusal of an etcd response below the
-// store's revision floor. It matches ErrRevisionWentBack and
-// intent.ErrUnavailable.
-type RevisionWentBackError struct {
+// equal to or lower than tokens workers already hold and gateways already
+// saw. It matches intent.ErrStoreRolledBack, and intent.ErrUnavailable:
+// nothing was decided (the gRPC layer answers UNAVAILABLE with reason
+// STORE_ROLLED_BACK).
+type RolledBackError struct {
 	// Revision is the revision etcd answered at.
 	Revision int64
-	// Floor is the highest revision the store had seen or been told of
-	// when it sent the call.
+	// Floor is a revision the store had already seen or been told of,
+	// above Revision: the floor the call was held to when it was sent,
+	// or, in the refusal of a Floor, the highest revision the store saw.
 	Floor int64
+	// Installation and File name the installation whose floor was kept
+	// and the file that keeps it, in the refusal of a Floor (HoldFloor,
+	// Floor.Run), which then tells the operator what to do; empty in the
+	// refusal of one call.
+	Installation, File string
 }
 
-func (e *RevisionWentBackError) Error() string {
-	return fmt.Sprintf("etcdstore: etcd answered at revision %d, below revision %d already seen: "+
-		"it was probably restored from an older snapshot without a revision bump, and fencing tokens would go backwards", e.Revision, e.Floor)
+func (e *RolledBackError) Error() string {
+	if e.Installation == "" {
+		return fmt.Sprintf("etcdstore: etcd answered at revision %d, below revision %d already seen: "+
+			"it was probably restored from an older snapshot without a revision bump, and fencing tokens would go backwards", e.Revision, e.Floor)
+	}
+	return fmt.Sprintf("etcd's revision %d is behind the %d this replica already saw for installation %s: "+
+		"the store was probably restored from an older snapshot without a revision bump, and fencing tokens would go backwards; "+
+		"restore it again with `etcdutl snapshot restore --bump-revision <at least %d, e.g. 1000000000> --mark-compacted`; "+
+		"delete %s only if no token handed out before is still held by a worker or a gateway",
+		e.Revision, e.Floor, e.Installation, e.Floor-e.Revision+1, e.File)
 }
 
-// Is makes the refusal match ErrRevisionWentBack, intent.ErrStoreRolledBack
-// and intent.ErrUnavailable, so that callers that only know the latter still
+// Is makes the refusal match intent.ErrStoreRolledBack and
+// intent.ErrUnavailable, so that callers that only know the latter still
 // treat it as "nothing was decided".
-func (e *RevisionWentBackError) Is(target error) bool {
-	return target == ErrRevisionWentBack || target == intent.ErrStoreRolledBack || target == intent.ErrUnavailable
+func (e *RolledBackError) Is(target error) bool {
+	return target == intent.ErrStoreRolledBack || target == intent.ErrUnavailable
 }
 
 // revisionFloor is the lowest etcd revision the store still accepts: the
@@ -54,7 +63,9 @@ func (e *RevisionWentBackError) Is(target error) bool {
 // writes (see flooredKV for the one write that may slip through).
 type revisionFloor struct {
 	max     atomic.Int64
-	refused atomic.Pointer[RevisionWentBackError]
+	refused atomic.Pointer[RolledBackError]
+	// wentBack is closed when refused is set.
+	wentBack chan struct{}
 }
 
 func (f *revisionFloor) raise(rev int64) {
@@ -88,8 +99,10 @@ func (f *revisionFloor) check(before int64, h *pb.ResponseHeader) error {
 		return nil
 	}
 	if h.Revision < before {
-		e := &RevisionWentBackError{Revision: h.Revision, Floor: before}
-		f.refused.CompareAndSwap(nil, e)
+		e := &RolledBackError{Revision: h.Revision, Floor: before}
+		if f.refused.CompareAndSwap(nil, e) {
+			close(f.wentBack)
+		}
 		return e
 	}
 	f.raise(h.Revision)
@@ -98,12 +111,13 @@ func (f *revisionFloor) check(before int64, h *pb.ResponseHeader) error {
 
 // RaiseFloor tells the store the highest etcd revision known to have been
 // seen before it started (by an earlier run of this replica, say): from
-// then on it refuses every etcd response below rev with
-// ErrRevisionWentBack. The floor never goes down.
+// then on it refuses every etcd response below rev with a
+// *RolledBackError. The floor never goes down. HoldFloor raises it to the
+// floor kept in a file.
 func (s *Store) RaiseFloor(rev int64) { s.floor.raise(rev) }
 
 // HighestRevision returns the highest etcd revision the store has seen or
-// been told of, for persisting across restarts and handing to RaiseFloor.
+// been told of: the floor (a Floor persists it across restarts).
 func (s *Store) HighestRevision() int64 { return s.floor.max.Load() }
 
 // confirmFloor holds to the floor the header of a response that did not
@@ -301,4 +315,120 @@ func (s *Store) Installation(ctx context.Context) (string, error) {
 			return string(kvs[0].Value), nil
 		}
 	}
+}
+
+// Floor is the store's revision floor kept across restarts: for its etcd's
+// installation (Installation), in FloorFileName in a directory (intentd's
+// data directory). HoldFloor raises the store to it before the store
+// serves, and Run writes the store's highest revision back as it grows, so
+// that a replica restarted on an etcd restored from an older snapshot is
+// refused before it hands out a token, not only one that was running when
+// etcd went back.
+type Floor struct {
+	store        *Store
+	file         string
+	installation string
+	saved        int64 // what the file holds for the installation, as far as this process knows
+	failing      bool  // the last write failed; log again only once it works
+}
+
+// HoldFloor holds the store to the floor kept in dir for its etcd's
+// installation, and refuses an etcd already below it: that refusal is a
+// *RolledBackError naming the installation and the file. Its other errors
+// say what failed: reading the installation id from etcd, reading the
+// file (a file that does not parse is an error, never an empty floor:
+// starting without the floor is what the file exists to prevent), or etcd
+// not answering. It then writes the floor as etcd has it now.
+func (s *Store) HoldFloor(ctx context.Context, dir string) (*Floor, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OperationTimeout)
+	defer cancel()
+	id, err := s.Installation(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the installation id from etcd: %w", err)
+	}
+	f := &Floor{store: s, file: floorPath(dir), installation: id}
+	saved, err := readFloors(f.file)
+	if err != nil {
+		return nil, err
+	}
+	f.saved = saved[id]
+	s.RaiseFloor(f.saved)
+	if err := s.Ping(ctx); err != nil {
+		if back, ok := errors.AsType[*RolledBackError](err); ok {
+			return nil, f.refusal(back)
+		}
+		return nil, fmt.Errorf("etcd does not answer: %w", err)
+	}
+	f.persist()
+	return f, nil
+}
+
+// Installation is the id of the installation whose floor is kept.
+func (f *Floor) Installation() string { return f.installation }
+
+// Run keeps the floor while the store serves: it writes the store's
+// highest revision to the file when it grew, every interval (so at most
+// once per interval, not per call) and once more when ctx ends (end it
+// after the last call was answered, so that the file holds every revision
+// a client was told). As soon as any call finds etcd's revision went back
+// it writes the file a last time and returns the refusal, naming the
+// installation and the file: from then on the store refuses every call,
+// and a restart meets the check of HoldFloor. It returns nil when ctx
+// ends.
+func (f *Floor) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			f.persist()
+			return nil
+		case <-f.store.floor.wentBack:
+			f.persist()
+			return f.refusal(f.store.floor.refused.Load())
+		case <-t.C:
+			f.persist()
+		}
+	}
+}
+
+// refusal is back as the floor's refusal: held to the highest revision
+// the store saw (the floor a call was held to may be lower, if it was sent
+// a while ago), naming the installation and the file.
+func (f *Floor) refusal(back *RolledBackError) *RolledBackError {
+	e := *back
+	e.Floor = max(e.Floor, f.store.HighestRevision())
+	e.Installation, e.File = f.installation, f.file
+	return &e
+}
+
+// persist writes the store's highest revision if it grew since the last
+// write. A failure is logged (once until it works again), not returned:
+// the floor in memory still holds while this process runs. It is called
+// from one goroutine at a time.
+func (f *Floor) persist() {
+	log := f.store.cfg.Logger
+	err := f.write()
+	switch {
+	case err != nil && !f.failing:
+		f.failing = true
+		log.Warn("cannot persist the revision floor; a restart will not notice an etcd restored from an older snapshot until it works", "file", f.file, "err", err)
+	case err == nil && f.failing:
+		f.failing = false
+		log.Info("revision floor persisted again", "file", f.file)
+	}
+}
+
+// write writes the store's highest revision if it grew since the last
+// write.
+func (f *Floor) write() error {
+	rev := f.store.HighestRevision()
+	if rev <= f.saved {
+		return nil
+	}
+	if err := writeFloor(f.file, f.installation, rev); err != nil {
+		return err
+	}
+	f.saved = rev
+	return nil
 }

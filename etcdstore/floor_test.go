@@ -1,8 +1,12 @@
 package etcdstore_test
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,12 +34,12 @@ func rawRevision(t *testing.T, c *cluster) int64 {
 // and that its message names both revisions.
 func mustWentBack(t *testing.T, err error, revision, floor int64) {
 	t.Helper()
-	if !errors.Is(err, etcdstore.ErrRevisionWentBack) || !errors.Is(err, intent.ErrUnavailable) {
-		t.Fatalf("err = %v, want ErrRevisionWentBack and intent.ErrUnavailable", err)
+	if !errors.Is(err, intent.ErrStoreRolledBack) || !errors.Is(err, intent.ErrUnavailable) {
+		t.Fatalf("err = %v, want intent.ErrStoreRolledBack and intent.ErrUnavailable", err)
 	}
-	var back *etcdstore.RevisionWentBackError
+	var back *etcdstore.RolledBackError
 	if !errors.As(err, &back) {
-		t.Fatalf("err = %v, want a *RevisionWentBackError", err)
+		t.Fatalf("err = %v, want a *RolledBackError", err)
 	}
 	if back.Revision < revision || back.Revision >= floor || back.Floor != floor {
 		t.Errorf("refusal says revision %d below %d, want a revision from %d below floor %d", back.Revision, back.Floor, revision, floor)
@@ -191,13 +195,13 @@ func TestRevisionWentBackIsRefused(t *testing.T) {
 		mustWentBack(t, s.Ping(ctx(t)), rev, floor)
 		for _, tc := range calls {
 			err := tc.do(t, s, prepared[tc.name])
-			if !errors.Is(err, etcdstore.ErrRevisionWentBack) || !errors.Is(err, intent.ErrUnavailable) {
-				t.Errorf("%s: err = %v, want ErrRevisionWentBack and intent.ErrUnavailable", tc.name, err)
+			if !errors.Is(err, intent.ErrStoreRolledBack) || !errors.Is(err, intent.ErrUnavailable) {
+				t.Errorf("%s: err = %v, want intent.ErrStoreRolledBack and intent.ErrUnavailable", tc.name, err)
 			}
 		}
 		_, err := s.Acquire(ctx(t), intent.AcquireRequest{Tenant: "default", Key: "pending-1", SessionID: sess, RequestID: "replay"})
-		if !errors.Is(err, etcdstore.ErrRevisionWentBack) {
-			t.Errorf("replay of a final intent from memory: err = %v, want ErrRevisionWentBack", err)
+		if !errors.Is(err, intent.ErrStoreRolledBack) {
+			t.Errorf("replay of a final intent from memory: err = %v, want intent.ErrStoreRolledBack", err)
 		}
 		if got := rawRevision(t, c); got != rev {
 			t.Errorf("etcd's revision went from %d to %d: a latched store wrote", rev, got)
@@ -232,8 +236,8 @@ func TestRevisionWentBackIsRefused(t *testing.T) {
 			t.Fatalf("etcd holds %v with lease %+v, want IN_PROGRESS under a token of revision %d", in.State, in.Lease, rev+1)
 		}
 		a, err = s.Acquire(ctx(t), req)
-		if !errors.Is(err, etcdstore.ErrRevisionWentBack) || a != nil {
-			t.Fatalf("retried Acquire = %+v, %v; want nothing and ErrRevisionWentBack", a, err)
+		if !errors.Is(err, intent.ErrStoreRolledBack) || a != nil {
+			t.Fatalf("retried Acquire = %+v, %v; want nothing and intent.ErrStoreRolledBack", a, err)
 		}
 	})
 }
@@ -330,5 +334,91 @@ func TestInstallationOnAFullStore(t *testing.T) {
 	}
 	if got, err := restarted.Installation(ctx(t)); err != nil || got != id {
 		t.Fatalf("Installation() on a full store = %q, %v; want %q", got, err, id)
+	}
+}
+
+// fileFloor is the revision the floor file in dir holds for installation.
+func fileFloor(t *testing.T, dir, installation string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, etcdstore.FloorFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var floors map[string]int64
+	if err := json.Unmarshal(b, &floors); err != nil {
+		t.Fatalf("floor file %q: %v", b, err)
+	}
+	return floors[installation]
+}
+
+// The floor kept in a file: HoldFloor writes it for the installation, Run
+// writes it as it grows and, as soon as any call finds etcd's revision went
+// back, writes it a last time and returns the refusal naming the
+// installation and the file, held to the highest revision the store saw.
+// A store that then holds to that file refuses the etcd at start.
+func TestFloorKeptInAFile(t *testing.T) {
+	c := newCluster(t)
+	s := c.store(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, etcdstore.FloorFileName)
+	f, err := s.HoldFloor(ctx(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := f.Installation()
+	if got, want := fileFloor(t, dir, id), s.HighestRevision(); got != want || got == 0 {
+		t.Fatalf("floor file holds %d after HoldFloor, want the store's %d", got, want)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- f.Run(runCtx, 10*time.Millisecond) }()
+
+	register(t, s, lamp(t, "kept-1", 1))
+	grown := s.HighestRevision()
+	for deadline := time.Now().Add(5 * time.Second); fileFloor(t, dir, id) < grown; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("floor file holds %d, want %d once Run wrote it", fileFloor(t, dir, id), grown)
+		}
+	}
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned %v while etcd was fine", err)
+	default:
+	}
+
+	// As if etcd went back: the store was told of a revision etcd never
+	// reached, and a Get finds etcd below it.
+	floor := grown + 1000
+	s.RaiseFloor(floor)
+	if _, err := s.Get(ctx(t), "default", "kept-1"); !errors.Is(err, intent.ErrStoreRolledBack) {
+		t.Fatalf("Get = %v, want the refusal", err)
+	}
+	var err2 error
+	select {
+	case err2 = <-ran:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return the refusal")
+	}
+	back, ok := errors.AsType[*etcdstore.RolledBackError](err2)
+	if !ok || !errors.Is(err2, intent.ErrStoreRolledBack) || !errors.Is(err2, intent.ErrUnavailable) {
+		t.Fatalf("Run = %v, want a *RolledBackError matching intent.ErrStoreRolledBack and intent.ErrUnavailable", err2)
+	}
+	if back.Floor != floor || back.Revision >= floor || back.Installation != id || back.File != file {
+		t.Errorf("Run's refusal %+v, want a revision below %d, installation %s, file %s", back, floor, id, file)
+	}
+	for _, want := range []string{fmt.Sprintf("is behind the %d this replica already saw for installation %s", floor, id),
+		"--bump-revision <at least", "delete " + file + " only if"} {
+		if !strings.Contains(err2.Error(), want) {
+			t.Errorf("Run's refusal %q does not say %q", err2, want)
+		}
+	}
+	if got := fileFloor(t, dir, id); got != floor {
+		t.Errorf("floor file holds %d after the refusal, want the store's highest %d", got, floor)
+	}
+
+	_, err = c.store(t).HoldFloor(ctx(t), dir)
+	if back, ok := errors.AsType[*etcdstore.RolledBackError](err); !ok || back.Floor != floor || back.File != file {
+		t.Fatalf("HoldFloor of a new store on the kept floor = %v, want the refusal held to %d", err, floor)
 	}
 }

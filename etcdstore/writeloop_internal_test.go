@@ -135,7 +135,7 @@ func TestClassify(t *testing.T) {
 		{"lease TTL too large", asClientReturns(bg, rpctypes.ErrGRPCLeaseTTLTooLarge), refused},
 
 		// The store's own refusals.
-		{"revision went back", fmt.Errorf("%w", &RevisionWentBackError{Revision: 5, Floor: 9}),
+		{"revision went back", fmt.Errorf("%w", &RolledBackError{Revision: 5, Floor: 9}),
 			want{read: refuse, write: refuse, is: intent.ErrStoreRolledBack}},
 		{"transaction too large", fmt.Errorf("%w: 130 operations", intent.ErrTooLarge),
 			want{read: refuse, write: refuse, is: intent.ErrTooLarge, isNot: intent.ErrUnavailable}},

@@ -30,7 +30,9 @@ var (
 	// ErrStoreRolledBack: etcd answered at a revision below one this
 	// replica already saw (restored from a snapshot without a revision
 	// bump): fencing tokens would repeat, so nothing is decided until an
-	// operator restores with a bump. It also matches ErrUnavailable.
+	// operator restores with a bump. The store's refusal, which carries
+	// the revisions (etcdstore.RolledBackError), also matches
+	// ErrUnavailable.
 	ErrStoreRolledBack = errors.New("intent: store rolled back")
 	// ErrInvalid: the request is malformed; see InvalidError for the field.
 	ErrInvalid = errors.New("intent: invalid argument")

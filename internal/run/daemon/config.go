@@ -26,7 +26,7 @@ type Config struct {
 	// EtcdEndpoints, when set, use an external etcd cluster instead of the
 	// embedded one.
 	EtcdEndpoints []string
-	// DataDir holds the revision floor file (FloorFileName), in both
+	// DataDir holds the revision floor file (etcdstore.FloorFileName), in both
 	// modes, and with the embedded etcd also its data (DataDir/etcd).
 	// External-etcd replicas on one machine should each have their own,
 	// or share one knowingly: the file is merged, never lowered.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
@@ -92,7 +93,7 @@ func (in *instance) waitExit(t *testing.T, within time.Duration) error {
 // readFloorFile returns the floor file's only installation and revision.
 func readFloorFile(t *testing.T, dataDir string) (string, int64) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, daemon.FloorFileName))
+	b, err := os.ReadFile(filepath.Join(dataDir, etcdstore.FloorFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +141,12 @@ func climb(t *testing.T, in *instance, n int) uint64 {
 // fix and the floor file, plainly.
 func mustRefuse(t *testing.T, err error, what, installation string, floor int64, file string) {
 	t.Helper()
-	if !errors.Is(err, etcdstore.ErrRevisionWentBack) {
-		t.Fatalf("Run = %v, want ErrRevisionWentBack", err)
+	back, ok := errors.AsType[*etcdstore.RolledBackError](err)
+	if !ok || !errors.Is(err, intent.ErrStoreRolledBack) {
+		t.Fatalf("Run = %v, want a *etcdstore.RolledBackError matching intent.ErrStoreRolledBack", err)
+	}
+	if back.Floor != floor || back.Revision >= floor || back.Installation != installation || back.File != file {
+		t.Errorf("refusal %+v, want a revision below floor %d, installation %s, file %s", back, floor, installation, file)
 	}
 	msg := err.Error()
 	for _, want := range []string{
@@ -169,7 +174,7 @@ func mustLogRefusal(t *testing.T, logs string) {
 func TestRefusesStoreWhoseRevisionWentBack(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
-	floorFile := filepath.Join(dir, daemon.FloorFileName)
+	floorFile := filepath.Join(dir, etcdstore.FloorFileName)
 
 	// A first run creates the installation id; its etcd, stopped, is the
 	// snapshot.
@@ -230,7 +235,7 @@ func TestStopsServingWhenRevisionGoesBack(t *testing.T) {
 	endpoint := srv.Endpoints[0]
 	cfg := testConfig(dataDir)
 	cfg.EtcdEndpoints = []string{endpoint}
-	floorFile := filepath.Join(dataDir, daemon.FloorFileName)
+	floorFile := filepath.Join(dataDir, etcdstore.FloorFileName)
 
 	start(t, cfg).shutdown(t) // creates the installation id
 	srv.Stop()
@@ -265,7 +270,7 @@ func TestNewClusterIsANewInstallation(t *testing.T) {
 
 	cfg.EtcdEndpoints = etcdtest.Start(t).Endpoints
 	start(t, cfg).shutdown(t)
-	b, err := os.ReadFile(filepath.Join(dataDir, daemon.FloorFileName))
+	b, err := os.ReadFile(filepath.Join(dataDir, etcdstore.FloorFileName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (r *readiness) state() string {
 // notReadyReason is the one line /readyz answers for a failed probe; ""
 // for none.
 func notReadyReason(err error, requestTimeout time.Duration) string {
-	var back *etcdstore.RevisionWentBackError
+	var back *etcdstore.RolledBackError
 	switch {
 	case err == nil:
 		return ""

@@ -13,7 +13,7 @@ import (
 
 // Each failed probe becomes one line saying why the replica is not ready.
 func TestNotReadyReason(t *testing.T) {
-	back := fmt.Errorf("%w", &etcdstore.RevisionWentBackError{Revision: 812, Floor: 4096})
+	back := fmt.Errorf("%w", &etcdstore.RolledBackError{Revision: 812, Floor: 4096})
 	tests := []struct {
 		name string
 		err  error

@@ -32,6 +32,7 @@ import (
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/run/console"
 	"github.com/intentd/intentd/internal/run/etcdsteer"
 	"github.com/intentd/intentd/internal/run/netaddr"
@@ -69,7 +70,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	scfg.Logger = log
 	scfg.TracerProvider = tr.Provider()
 	scfg.ObserveTxn, scfg.ObserveBatch = m.observeTxn, m.observeBatch
-	store, floors, err := openStore(ctx, cfg, scfg, cli, endpoints, m, log)
+	store, floor, err := openStore(ctx, cfg, scfg, cli, endpoints, m, log)
 	if err != nil {
 		return err
 	}
@@ -91,7 +92,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	// Stopped in this order: see Run's doc.
 	c := startComponents(ctx,
 		drain(api.serving),
-		healthComponent(store, api.serving, floors, cfg, log),
+		func(ctx context.Context) error {
+			watchHealth(ctx, store, api.serving, cfg.HealthInterval, cfg.Store.RequestTimeout, log)
+			return nil
+		},
 		func(ctx context.Context) error {
 			watchDBSize(ctx, cli, endpoints, every, cfg.Store.RequestTimeout, m, log)
 			return nil
@@ -106,14 +110,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		// Before the in-process server its pages call.
 		serveConsole(cfg.ConsoleListen, review, log),
 		serveGRPC(api.inProcess, api.inProcessLis, cfg.ShutdownTimeout, log),
-		keepFloor(store, floors, log),
+		// After the servers: stopped, it persists the floor once more,
+		// after the last call has been answered, so that the file holds
+		// every revision a client was told.
+		floorComponent(floor, api.serving, cfg, log),
 		// The metrics listener outlives gRPC: probes read /readyz 503
 		// while in-flight calls finish.
 		serveMetrics(m, cfg.MetricsListen, api.serving, consoleBesideMetrics(cfg, review), log),
 		servePprof(cfg.PprofListen, log),
 	)
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
-		"installation", floors.installation, "revision", store.HighestRevision())
+		"installation", floor.Installation(), "revision", store.HighestRevision())
 	if ready != nil {
 		ready(lis.Addr().String())
 	}
@@ -191,9 +198,10 @@ func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (cli *client
 	return cli, endpoints, closeOpened, nil
 }
 
-// openStore builds the store on cli and holds it to the revision floor
-// once etcd answers.
-func openStore(ctx context.Context, cfg Config, scfg etcdstore.Config, cli *clientv3.Client, endpoints []string, m *metrics, log *slog.Logger) (*etcdstore.Store, *floorKeeper, error) {
+// openStore builds the store on cli and, once etcd answers, holds it to
+// the revision floor kept in the data directory (etcdstore.Floor): it
+// refuses to start on an etcd already below it.
+func openStore(ctx context.Context, cfg Config, scfg etcdstore.Config, cli *clientv3.Client, endpoints []string, m *metrics, log *slog.Logger) (*etcdstore.Store, *etcdstore.Floor, error) {
 	store, err := etcdstore.New(cli, scfg)
 	if err != nil {
 		return nil, nil, err
@@ -205,11 +213,16 @@ func openStore(ctx context.Context, cfg Config, scfg etcdstore.Config, cli *clie
 	if err != nil {
 		return nil, nil, fmt.Errorf("intentd: etcd at %v does not answer: %w", endpoints, err)
 	}
-	floors, err := holdToFloor(ctx, cfg, store, log)
-	if err != nil {
+	floor, err := store.HoldFloor(ctx, cfg.DataDir)
+	if errors.Is(err, intent.ErrStoreRolledBack) {
+		err = fmt.Errorf("intentd: refusing to start: %w", err)
+		log.Error("etcd's revision went back; refusing to start", "err", err)
 		return nil, nil, err
 	}
-	return store, floors, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("intentd: %w", err)
+	}
+	return store, floor, nil
 }
 
 // api is the gRPC side of intentd: the server with its services, the
@@ -314,21 +327,6 @@ func drain(serving *readiness) component {
 	}
 }
 
-// healthComponent runs watchHealth; it stops the daemon when etcd's
-// revision went back: the store refuses every call already, and a
-// supervisor's restart meets the check at start.
-func healthComponent(store *etcdstore.Store, serving *readiness, floors *floorKeeper, cfg Config, log *slog.Logger) component {
-	return func(ctx context.Context) error {
-		err := watchHealth(ctx, store, serving, floors, cfg.HealthInterval, cfg.Store.RequestTimeout, log)
-		if err == nil {
-			return nil
-		}
-		err = wentBackFrom(err, store, floors, true)
-		log.Error("etcd's revision went back; stopping", "err", err)
-		return err
-	}
-}
-
 // janitor campaigns for the janitor election and sweeps while elected.
 func janitor(store *etcdstore.Store, cli *clientv3.Client, id string, every time.Duration, m *metrics, log *slog.Logger) component {
 	return func(ctx context.Context) error {
@@ -380,13 +378,21 @@ func serveGRPC(srv *grpc.Server, lis net.Listener, timeout time.Duration, log *s
 	}
 }
 
-// keepFloor persists the revision floor when stopped: after the last call
-// has been answered, so that it holds every revision a client was told.
-func keepFloor(store *etcdstore.Store, floors *floorKeeper, log *slog.Logger) component {
+// floorComponent runs the store's revision floor (etcdstore.Floor.Run),
+// which keeps the floor file current; it stops the daemon when etcd's
+// revision went back, whichever call noticed: the store refuses every call
+// already, and a supervisor's restart meets the check at start
+// (openStore).
+func floorComponent(floor *etcdstore.Floor, serving *readiness, cfg Config, log *slog.Logger) component {
 	return func(ctx context.Context) error {
-		<-ctx.Done()
-		persistFloor(store, floors, log)
-		return nil
+		err := floor.Run(ctx, cfg.HealthInterval)
+		if err == nil {
+			return nil
+		}
+		serving.set(err, cfg.Store.RequestTimeout) // not ready, saying why, until drained
+		err = fmt.Errorf("intentd: stopped serving: %w", err)
+		log.Error("etcd's revision went back; stopping", "err", err)
+		return err
 	}
 }
 
@@ -435,62 +441,6 @@ func steer(ctx context.Context, cli *clientv3.Client, cfg Config, endpoints []st
 		stopRun()
 		s.Close()
 	}, nil
-}
-
-// holdToFloor makes the store refuse etcd answers below the highest
-// revision this replica saw of the installation before (the floor file),
-// and refuses to start if etcd is already below it: it was most likely
-// restored from an older snapshot without a revision bump, and the tokens
-// it would hand out follow revisions, equal to or lower than tokens workers
-// and gateways already hold.
-func holdToFloor(ctx context.Context, cfg Config, store *etcdstore.Store, log *slog.Logger) (*floorKeeper, error) {
-	ictx, cancel := context.WithTimeout(ctx, cfg.Store.OperationTimeout)
-	defer cancel()
-	id, err := store.Installation(ictx)
-	if err != nil {
-		return nil, fmt.Errorf("intentd: read the installation id from etcd: %w", err)
-	}
-	k := &floorKeeper{path: floorPath(cfg.DataDir), installation: id}
-	saved, err := readFloors(k.path)
-	if err != nil {
-		return nil, fmt.Errorf("intentd: %w", err)
-	}
-	k.saved = saved[id]
-	store.RaiseFloor(k.saved)
-	if err := store.Ping(ictx); err != nil {
-		if errors.Is(err, etcdstore.ErrRevisionWentBack) {
-			err = wentBackFrom(err, store, k, false)
-			log.Error("etcd's revision went back; refusing to start", "err", err)
-			return nil, err
-		}
-		return nil, fmt.Errorf("intentd: etcd does not answer: %w", err)
-	}
-	persistFloor(store, k, log)
-	return k, nil
-}
-
-// wentBackFrom explains a refusal of the store to the operator.
-func wentBackFrom(err error, store *etcdstore.Store, k *floorKeeper, running bool) error {
-	var back *etcdstore.RevisionWentBackError
-	if !errors.As(err, &back) {
-		return fmt.Errorf("intentd: %w", err)
-	}
-	return fmt.Errorf("intentd: %w", &wentBackError{back: back, highest: store.HighestRevision(), installation: k.installation, file: k.path, running: running})
-}
-
-// persistFloor writes the store's highest revision to the floor file if it
-// grew. A failure is logged (once until it works again), not fatal: the
-// floor in memory still holds while this process runs.
-func persistFloor(store *etcdstore.Store, k *floorKeeper, log *slog.Logger) {
-	_, err := k.persist(store)
-	switch {
-	case err != nil && !k.failing:
-		k.failing = true
-		log.Warn("cannot persist the revision floor; a restart will not notice an etcd restored from an older snapshot until it works", "file", k.path, "err", err)
-	case err == nil && k.failing:
-		k.failing = false
-		log.Info("revision floor persisted again", "file", k.path)
-	}
 }
 
 // reload keeps the tokens file and the TLS files current: on change (polled)
@@ -578,19 +528,18 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, activity *
 const streamWorkers = 64
 
 // watchHealth decides readiness (gRPC health SERVING and /readyz 200) only
-// while etcd answers a linearizable read, and persists the revision floor
-// when it grew (so at most once per interval, not per call). It returns nil
-// when ctx ends, and the store's refusal, after turning readiness off, when
-// etcd's revision went back (whichever call noticed first: the store
-// refuses everything after).
-func watchHealth(ctx context.Context, store *etcdstore.Store, ready *readiness, floors *floorKeeper, every, requestTimeout time.Duration, log *slog.Logger) error {
+// while etcd answers a linearizable read, every interval until ctx ends.
+// An etcd whose revision went back makes the probe fail like any other
+// refusal, saying why; stopping the daemon then is the floor's
+// (floorComponent).
+func watchHealth(ctx context.Context, store *etcdstore.Store, ready *readiness, every, requestTimeout time.Duration, log *slog.Logger) {
 	last := "unprobed"
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		err := store.Ping(ctx)
 		if err != nil && ctx.Err() != nil {
-			return nil
+			return
 		}
 		ready.set(err, requestTimeout)
 		if reason := ready.state(); reason != last {
@@ -601,13 +550,9 @@ func watchHealth(ctx context.Context, store *etcdstore.Store, ready *readiness, 
 			}
 			last = reason
 		}
-		if errors.Is(err, etcdstore.ErrRevisionWentBack) {
-			return err
-		}
-		persistFloor(store, floors, log)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
 	}

@@ -1,4 +1,4 @@
-package daemon
+package etcdstore
 
 import (
 	"bytes"
@@ -9,15 +9,16 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-
-	"github.com/intentd/intentd/etcdstore"
 )
 
-// FloorFileName is the file in the data directory that remembers, per
-// installation, the highest etcd revision this replica saw. Fencing tokens
-// are derived from etcd revisions; the file is how a restarted replica notices that
-// etcd's revision went back (a snapshot restore without a revision bump)
-// before it hands out a token that was already handed out.
+// The revision floor's file: the floor kept across restarts (see Floor).
+
+// FloorFileName is the file, in the directory given to HoldFloor (intentd's
+// data directory), that remembers per installation the highest etcd
+// revision this replica saw. Fencing tokens are derived from etcd
+// revisions; the file is how a restarted replica notices that etcd's
+// revision went back (a snapshot restore without a revision bump) before
+// it hands out a token that was already handed out.
 //
 // The file is a JSON object mapping installation id (the value of the key
 // <prefix>installation in etcd) to a revision:
@@ -103,54 +104,3 @@ func writeFloor(path, installation string, rev int64) error {
 	}
 	return nil
 }
-
-// floorKeeper persists the store's highest revision for one installation,
-// only when it grew.
-type floorKeeper struct {
-	path         string
-	installation string
-	saved        int64
-	failing      bool // the last write failed; log again only once it works
-}
-
-// persist writes the store's highest revision if it grew since the last
-// write. It is called from one goroutine at a time.
-func (k *floorKeeper) persist(store *etcdstore.Store) (changed bool, err error) {
-	rev := store.HighestRevision()
-	if rev <= k.saved {
-		return false, nil
-	}
-	if err := writeFloor(k.path, k.installation, rev); err != nil {
-		return false, err
-	}
-	k.saved = rev
-	return true, nil
-}
-
-// wentBackError is why intentd refuses to start, or stops serving: etcd's
-// revision is below what this replica already saw for the installation.
-type wentBackError struct {
-	back *etcdstore.RevisionWentBackError
-	// highest is the highest revision the store saw: the floor the call
-	// was held to may be lower, if the call was sent a while ago.
-	highest      int64
-	installation string
-	file         string
-	running      bool
-}
-
-func (e *wentBackError) Error() string {
-	what := "refusing to start"
-	if e.running {
-		what = "stopped serving"
-	}
-	n, m := e.back.Revision, max(e.back.Floor, e.highest)
-	return fmt.Sprintf("%s: etcd's revision %d is behind the %d this replica already saw for installation %s: "+
-		"the store was probably restored from an older snapshot without a revision bump, and fencing tokens would go backwards; "+
-		"restore it again with `etcdutl snapshot restore --bump-revision <at least %d, e.g. 1000000000> --mark-compacted`; "+
-		"delete %s only if no token handed out before is still held by a worker or a gateway",
-		what, n, m, e.installation, m-n+1, e.file)
-}
-
-// Unwrap lets callers match etcdstore.ErrRevisionWentBack.
-func (e *wentBackError) Unwrap() error { return e.back }

@@ -1,4 +1,4 @@
-package daemon
+package etcdstore
 
 import (
 	"encoding/json"
