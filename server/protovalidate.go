@@ -2,7 +2,9 @@ package server
 
 // Request validation from the proto: every request field of intent.proto
 // carries its limits as protovalidate rules (buf.validate annotations), and
-// those rules are the only place a field's limits are written. Each handler
+// those rules are the only place a field's limits are written; a rule many
+// fields share (a tenant's, a key's) is written once, in rules.proto, as a
+// predefined rule each of those fields names. Each handler
 // checks its request against them first, with the one validator compiled
 // here (Server.valid), so a handler is safe however it is called, and a
 // malformed request never reaches the store. What no field's rule can say
@@ -125,17 +127,13 @@ func violationError(pv *protovalidate.Violation) *intent.InvalidError {
 // patternWords says in words what each string pattern of intent.proto
 // allows, keyed by the pattern: protovalidate's own message quotes the raw
 // regex, which a person should not have to read. A test checks that every
-// pattern in intent.proto has its words here.
+// pattern in intent.proto has its words here. (The rules many fields share,
+// in rules.proto, say their words in their own messages.)
 var patternWords = map[string]string{
-	"^[a-z0-9][a-z0-9_-]*$":               "must hold only lowercase ASCII letters, digits, '_' and '-', and start with a letter or digit",
-	"^[A-Za-z0-9._:/=@+-]+$":              "must hold only ASCII letters, digits and the characters . _ : / = @ + -",
-	"^[A-Za-z0-9][A-Za-z0-9._:/-]*$":      "a label name must hold only ASCII letters, digits and the characters . _ : / -, and start with a letter or digit",
-	"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=": "must be name=value, the name 1 to 63 ASCII letters, digits and the characters . _ : / -, starting with a letter or digit",
-	"^[0-9a-f]+$":                         "must be lowercase hexadecimal",
-	"^[0-9a-f]{64}$":                      "must be 64 lowercase hexadecimal digits (a SHA-256)",
-	"^[A-Za-z0-9._:-]+$":                  "must hold only ASCII letters, digits and the characters . _ : -",
-	"^[a-z0-9-]+$":                        "must hold only lowercase ASCII letters, digits and '-'",
-	"^[^\\p{Cc}]*$":                       "must hold no control characters: one line of text, without tabs",
+	"^[A-Za-z0-9][A-Za-z0-9._:/-]*$": "a label name must hold only ASCII letters, digits and the characters . _ : / -, and start with a letter or digit",
+	"^[0-9a-f]{64}$":                 "must be 64 lowercase hexadecimal digits (a SHA-256)",
+	"^[a-z0-9-]+$":                   "must hold only lowercase ASCII letters, digits and '-'",
+	"^[^\\p{Cc}]*$":                  "must hold no control characters: one line of text, without tabs",
 }
 
 // fieldPath spells a protovalidate field path the way intentd names

@@ -10,11 +10,15 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
-// Every string pattern of intent.proto has its words in patternWords: a
-// pattern without them would show a person its raw regex again.
+// Every string pattern a request can break is said in words, so that no
+// refusal shows a person a raw regex: each pattern of intent.proto has its
+// words in patternWords. The rules of rules.proto, which many fields
+// share, return their words themselves (TestErrorTextsSayItOnce reads each
+// one's refusal); here each must be a rule some request field uses.
 func TestEveryPatternHasWords(t *testing.T) {
 	seen := map[protoreflect.FullName]bool{}
 	var patterns []string
+	shared := map[protoreflect.FullName]bool{} // the rules of rules.proto the requests use
 	var walk func(m protoreflect.MessageDescriptor)
 	walk = func(m protoreflect.MessageDescriptor) {
 		if seen[m.FullName()] {
@@ -32,6 +36,12 @@ func TestEveryPatternHasWords(t *testing.T) {
 						t.Errorf("%s: pattern %q has no words in patternWords", f.FullName(), s.GetPattern())
 					}
 				}
+				s.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
+					if fd.IsExtension() {
+						shared[fd.FullName()] = true
+					}
+					return true
+				})
 			}
 			if f.Message() != nil {
 				walk(f.Message())
@@ -45,7 +55,20 @@ func TestEveryPatternHasWords(t *testing.T) {
 	for i := range methods.Len() {
 		walk(methods.Get(i).Input())
 	}
-	if len(patterns) < 10 {
-		t.Errorf("found %d patterns in intent.proto, want the 30-odd it has: %q", len(patterns), patterns)
+	if len(patterns) < 4 {
+		t.Errorf("found %d patterns in intent.proto, want the 4 it has besides rules.proto's: %q", len(patterns), patterns)
+	}
+	exts := intentv1.File_intent_v1_rules_proto.Extensions()
+	for i := range exts.Len() {
+		x := exts.Get(i)
+		if !shared[x.FullName()] {
+			t.Errorf("rules.proto's %s is a rule no request field uses", x.FullName())
+		}
+		if rules, _ := proto.GetExtension(x.Options(), validate.E_Predefined).(*validate.PredefinedRules); len(rules.GetCel()) == 0 {
+			t.Errorf("rules.proto's %s states no rule", x.FullName())
+		}
+	}
+	if exts.Len() < 8 {
+		t.Errorf("rules.proto has %d rules, want the 8 it has", exts.Len())
 	}
 }

@@ -91,42 +91,6 @@ func requestFields(visit func(fd protoreflect.FieldDescriptor, rules *validate.F
 	}
 }
 
-// A limit that means one thing is written the same on every field that
-// carries it: every tenant, every key (parent keys and held leases' keys
-// too), every session id, reason and actor. intent.proto repeats each rule
-// per message, and this holds the copies together.
-func TestSameFieldSameRules(t *testing.T) {
-	kinds := map[string]string{
-		"tenant": "tenant", "key": "key", "parent_key": "key", "session_id": "session_id",
-		"reason": "reason", "actor": "actor", "worker": "actor", "request_id": "request_id",
-		"action": "action",
-	}
-	// The one difference today: RegisterRequest.request_id counts
-	// characters (max_len), the other request ids bytes (max_bytes).
-	apart := map[protoreflect.FullName]bool{"intent.v1.RegisterRequest.request_id": true}
-	first := map[string]protoreflect.FieldDescriptor{}
-	firstRules := map[string]*validate.StringRules{}
-	requestFields(func(fd protoreflect.FieldDescriptor, rules *validate.FieldRules) {
-		kind, ok := kinds[string(fd.Name())]
-		if !ok || apart[fd.FullName()] {
-			return
-		}
-		sr := rules.GetString()
-		if sr == nil {
-			t.Errorf("%s has no string rules", fd.FullName())
-			return
-		}
-		if f, ok := first[kind]; !ok {
-			first[kind], firstRules[kind] = fd, sr
-		} else if !proto.Equal(sr, firstRules[kind]) {
-			t.Errorf("%s has string rules %v, %s has %v: one limit, written twice differently", fd.FullName(), sr, f.FullName(), firstRules[kind])
-		}
-	})
-	if len(first) != 7 {
-		t.Errorf("found fields of %d kinds, want 7: %v", len(first), first)
-	}
-}
-
 // Where no request is at hand the limits of request fields are needed in
 // Go: a tokens file names tenants (intent.ValidateTenant), a client derives
 // keys (intent.DeriveKey checks the action), the store bounds a
@@ -138,8 +102,8 @@ func TestDomainLimitsMatchRules(t *testing.T) {
 		name      string
 		got, want int64
 	}{
-		{"intent.MaxTenantLen", intent.MaxTenantLen, int64(rules("GetRequest", "tenant").GetString().GetMaxBytes())},
-		{"intent.MaxActionLen", intent.MaxActionLen, int64(rules("DeriveKeyRequest", "action").GetString().GetMaxBytes())},
+		{"intent.MaxTenantLen", intent.MaxTenantLen, int64(server.MaxTenantLen)},
+		{"intent.MaxActionLen", intent.MaxActionLen, int64(server.MaxActionLen)},
 		{"intent.MaxAttemptsLimit", intent.MaxAttemptsLimit, int64(rules("RegisterRequest", "max_attempts").GetUint32().GetLte())},
 		{"etcdstore.MaxPageSize", etcdstore.MaxPageSize, int64(rules("ListRequest", "page_size").GetInt32().GetLte())},
 	} {

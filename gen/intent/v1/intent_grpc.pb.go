@@ -29,7 +29,9 @@
 // in words. INVALID_FIELD names the field in ErrorInfo.metadata["field"] and
 // in the BadRequest violation, as a path from the request: "key",
 // "register.params", "children[2].key", "leases[0].token", "labels[team]".
-// The limits shared by many requests:
+// The limits shared by many requests (a rule that many fields share, as
+// tenant's and key's, is stated once, in rules.proto, and each field names
+// it):
 //
 //   tenant   empty ("default") or 1-64 bytes of a-z, 0-9, '-' and '_',
 //            starting with a letter or a digit
