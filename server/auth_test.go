@@ -115,8 +115,9 @@ func serviceMethods() []string {
 	return out
 }
 
-// documentedMatrix is the role matrix of the README and of issue 5, written
-// out literally: changing server's matrix must change this test.
+// documentedMatrix is the role matrix of docs/SECURITY.md ("Roles and
+// tenants") and of issue 5, written out literally: changing server's
+// matrix must change this test.
 func documentedMatrix() map[access.Role][]string {
 	return map[access.Role][]string{
 		access.RoleApprover: {"Register", "Cancel", "DeriveKey"},

@@ -89,9 +89,9 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 //
 // encoding/json and structpb.NewStruct read it as protojson would (numbers
 // as float64, null as NullValue; canonical JSON has no duplicate keys and is
-// valid UTF-8) with a third fewer allocations and less CPU: every Acquire
-// replay converts its params, and protojson was 6 % of a replay's CPU
-// (BenchmarkParamsToProto: 10.1 → 7.8 µs, 85 → 57 allocations).
+// valid UTF-8) with fewer allocations and less CPU, and every Acquire replay
+// converts its params (BenchmarkParamsToProto; the figures are in
+// docs/PERFORMANCE.md, "The hot spots").
 func paramsToProto(raw json.RawMessage) *structpb.Struct {
 	if len(raw) == 0 {
 		return nil

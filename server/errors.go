@@ -42,7 +42,8 @@ const ErrorDomain = "intentd.dev"
 
 // codeOf is the one table of the reasons intentd sends (the proto's
 // ErrorReason) and the gRPC code each comes with; TestEveryReasonIsDeclaredEverywhere
-// checks it has every reason and the README says the same.
+// checks it has every reason and the README's table of reasons ("The
+// protocol in one screen") says the same.
 var codeOf = map[intentv1.ErrorReason]codes.Code{
 	intentv1.ErrorReason_ERROR_REASON_INVALID_FIELD:        codes.InvalidArgument,
 	intentv1.ErrorReason_ERROR_REASON_INTENT_NOT_FOUND:     codes.NotFound,
