@@ -24,13 +24,15 @@ fi
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# intent.proto and the validate.proto it imports (its messages' options are
-# buf.validate's); gRPC stubs only for intent.proto, which has the service.
+# Every .proto of the API and the validate.proto they import (its messages'
+# options are buf.validate's); gRPC stubs for the files that hold a service.
+mapfile -t protos < <(find proto -name '*.proto' | sort)
+mapfile -t services < <(grep -l '^service ' "${protos[@]}")
 "$py" -m grpc_tools.protoc -I proto -I third_party/protovalidate \
   --python_out="$out" --pyi_out="$out" \
-  proto/intent/v1/intent.proto third_party/protovalidate/buf/validate/validate.proto
+  "${protos[@]}" third_party/protovalidate/buf/validate/validate.proto
 "$py" -m grpc_tools.protoc -I proto -I third_party/protovalidate \
-  --grpc_python_out="$out" proto/intent/v1/intent.proto
+  --grpc_python_out="$out" "${services[@]}"
 # Typed packages (PEP 561): their .pyi files are the types.
 touch "$out/intent/v1/py.typed" "$out/buf/validate/py.typed"
 
