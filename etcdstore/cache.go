@@ -94,8 +94,9 @@ func (c cached) view(key string) *machine.View {
 // here.
 
 // sessionCacheShare is the part of Config.CacheBytes the session cache
-// gets; the records get the rest. A session entry is about 300 bytes and
-// a worker holds one, while records are one per intent.
+// gets; the records get the rest. A worker holds one session entry, much
+// smaller than a record's (sessionBytes, recordBytes), while records are
+// one per intent.
 const sessionCacheShare = 16
 
 // A map of strings is a header and groups of 8 slots (a key and a value

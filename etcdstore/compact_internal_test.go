@@ -48,8 +48,8 @@ func happyPath(t *testing.T, s *Store, cli *clientv3.Client, key, session string
 
 // TestCompletedRecordIsCompact: the record a happy path leaves is stored in
 // the compact format, compressed, under a third of its JSON and within 500
-// bytes (the JSON of earlier versions took 1.8 KB, so 4.3 KB of etcd per
-// retained intent; uncompressed, the compact format takes 547).
+// bytes (what each format takes: see docs/PERFORMANCE.md, "Record size" and
+// "Compressed final records").
 func TestCompletedRecordIsCompact(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
 	s, err := New(cli, DefaultConfig())

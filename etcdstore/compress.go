@@ -12,11 +12,11 @@ import (
 // by default) and reads least (replays are mostly served from the cache), so
 // they are the ones worth storing small: a final record's value goes to
 // etcd compressed, as formatCompressed, when that saves at least a
-// sixteenth of it. Params and results are mostly JSON: a sixth of
-// internal/run/fill's purchase goes (563 to 474 bytes), for about 9 µs of one
-// core at Complete and 5 µs at a cache miss (BenchmarkFinalRecordValue);
-// random text or payloads compressed already gain nothing and are stored
-// as they are. Records still in flight are written as they are: their
+// sixteenth of it. Params and results are mostly JSON, which compresses
+// for a few microseconds at Complete and at a cache miss
+// (BenchmarkFinalRecordValue; what it saves and costs: see
+// docs/PERFORMANCE.md, "Compressed final records"); random text or payloads
+// compressed already gain nothing and are stored as they are. Records still in flight are written as they are: their
 // values are replaced within seconds, and compressing them would cost
 // every Acquire.
 //

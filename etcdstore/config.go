@@ -60,13 +60,14 @@ type Config struct {
 	ObserveBatch func(transitions int)
 }
 
-// DefaultCacheBytes is the default of Config.CacheBytes: about 13,000
-// completed intents of the benchmark's size (a record of 300-byte params
-// and result with its history is about 2.4 KB decoded; 7 KB once replayed,
-// with the server's converted answer), seconds to minutes of a busy
-// installation's work, which is when retries come; an older one is
-// replayed after one etcd read. Twice as much, with Go's collector's
-// headroom, kept the main intentd of the benchmark above 300 MiB.
+// DefaultCacheBytes is the default of Config.CacheBytes: thousands of
+// completed intents of the benchmark's size, fewer once replayed (a
+// replayed one also holds the server's converted answer), seconds to
+// minutes of a busy installation's work, which is when retries come; an
+// older one is replayed after one etcd read. Twice as much, with Go's
+// collector's headroom, raised the main intentd's peak of the benchmark.
+// The figures: see docs/PERFORMANCE.md, "intentd's memory, in short" and
+// "What the heap held".
 const DefaultCacheBytes = 32 << 20
 
 // minCacheBytes leaves room for some records and sessions.

@@ -28,7 +28,7 @@ import (
 // in the next batch. More than one sender matters when an etcd member
 // stalls: a request on it is held until its timeout, and with a single
 // sender every other caller would wait behind it, although the other
-// members answer (see "A stalled etcd member" in the README).
+// members answer (see docs/OPERATIONS.md, "A stalled etcd member").
 //
 // What may share a batch:
 //   - etcd evaluates every compare of a transaction, nested ones included,

@@ -236,8 +236,8 @@ func (k keys) appendIndexOps(ops []clientv3.Op, from, to *machine.Record) []clie
 		old = k.indexKeys(from, from.IndexLayout)
 	}
 	next := k.indexKeys(to, layoutCompact)
-	// An op is 248 bytes: growing the slice an op at a time allocated
-	// several times what the ops themselves take.
+	// An op is a large struct: growing the slice an op at a time
+	// allocated several times what the ops themselves take.
 	ops = slices.Grow(ops, len(old)+len(next))
 	for _, key := range old {
 		if !slices.Contains(next, key) {

@@ -112,8 +112,9 @@ func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, 
 // asCommitted turns r, the record a write just committed at revision rev,
 // into what a reader decodes from its value, without decoding it: a commit
 // used to decode its own write, after the transaction and before the answer
-// (2 to 4 µs for a record in flight, 20 µs for a compressed final one, whose
-// digests decoding also computes again). r must be the caller's own (a
+// (a compressed final record costs the most, whose digests decoding also
+// computes again; see docs/PERFORMANCE.md, "A commit no longer decodes its
+// own write"). r must be the caller's own (a
 // decision's Next, built from a Clone) and is changed in place. What the
 // stored form changes, and only that: times come back in UTC, without a
 // monotonic reading (UTC drops it); the index entries are in the layout

@@ -26,8 +26,9 @@ import (
 // nothing until it knows the call's level and the logger takes it: that
 // one formats its fields (two timestamps, the peer address, copies of the
 // field list, a context value) at the start of every call, which at the
-// default level, where a successful call is not logged, was 5-9 % of a
-// replay's CPU (53 allocations) for a line never written.
+// default level, where a successful call is not logged, was a measurable
+// part of a replay's CPU for a line never written (see
+// docs/PERFORMANCE.md, "The hot spots").
 type callLog struct {
 	log *slog.Logger
 	// all logs every call at INFO (--access-log); otherwise a successful

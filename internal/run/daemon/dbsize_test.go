@@ -39,9 +39,10 @@ func etcdStatus(t *testing.T, cfg daemon.Config) *clientv3.StatusResponse {
 }
 
 // Regression: the embedded etcd kept 24 hours of history under etcd's
-// default 2 GiB quota, while a completed intent costs about 4 KB retained
-// and 7 KB with its history: some 350,000 intents — minutes of load —
-// ended in NOSPACE, after which intentd only read. The default
+// default 2 GiB quota, while a completed intent costs kilobytes retained
+// and more with its history (see docs/PERFORMANCE.md, "The embedded
+// store's size, measured"): minutes of load ended in NOSPACE, after which
+// intentd only read. The default
 // configuration must hold a million intents registered and completed back
 // to back. The test runs that workload scaled down by k: the default
 // quota, the default compaction window and the million intents are all

@@ -18,8 +18,8 @@ import (
 	"github.com/intentd/intentd/internal/run/netaddr"
 )
 
-// The embedded etcd's defaults, sized in README.md ("Sizing the embedded
-// store") from what a retained intent measures.
+// The embedded etcd's defaults, sized in docs/OPERATIONS.md ("Sizing the
+// embedded store") from what a retained intent measures.
 const (
 	// DefaultEmbedQuotaBytes is the largest backend etcd recommends: the
 	// bbolt file is memory-mapped, and a start, a snapshot or a
@@ -39,8 +39,9 @@ const (
 	// from. The embedded etcd is a single member and has no follower, so
 	// they serve nothing; etcd's default keeps 5,000, and with group
 	// commit an entry is a whole batch of transitions (up to 128 records),
-	// so 5,000 of them held hundreds of MiB at high concurrency. 100 holds
-	// a few MiB; it costs nothing else (no snapshot is taken more often).
+	// so 5,000 of them held a large part of the heap at high concurrency,
+	// and 100 hold little (see docs/PERFORMANCE.md, "What the heap held");
+	// it costs nothing else (no snapshot is taken more often).
 	embedRaftCatchUpEntries = 100
 )
 
@@ -169,14 +170,17 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	}
 	attrs := []any{"dir", ec.Dir, "socket", sock.Path, "quota_bytes", cfg.EmbedQuotaBytes,
 		"compaction", cfg.EmbedCompaction.Mode + " " + cfg.EmbedCompaction.Retention}
-	if cfg.embedTCP() {
+	switch {
+	case cfg.embedTCP():
 		for _, l := range e.Clients {
 			if l.Addr().Network() == "tcp" {
 				attrs = append(attrs, "client_url", "http://"+l.Addr().String())
 			}
 		}
-	} else {
-		attrs = append(attrs, "client_url", "none: intentd runs with credentials, so its etcd is reachable through the socket only")
+	case cfg.EmbedClientURL == "":
+		attrs = append(attrs, "client_url", "none: no --embed-client-url, so its etcd is reachable through the socket only")
+	default:
+		attrs = append(attrs, "client_url", "none: intentd runs with credentials (TLS or a tokens file), so --embed-client-url is not served and its etcd is reachable through the socket only")
 	}
 	log.Info("embedded etcd ready", attrs...)
 	return e, nil

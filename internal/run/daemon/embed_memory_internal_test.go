@@ -13,8 +13,8 @@ import (
 
 // The embedded etcd keeps only a few applied raft entries in memory: with
 // etcd's default (5,000 kept for followers it does not have) the entries
-// below held 81 MiB of heap; with embedRaftCatchUpEntries, 22 MiB (at most
-// 200 entries are kept; the rest is etcd's own).
+// below held several times the heap they hold with embedRaftCatchUpEntries
+// (see docs/PERFORMANCE.md, "What the heap held").
 func TestEmbeddedEtcdHoldsFewRaftEntries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 64 MiB through raft")

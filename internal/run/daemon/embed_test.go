@@ -162,6 +162,39 @@ func TestSecureModeEmbeddedEtcdRefusesUnauthenticated(t *testing.T) {
 	}
 }
 
+// The embedded etcd's startup line says where its clients reach it, and
+// why not over TCP when it does not listen there.
+func TestEmbeddedEtcdSaysWhereClientsReachIt(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens.json")
+	writeTokensFile(t, tokens, tokenEntry("admin-1", "admin", "embed-admin-token-7d2a"))
+	for _, tc := range []struct {
+		name   string
+		mutate func(*daemon.Config)
+		want   string
+	}{
+		{"no --embed-client-url", func(c *daemon.Config) { c.EmbedClientURL = "" },
+			`client_url="none: no --embed-client-url, so its etcd is reachable through the socket only"`},
+		{"--embed-client-url, with credentials", func(c *daemon.Config) { c.TokensFile = tokens },
+			`client_url="none: intentd runs with credentials (TLS or a tokens file), so --embed-client-url is not served and its etcd is reachable through the socket only"`},
+		{"--embed-client-url, without credentials", func(*daemon.Config) {}, "client_url=http://127.0.0.1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(filepath.Join(t.TempDir(), "data"))
+			tc.mutate(&cfg)
+			_, logs := runLogged(t, cfg)
+			line := ""
+			for l := range strings.Lines(logs.String()) {
+				if strings.Contains(l, `msg="embedded etcd ready"`) {
+					line = l
+				}
+			}
+			if !strings.Contains(line, tc.want) {
+				t.Errorf("startup line %q, want it to say %s", line, tc.want)
+			}
+		})
+	}
+}
+
 // A second intentd on a data directory in use refuses to start, and leaves
 // the first one's etcd socket alone (etcd replaces a socket file it finds).
 func TestSecondIntentdOnSameDataDirRefused(t *testing.T) {

@@ -25,8 +25,8 @@ import (
 // conflicts, ambiguous commits, replays from memory, etcd transaction
 // latency and how many transitions each transaction carried; the
 // janitor's work; readiness; how full etcd's database is; and
-// the Go runtime. The README's metrics table lists every name, and a test
-// holds it to /metrics.
+// the Go runtime. The metrics table of docs/OPERATIONS.md ("Metrics")
+// lists every name, and a test holds it to /metrics.
 type metrics struct {
 	registry *prometheus.Registry
 	grpc     *grpcprom.ServerMetrics

@@ -141,7 +141,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 // handlers a gRPC call reaches (quotas, request size limits, errors),
 // without the socket, HTTP/2 framing and protobuf coding in between,
 // which cost a third of intentd's CPU at one client. Its sockets still
-// serve etcdctl and backups (see README.md, "Backup and restore").
+// serve etcdctl and backups (see docs/BACKUP.md, "Backup and restore").
 func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (cli *clientv3.Client, endpoints []string, closeAll func(), err error) {
 	var closers []func()
 	closeOpened := func() {
@@ -521,8 +521,8 @@ func newGRPCServer(log *slog.Logger, guard *server.Guard, m *metrics, activity *
 // on. Without them grpc-go starts a goroutine per call, whose stack starts
 // at 8 KiB and is grown by copying, several times over, as the call goes
 // down the interceptor chain into validation (its regular expressions take
-// deep frames): that copying was 9-15 % of the CPU of a replay. A worker's
-// stack stays grown. Calls beyond the busy workers still get a goroutine
+// deep frames): that copying was a large part of a replay's CPU (see
+// docs/PERFORMANCE.md, "The hot spots"). A worker's stack stays grown. Calls beyond the busy workers still get a goroutine
 // of their own, so this bounds nothing; it is sized for the 64 callers the
 // benchmarks run, each idle worker costing its stack.
 const streamWorkers = 64
