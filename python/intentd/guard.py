@@ -295,7 +295,7 @@ class Ledger:
             intent = await self.client.get(key)
         except IntentNotFound:
             return None
-        return json.loads(_struct_json(intent.params))
+        return _whole(json.loads(_struct_json(intent.params)))
 
 
 def to_result(value: Any) -> intent_pb2.Result:
@@ -360,6 +360,17 @@ def answer(tool: GuardedTool, terms: Terms, out: Outcome, ran: Mapping[str, Any]
 
 def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def _whole(v: Any) -> Any:
+    """A Struct's numbers come back as doubles: 89.0 reads as 89, as it was approved."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _whole(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_whole(x) for x in v]
+    return v
 
 
 def _struct_json(s: Any) -> str:
