@@ -1,7 +1,6 @@
 package etcdstore_test
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -222,33 +221,10 @@ func TestPoisonIntentReviewerPendingResetsCount(t *testing.T) {
 	}
 }
 
-// invalidField is the field an *intent.InvalidError names, "" for any other
-// error.
-func invalidField(err error) string {
-	var inv *intent.InvalidError
-	if errors.As(err, &inv) {
-		return inv.Field
-	}
-	return ""
-}
-
-// max_attempts outside [0, MaxAttemptsLimit] is refused, naming the field,
-// on every path that registers.
+// The store's default attempts limit is within [1, MaxAttemptsLimit]. (A
+// registration's own max_attempts is a rule of intent.proto, checked by
+// the server: the store takes it as given.)
 func TestMaxAttemptsValidated(t *testing.T) {
-	c := newCluster(t)
-	s := c.store(t)
-	for _, n := range []int{-1, intent.MaxAttemptsLimit + 1} {
-		reg := lamp(t, "max-attempts-bad", 1)
-		reg.MaxAttempts = n
-		_, _, err := s.Register(ctx(t), reg)
-		if f := invalidField(err); f != "max_attempts" {
-			t.Errorf("Register with max_attempts %d: %v, want INVALID_FIELD max_attempts", n, err)
-		}
-		_, err = s.Acquire(ctx(t), intent.AcquireRequest{Tenant: "default", Key: reg.Key, SessionID: openSession(t, s, "w", 30*time.Second), RequestID: "r", Register: &reg})
-		if f := invalidField(err); f != "register.max_attempts" {
-			t.Errorf("Acquire.register with max_attempts %d: %v, want INVALID_FIELD register.max_attempts", n, err)
-		}
-	}
 	cfg := etcdstore.DefaultConfig()
 	for _, n := range []int{0, intent.MaxAttemptsLimit + 1} {
 		cfg.MaxAttempts = n

@@ -78,7 +78,7 @@ func TestDescriptionRoundTrips(t *testing.T) {
 
 	r := complete("refund-1", a.Lease.Token, "RF-1")
 	notify := described(t, "refund-1-notify", child)
-	notify.Labels = nil
+	notify.Labels, notify.ParentKey = nil, "refund-1"
 	r.Children = []intent.Registration{notify}
 	out, err := report(t, s, r)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,7 +21,7 @@ import (
 // ParentKey must name an existing intent of the same tenant.
 func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *intent.Intent, created bool, err error) {
 	fp := intent.Fingerprint(reg.Params)
-	if err := s.checkLimits("", &reg); err != nil {
+	if err := s.checkRetention("", &reg); err != nil {
 		return nil, false, err
 	}
 	load := func(ctx context.Context) (*machine.View, error) {
@@ -38,14 +37,14 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 	return a.Intent, a.Created, nil
 }
 
-// checkLimits checks what the store bounds in a registration (under field
-// prefix): its retention and its attempts limit.
-func (s *Store) checkLimits(prefix string, reg *intent.Registration) error {
+// checkRetention checks the one bound of a registration (under field
+// prefix) that is this installation's rather than the API's: its retention
+// against Config.MaxRetention. Everything else in a registration the
+// server has checked (server/validate.go): the store takes domain values
+// as given.
+func (s *Store) checkRetention(prefix string, reg *intent.Registration) error {
 	if d := reg.Retention; d < 0 || d > s.cfg.MaxRetention {
 		return intent.Invalid(prefix+"retention", "%v is outside [0, %v]", d, s.cfg.MaxRetention)
-	}
-	if n := reg.MaxAttempts; n < 0 || n > intent.MaxAttemptsLimit {
-		return intent.Invalid(prefix+"max_attempts", "%d is outside [0, %d] (0: the server's default)", n, intent.MaxAttemptsLimit)
 	}
 	return nil
 }
@@ -68,7 +67,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	fp := req.ExpectedFingerprint
 	if req.Register != nil {
 		fp = intent.Fingerprint(req.Register.Params)
-		if err := s.checkLimits("register.", req.Register); err != nil {
+		if err := s.checkRetention("register.", req.Register); err != nil {
 			return nil, err
 		}
 	}
@@ -158,26 +157,19 @@ func (s *Store) sessionExpiry(ctx context.Context, id string) time.Time {
 // result is intent.ErrResultMismatch.
 //
 // Children of a Complete are registered in the same transaction (the
-// outbox): they exist if and only if the completion was recorded.
+// outbox): they exist if and only if the completion was recorded. They
+// come as the server made them: registrations of the report's tenant, with
+// its key as their parent, each key once (machine.ReportCall).
 func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutcome, error) {
-	if r.Kind != intent.ReportComplete && len(r.Children) > 0 {
-		return nil, intent.Invalid("children", "only Complete registers children")
-	}
-	children := make([]intent.Registration, len(r.Children))
 	others := make([]string, len(r.Children)) // the children's keys, read with the record
-	for i, c := range r.Children {
-		c.Tenant, c.ParentKey = r.Tenant, r.Key
-		if c.Key == r.Key || slices.ContainsFunc(children[:i], func(o intent.Registration) bool { return o.Key == c.Key }) {
-			return nil, intent.Invalid(fmt.Sprintf("children[%d].key", i), "%q repeats the parent's or another child's key", c.Key)
-		}
-		if err := s.checkLimits(fmt.Sprintf("children[%d].", i), &c); err != nil {
+	for i := range r.Children {
+		if err := s.checkRetention(fmt.Sprintf("children[%d].", i), &r.Children[i]); err != nil {
 			return nil, err
 		}
-		children[i], others[i] = c, c.Key
+		others[i] = r.Children[i].Key
 	}
-	r.Children = children
 	var start *machine.View
-	if c, ok := s.cachedEntry(r.Tenant, r.Key); ok && len(children) == 0 {
+	if c, ok := s.cachedEntry(r.Tenant, r.Key); ok && len(r.Children) == 0 {
 		start = c.view(r.Key) // optimistic: the guards send us to a fresh read if it changed
 	}
 	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, r.Tenant, r.Key, others) }

@@ -28,9 +28,11 @@ func outboxChildren(t *testing.T, parent string) []intent.Registration {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Complete, as the server makes them: in the parent's tenant, under
+	// the parent.
 	return []intent.Registration{
-		{Key: parent + ":send-confirmation", Params: mail, Labels: map[string]string{"kind": "email"}},
-		{Key: parent + ":send-invoice", Params: invoice, Labels: map[string]string{"kind": "invoice"}},
+		{Tenant: "default", Key: parent + ":send-confirmation", ParentKey: parent, Params: mail, Labels: map[string]string{"kind": "email"}},
+		{Tenant: "default", Key: parent + ":send-invoice", ParentKey: parent, Params: invoice, Labels: map[string]string{"kind": "invoice"}},
 	}
 }
 
@@ -245,7 +247,7 @@ func TestOutboxChildConflicts(t *testing.T) {
 			name: "child exists with the same params but no parent",
 			prepare: func(t *testing.T, parent string, children []intent.Registration) []intent.Registration {
 				reg := children[0]
-				reg.Tenant = "default"
+				reg.ParentKey = ""
 				register(t, s, reg)
 				return children
 			},
@@ -262,9 +264,7 @@ func TestOutboxChildConflicts(t *testing.T) {
 		{
 			name: "child registered beforehand under this parent with the same params",
 			prepare: func(t *testing.T, parent string, children []intent.Registration) []intent.Registration {
-				reg := children[0]
-				reg.Tenant, reg.ParentKey = "default", parent
-				register(t, s, reg)
+				register(t, s, children[0])
 				return children
 			},
 		},
@@ -326,21 +326,20 @@ func TestOutboxChildConflicts(t *testing.T) {
 	}
 }
 
-// Children are named by their parent, which must exist; only a Complete
-// carries children, each once.
+// A registration names its parent, which must exist. (A child's tenant
+// and parent, and a key neither its parent's nor a sibling's, are the
+// server's to give and check: server.TestChildrenRefusedTogether.)
 func TestChildRegistrationChecks(t *testing.T) {
 	c := newCluster(t)
 	s := c.store(t)
 	register(t, s, lamp(t, "parent", 1))
 	sess := openSession(t, s, "w", 30*time.Second)
-	tok := acquire(t, s, "parent", sess).Lease.Token
+	acquire(t, s, "parent", sess)
 
 	orphan := lamp(t, "orphan", 1)
 	orphan.ParentKey = "no-such-parent"
 	optimistic := lamp(t, "orphan-2", 1)
 	optimistic.ParentKey = "no-such-parent"
-	dup := outboxChildren(t, "parent")
-	dup[1].Key = dup[0].Key
 	cases := []struct {
 		name      string
 		call      func() error
@@ -354,20 +353,6 @@ func TestChildRegistrationChecks(t *testing.T) {
 			_, err := s.Acquire(ctx(t), intent.AcquireRequest{Tenant: "default", Key: optimistic.Key, SessionID: sess, RequestID: "r-orphan", Register: &optimistic})
 			return err
 		}, "parent_key"},
-		{"MarkUnknown with children", func() error {
-			_, err := report(t, s, intent.Report{Key: "parent", Token: tok, Kind: intent.ReportMarkUnknown, Children: outboxChildren(t, "parent")})
-			return err
-		}, "children"},
-		{"Complete naming one child twice", func() error {
-			_, err := report(t, s, completeWithChildren("parent", tok, "SO-1", dup))
-			return err
-		}, "children[1].key"},
-		{"Complete naming the parent as its child", func() error {
-			ch := outboxChildren(t, "parent")
-			ch[0].Key = "parent"
-			_, err := report(t, s, completeWithChildren("parent", tok, "SO-1", ch))
-			return err
-		}, "children[0].key"},
 	}
 	for _, tc := range cases {
 		var inv *intent.InvalidError
@@ -375,7 +360,7 @@ func TestChildRegistrationChecks(t *testing.T) {
 			t.Errorf("%s: err = %v, want an InvalidError on %q", tc.name, err, tc.wantField)
 		}
 	}
-	for _, k := range []string{"orphan", "orphan-2", dup[0].Key} {
+	for _, k := range []string{"orphan", "orphan-2"} {
 		if _, err := s.Get(ctx(t), "default", k); !errors.Is(err, intent.ErrNotFound) {
 			t.Errorf("Get(%s): err = %v, want ErrNotFound", k, err)
 		}

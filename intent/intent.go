@@ -366,7 +366,8 @@ type Report struct {
 	Failure *Failure // ReportFail
 	Reason  string   // ReportMarkUnknown, ReportRelease
 	// Children are registered in the same transaction as a Complete (the
-	// outbox). Their ParentKey is set to Key by the store.
+	// outbox): registrations in Tenant with Key as their ParentKey, each
+	// key once and none Key (the server makes them so).
 	Children []Registration
 }
 

@@ -212,7 +212,7 @@ func (g *Guard) authorize(ctx context.Context, fullMethod string, req any) (cont
 		return nil, toStatus(g.log, err)
 	}
 	if scoped {
-		ctx = context.WithValue(ctx, tenantKey{}, tenant)
+		ctx = intent.WithTenant(ctx, tenant)
 	}
 	return ctx, nil
 }
@@ -248,10 +248,6 @@ func denied(p *access.Principal, method, why string) error {
 // IntentService request but DeriveKeyRequest.
 type tenantScoped interface{ GetTenant() string }
 
-// tenantKey is the context key of the tenant a call acts in, as the guard
-// resolved it.
-type tenantKey struct{}
-
 // resolveTenant is the tenant a call of principal p acts in, given the
 // tenant its request names, and the one place a tenant is defaulted: empty
 // becomes p's only tenant, else "default" when p belongs to it (with
@@ -278,12 +274,13 @@ func resolveTenant(p *access.Principal, named string) (string, error) {
 }
 
 // callTenant is the tenant a call acts in: the one the guard resolved
-// from the caller's credentials, carried in ctx. A server run without the
+// from the caller's credentials, carried in ctx (intent.WithTenant). A
+// server run without the
 // guard (package server's own tests, intentdtest.Serve) resolves it as the
 // guard does with authentication off, for access.Anonymous: named, or
 // "default" when empty.
 func callTenant(ctx context.Context, named string) string {
-	if tenant, ok := ctx.Value(tenantKey{}).(string); ok {
+	if tenant, ok := intent.TenantFrom(ctx); ok {
 		return tenant
 	}
 	tenant, _ := resolveTenant(access.Anonymous, named)

@@ -22,7 +22,7 @@ import (
 // store's state: the recent calls refused for a superseded token or a
 // conflict, and how many outcomes became unknown over the last hours. It
 // sees the calls this replica answers (its interceptor runs in intentd's
-// gRPC chain, after the guard has settled each request's tenant), from the
+// gRPC chain, after the guard has resolved each call's tenant), from the
 // moment the replica started: other replicas keep their own, and a restart
 // forgets. Memory is bounded: the last maxRefusals refusals, and
 // activityBins bins per tenant seen.
@@ -86,8 +86,9 @@ func NewActivity(now func() time.Time) *Activity {
 	return &Activity{now: now, bins: map[string]*unknownSeries{}}
 }
 
-// Unary returns the interceptor that feeds a; it goes last in the chain,
-// where each request's tenant is the one the guard settled.
+// Unary returns the interceptor that feeds a; it goes after the guard in
+// the chain, where each call carries the tenant the guard resolved
+// (intent.TenantFrom).
 func (a *Activity) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
@@ -101,10 +102,11 @@ func (a *Activity) observe(ctx context.Context, method string, req, resp any, er
 	if !ok {
 		return
 	}
-	tenant, key := stringField(m, "tenant"), stringField(m, "key")
-	if tenant == "" {
+	tenant, ok := intent.TenantFrom(ctx)
+	if !ok || tenant == "" {
 		return // DeriveKey, or a call the guard refused before scoping it
 	}
+	key := stringField(m, "key")
 	if err != nil {
 		a.refused(ctx, method, tenant, key, m, err)
 		return
