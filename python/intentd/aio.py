@@ -19,9 +19,10 @@ asyncio adds:
 - Cancellation inside ``execute`` — ``task.cancel()``, ``asyncio.timeout``,
   a framework's own timeout — may come after the effect: run reports
   MarkUnknown (never Release) in a shielded task, waits for it, and lets
-  the ``CancelledError`` go on. Every report after the task ran is shielded
-  the same way, and so is the give-back of a lease whose Acquire was
-  cancelled in flight.
+  the ``CancelledError`` go on. So is the give-back of a lease whose Acquire
+  was cancelled in flight. A report that a cancellation interrupts (a
+  Complete, say) is sent again in a task of its own, which a cancellation
+  of the caller does not stop: intentd recognizes a report it already has.
 - Channels belong to an event loop, so the client opens one lazily per
   running loop: a host that calls ``asyncio.run`` (or a framework's
   ``run_sync``) more than once reuses the client without "attached to a
@@ -31,6 +32,7 @@ asyncio adds:
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 import weakref
@@ -89,6 +91,7 @@ class AsyncClient(Calls):
         self._channel_factory = channel_factory
         # One channel and stub per event loop, dropped with the loop.
         self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tuple[grpc.aio.Channel, Any]]" = weakref.WeakKeyDictionary()
+        self._last: Tuple[Any, Any] = (None, None)  # the last loop's (weak reference, stub): most calls come from it
         self._configure(tenant, token, metadata, call_timeout, retry_timeout, backoff, report_timeout)
 
     def _new_channel(self) -> grpc.aio.Channel:
@@ -103,17 +106,22 @@ class AsyncClient(Calls):
         """The generated stub on the running loop's channel, for calls this
         class does not wrap."""
         loop = asyncio.get_running_loop()
+        last_loop, stub = self._last
+        if last_loop is not None and last_loop() is loop:
+            return stub
         got = self._per_loop.get(loop)
         if got is None or loop.is_closed():
             channel = self._new_channel()
             got = (channel, intent_pb2_grpc.IntentServiceStub(channel))
             self._per_loop[loop] = got
+        self._last = (weakref.ref(loop), got[1])
         return got[1]
 
     async def close(self) -> None:
         """Closes the running loop's channel (those of loops that ended went
         with them)."""
         got = self._per_loop.pop(asyncio.get_running_loop(), None)
+        self._last = (None, None)
         if got is not None:
             await got[0].close()
 
@@ -217,13 +225,28 @@ class AsyncSession(Leases):
             return
         self._answered(sent, None)
 
-    def _shielded(self, awaitable: Any) -> "asyncio.Future[Any]":
-        """A report in a task of its own that a cancellation of the caller
-        does not stop (kept until done, and awaited by close)."""
+    def _keep(self, awaitable: Any) -> "asyncio.Task[Any]":
+        """A task of its own, kept until done (and awaited by close)."""
         t = asyncio.ensure_future(awaitable)
         self._background.add(t)
         t.add_done_callback(self._background.discard)
-        return asyncio.shield(t)
+        return t
+
+    def _shielded(self, awaitable: Any) -> "asyncio.Future[Any]":
+        """A report in a task of its own that a cancellation of the caller
+        does not stop."""
+        return asyncio.shield(self._keep(awaitable))
+
+    async def _report(self, send: Callable[[], Any]) -> Any:
+        """A report sent in the caller's task (no task of its own: the common
+        case costs nothing more); if the caller is cancelled meanwhile, the
+        report is sent again in a task of its own — intentd recognizes a
+        report it already has — and the cancellation goes on."""
+        try:
+            return await send()
+        except asyncio.CancelledError:
+            self._keep(send())
+            raise
 
 
 async def _drive(session: AsyncSession, task: Any) -> Outcome:
@@ -255,8 +278,13 @@ async def _drive(session: AsyncSession, task: Any) -> Outcome:
             continue
         try:
             if op.kind == "call":
-                call = getattr(session.client, op.name)(*op.args, **op.kw)
-                answer = await (session._shielded(call) if op.report else call)
+                send = functools.partial(getattr(session.client, op.name), *op.args, **op.kw)
+                if not op.report:
+                    answer = await send()
+                elif cancelled is not None:
+                    answer = await session._shielded(send())  # the caller waits for it
+                else:
+                    answer = await session._report(send)
             elif op.kind == "track":
                 answer = session.track(*op.args)
             elif op.kind == "untrack":

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from .session import Session
 
 Outcomes = intent_pb2.Outcome
+# The outcomes as module constants: the plan compares with them on every
+# cycle, and the enum wrapper's attribute lookup is slow.
+_EXECUTE, _RECONCILE, _IN_PROGRESS = intent_pb2.OUTCOME_EXECUTE, intent_pb2.OUTCOME_RECONCILE, intent_pb2.OUTCOME_IN_PROGRESS
 
 # How often one run re-acquires after its lease was superseded, so that two
 # parties cannot bounce an intent forever.
@@ -285,14 +288,14 @@ def plan(session: Any, task: Any) -> Plan:
         acq = yield from _acquire(session, task)
         out: Optional[Outcome] = None
         try:
-            if acq.outcome == Outcomes.OUTCOME_EXECUTE:
+            if acq.outcome == _EXECUTE:
                 executed = True
                 out = yield from _execute(session, task, acq)
-            elif acq.outcome == Outcomes.OUTCOME_RECONCILE:
+            elif acq.outcome == _RECONCILE:
                 out = yield from _reconcile(session, task, acq)
                 if out is None:
                     continue  # confirmed absent: acquire again and execute
-            elif acq.outcome == Outcomes.OUTCOME_IN_PROGRESS and time.monotonic() < deadline:
+            elif acq.outcome == _IN_PROGRESS and time.monotonic() < deadline:
                 yield Op("wait", args=(task.key, acq, deadline))
                 continue
             else:  # final, needs review, expired, or still in progress: nothing to do

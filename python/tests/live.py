@@ -43,7 +43,7 @@ def intentd_binary() -> str:
 class Intentd:
     """A running intentd process; stop() ends it (SIGTERM, then SIGKILL)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         self.data_dir = tempfile.TemporaryDirectory(prefix="intentd-data-")
         self.proc = subprocess.Popen(
             [
@@ -55,6 +55,7 @@ class Intentd:
                 "--embed-peer-url", "http://127.0.0.1:0",
                 "--janitor-interval", "200ms",
                 "--log-format", "json",
+                *extra,
             ],
             stderr=subprocess.PIPE,
             text=True,

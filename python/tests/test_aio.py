@@ -46,17 +46,23 @@ async def look_up(att: intentd.Attempt) -> intentd.Evidence:
 
 
 class HoldAcquire(grpc.aio.UnaryUnaryClientInterceptor):
-    """Lets Acquire reach intentd, then holds its answer back until released:
-    the lease is issued while the caller is still waiting."""
+    """Lets a call (Acquire) reach intentd, then holds its answer back until
+    released: it took effect while the caller is still waiting."""
 
-    def __init__(self) -> None:
+    def __init__(self, method: str = "/Acquire", before: bool = False) -> None:
+        self.method = method
+        self.before = before
+        """Hold the call back before it is sent: it never reaches intentd."""
         self.answered = asyncio.Event()
         self.hold = True
 
     async def intercept_unary_unary(self, continuation, details, request):
-        call = await continuation(details, request)
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        if self.hold and method.endswith("/Acquire"):
+        if self.before and self.hold and method.endswith(self.method):
+            self.answered.set()
+            await asyncio.sleep(3600)
+        call = await continuation(details, request)
+        if self.hold and method.endswith(self.method):
             await call  # intentd answered: the lease exists
             self.answered.set()
             await asyncio.sleep(3600)
@@ -172,6 +178,26 @@ class AioTest(unittest.IsolatedAsyncioTestCase):
             got = await client.get(key)
             self.assertEqual(got.state, O.STATE_PENDING, intent_pb2.State.Name(got.state))
             self.assertTrue(any(h.kind == O.HistoryEntry.KIND_RELEASED for h in got.history), got.history)
+        await client.close()
+
+    async def test_complete_cancelled_in_flight_is_sent_again(self) -> None:
+        """The caller is cancelled while Complete is on its way (held before
+        it reaches intentd): the report is sent again in a task of its own,
+        so the effect is recorded (COMPLETED), not left to a reconcile."""
+        hold = HoldAcquire("/Complete", before=True)
+        client = intentd.aio.AsyncClient(channel_factory=lambda: grpc.aio.insecure_channel(server.address, interceptors=[hold]))
+        key = fresh_key("complete")
+        await client.register(key, {"item": "lamp"})
+        async with await client.open_session("completing", ttl=3) as session:
+            running = asyncio.ensure_future(session.run(intentd.Task(key=key, execute=lambda att: place(provider.url, att))))
+            await hold.answered.wait()
+            hold.hold = False
+            running.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await running
+        got = await client.get(key)  # close waited for the report sent again
+        self.assertEqual(got.state, O.STATE_COMPLETED, intent_pb2.State.Name(got.state))
+        self.assertEqual(provider.effects(f"{key}:create-order"), 1)
         await client.close()
 
     async def test_lease_loss_is_an_event(self) -> None:
