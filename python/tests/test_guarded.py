@@ -141,3 +141,27 @@ class GuardedTest(unittest.IsolatedAsyncioTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RepeatedRunsTest(unittest.TestCase):
+    """One Ledger (one client) across several asyncio.run calls, as a host
+    that calls a framework's run_sync each turn: each loop gets its own
+    channel and session, and the second turn reads the statement."""
+
+    def test_ledger_across_asyncio_runs(self) -> None:
+        client = intentd.aio.AsyncClient(server.address, report_timeout=10)
+        ledger = intentd.Ledger(client, worker="turns", ttl=3)
+        shop, ctx = Shop(provider.url), Conversation()
+
+        async def turn(approve: bool) -> intentd.Answer:
+            if approve:
+                await ledger.approve(shop.tool, ctx, LAMP)
+            try:
+                return await ledger.call(shop.tool, ctx, LAMP)
+            finally:
+                await ledger.close()
+
+        first = asyncio.run(turn(True))
+        again = asyncio.run(turn(False))
+        self.assertEqual((first.status, again.status), ("executed", "replayed"))
+        self.assertEqual(provider.effects(f"{first.key}:create-order"), 1)
