@@ -47,7 +47,7 @@ import dataclasses
 import inspect
 import json
 import weakref
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from google.protobuf import json_format
 

@@ -10,7 +10,7 @@ import dataclasses
 import itertools
 import json
 import unittest
-from typing import Any, List
+from typing import Any
 
 from tests.frameworks import framework
 from tests.live import Intentd, Provider

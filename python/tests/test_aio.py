@@ -5,7 +5,6 @@ client across repeated asyncio.run calls."""
 from __future__ import annotations
 
 import asyncio
-import time
 import unittest
 import uuid
 
