@@ -11,9 +11,9 @@
 //	                                    bounded history, retention
 //	t/<tenant>/s/<session-id>           a worker session (JSON: worker, ttl),
 //	                                    attached to the session's etcd lease
-//	t/<tenant>/z/<key>                  the tombstone of a record removed after
-//	                                    its retention (key, fingerprint, final
-//	                                    state, when)
+//	t/<tenant>/z/<key>                  a tombstone of an earlier version (key,
+//	                                    fingerprint, final state, when): read
+//	                                    alongside the packed ones until it goes
 //	t/<tenant>/Xs<state digit><order>   index by state        (value: empty)
 //	t/<tenant>/Xl<name>=<value>/<order> index by label        (escaped name, value)
 //	t/<tenant>/Xp<parent>/<order>       index by parent       (escaped parent key)
@@ -30,9 +30,13 @@
 //	x/h/<tenant>/<session-id>/<key>     intents held under a session
 //	Xr<retain-until, 8 bytes><tenant>/<key> final records by end of retention
 //	                                    (earlier versions: x/r/<20-digit ns>/...)
-//	Zr<until, 8 bytes><tenant>/<key>    tombstones by end of their retention
-//	                                    (earlier versions: x/zr/<20-digit ns>/...,
-//	                                    the intent key as value)
+//	Z/<bound, 32 hex digits>            packed tombstones: the chunk of those
+//	                                    whose hash is at most its bound (see
+//	                                    Tombstones)
+//	Zr<until, 8 bytes><tenant>/<key>    earlier versions' tombstones by end of
+//	                                    their retention (earlier still:
+//	                                    x/zr/<20-digit ns>/..., the intent key
+//	                                    as value)
 //	x/o/<registered ns>/<tenant>/<key>  intents not final yet, by age
 //	janitor/                            the janitor's election
 //	installation                        this installation's random id, written
@@ -57,10 +61,12 @@
 //
 // # Stored values
 //
-// Records and tombstones are stored in the compact format of schema.go (a
-// format byte, then the protobuf of a storage-only message, proto/storage/v1),
-// sessions as JSON; never as the domain types, which convert to and from the
-// stored forms in one place. Values in the JSON format earlier versions
+// Records are stored in the compact format of schema.go (a format byte,
+// then the protobuf of a storage-only message, proto/storage/v1), packed
+// tombstones in the format of package tombstones, sessions as JSON; never
+// as the domain types, which convert to and from the stored forms in one
+// place. Tombstones of earlier versions (a key each, compact or JSON) still
+// decode. Values in the JSON format earlier versions
 // wrote (schema_json.go) still decode, and a record's next write replaces
 // its JSON by the compact format: an existing data dir migrates record by
 // record, with no migration step. The same holds for the compact records
@@ -158,7 +164,7 @@
 // tombstone, in one transaction; Register and Acquire of that key answer
 // EXPIRED from then on: the work needs a new approval and never executes
 // again on its own. Tombstones are removed after their own, longer
-// retention. Intents that are not final are never removed, only counted as
+// retention (see Tombstones). Intents that are not final are never removed, only counted as
 // overdue. Retention is measured with the store's clock (Config.Now): a
 // replica whose clock runs ahead removes records early, which costs a
 // replay, never a second execution. One replica sweeps at a time (an etcd
@@ -167,6 +173,65 @@
 // The janitor also marks IN_PROGRESS intents whose holder's session has
 // lapsed as UNKNOWN, so that the review queue and watchers see them without
 // waiting for the next Acquire.
+//
+// # Tombstones
+//
+// A tombstone answers one question, whether a tenant's key was finished and
+// how, so it is 23 bytes (package tombstones: 16 bytes of SHA-256 of tenant
+// and key, the final state, the completion to the second, the end of its
+// retention to the day), packed by the hundred into etcd values: etcd's and
+// bbolt's per-key costs (some 50 bytes of database and 200 of etcd's
+// in-memory index per key) are paid per chunk, not per tombstone. The
+// 128-bit hash makes a collision, which would answer a new intent EXPIRED,
+// negligible (about 1.5 × 10⁻²¹ for any two of 10⁹ tombstones; the
+// package's doc has the arithmetic). A packed tombstone no longer holds the
+// fingerprint: an EXPIRED answer's is empty. It lives at least its
+// retention, and at most a day longer.
+//
+// Chunks cover the hashes: the chunk under Z/<bound> holds the entries whose
+// hash is at most its bound and above the previous chunk's (which its value
+// also holds, as its lower bound); the last chunk's bound is ff…ff and it
+// is never removed, so no chunk at all means no tombstone at all.
+//
+//   - A lookup is a range in the read of the record, at the same revision:
+//     from Z/<hex of the hash>, ascending, limit 1, gives the covering chunk;
+//     a binary search of its value finds the entry or not. The read is a
+//     transaction whose compare is the record's existence: an existing
+//     record is read alone, an absent one with its chunk (and its key of an
+//     earlier version's tombstone), so that reading an intent costs what it
+//     did. Both branches only read: etcd serves it as a read.
+//   - A write that relies on a key having no tombstone (a registration, an
+//     outbox child) compares the chunk's mod revision with the one read (0:
+//     no chunk), and that no tombstone key of an earlier version exists: any
+//     change to the chunk refuses the write, and the write loop reads again.
+//   - The janitor's removal reads the record and its chunk and, in one
+//     transaction comparing both, deletes the record and its index keys and
+//     rewrites the chunk with the entry added and those past their day
+//     dropped; a chunk past tombstones.MaxEntries splits at the median, the
+//     left half under a new key (its last hash as bound). Its walk over the
+//     chunks (a bounded number a pass, from where the last pass stopped)
+//     drops what is past its day and merges a chunk left with fewer than
+//     tombstones.MinEntries into its right neighbour. Group commit never
+//     puts two writes of one chunk in one batch (a member's compares and
+//     writes are its reads and writes): the second compares the revision
+//     the first replaced, fails, and decides again on a fresh read.
+//   - Acquire with register writes at once, without reading, when the
+//     store can tell that the key has no tombstone: it keeps, for each
+//     chunk it read or wrote, its range, its mod revision and a Bloom filter
+//     of its hashes (about a byte a tombstone), and a key whose chunk is
+//     known and whose hash the filter rules out is registered under the
+//     guard of that chunk at that revision. Otherwise (the chunk not known
+//     yet, a false positive, about 2 %) it reads first, as Register does;
+//     a chunk changed since fails the guard, and the loop reads. Every
+//     replica learns every chunk when RunJanitor starts (LearnTombstones).
+//
+// Tombstones of earlier versions (t/<tenant>/z/<key>, indexed under Zr or
+// x/zr/) are read alongside, compared alongside, and removed by their index
+// when their own retention ends; new ones are only packed. A replica of an
+// earlier version does not read packed tombstones: upgrade every replica
+// before one of this version removes a record (stop the old ones, then
+// start the new). What a tombstone costs: docs/PERFORMANCE.md, "Tombstones,
+// packed".
 //
 // # History
 //

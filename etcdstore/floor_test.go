@@ -214,7 +214,10 @@ func TestRevisionWentBackIsRefused(t *testing.T) {
 	// it issued.
 	t.Run("refused write keeps its token", func(t *testing.T) {
 		s := c.store(t)
-		own := openSession(t, s, "w4", time.Minute) // in memory: Acquire writes first
+		own := openSession(t, s, "w4", time.Minute)       // in memory: Acquire writes first
+		if err := s.LearnTombstones(ctx(t)); err != nil { // so does a new key's registration
+			t.Fatal(err)
+		}
 		rev := rawRevision(t, c)
 		floor := rev + 1000
 		s.RaiseFloor(floor)

@@ -95,8 +95,12 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	var start *machine.View
 	if req.Register != nil && !known {
 		// Optimistically assume a new intent: register and acquire in one
-		// write, no read. The guards send us to a fresh read otherwise.
-		start = &machine.View{Key: req.Key, Sessions: map[string]int64{sess.id: sess.rev}}
+		// write, no read, when the store can tell that the key has no
+		// tombstone without reading (certifiedSpot; else it reads first).
+		// The guards send us to a fresh read otherwise.
+		if spot, ok := s.certifiedSpot(req.Tenant, req.Key); ok {
+			start = &machine.View{Key: req.Key, Sessions: map[string]int64{sess.id: sess.rev}, Spots: map[string]machine.TombstoneSpot{req.Key: spot}}
+		}
 	}
 	load := func(ctx context.Context) (*machine.View, error) {
 		return s.readWithHolder(ctx, req.Tenant, req.Key, parentOf(req.Register), sess.id)

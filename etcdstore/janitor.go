@@ -41,10 +41,21 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 	if r.Lapsed, err = s.sweepLapsed(ctx); err != nil {
 		return r, err
 	}
-	if r.Removed, err = s.sweepRetained(ctx, now); err != nil {
+	dropped := s.stats.tombstonesDropped.Load()
+	r.Removed, err = s.sweepRetained(ctx, now)
+	// Removals also drop expired entries from the chunks they rewrite.
+	r.TombstonesRemoved += int(s.stats.tombstonesDropped.Load() - dropped)
+	if err != nil {
 		return r, err
 	}
-	if r.TombstonesRemoved, err = s.sweepTombstones(ctx, now); err != nil {
+	n, err := s.sweepTombstones(ctx, now)
+	r.TombstonesRemoved += n
+	if err != nil {
+		return r, err
+	}
+	n, err = s.sweepChunks(ctx, now)
+	r.TombstonesRemoved += n
+	if err != nil {
 		return r, err
 	}
 	overdue, err := s.get(ctx, s.keys.unfinished(), 0,
@@ -174,21 +185,22 @@ func (s *Store) sweepDue(ctx context.Context, r indexRange, now time.Time, each 
 }
 
 // remove deletes a final record past its retention and its index keys, and
-// puts its tombstone, in one compare-and-swap transaction. After an
-// ambiguous commit it reads back: a record gone with its tombstone in place
-// is done.
+// adds its tombstone to the chunk that covers its hash, in one
+// compare-and-swap transaction (of the record and the chunk). After an
+// ambiguous commit it reads back: a record gone is done.
 func (s *Store) remove(ctx context.Context, tenant, key string, now time.Time) (bool, error) {
-	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, tenant, key, nil) }
+	load := func(ctx context.Context) (*machine.View, error) { return s.readView(ctx, tenant, key, true, nil, nil) }
 	a, err := s.transition(ctx, tenant, key, nil, load, func(v *machine.View) machine.Decision {
 		return s.rules.Remove(v, now)
 	})
 	return a.Written, err
 }
 
-// sweepTombstones removes tombstones past their own retention, found in
-// their index in both layouts. After that a late retry of the key finds
-// nothing at all (NOT_FOUND): a tombstone is kept much longer than any
-// retry is expected to arrive.
+// sweepTombstones removes tombstones of earlier versions (a key each)
+// past their own retention, found in their index in both layouts; packed
+// ones go in sweepChunks' walk (packed.go). After that a late retry of
+// the key finds nothing at all (NOT_FOUND): a tombstone is kept much
+// longer than any retry is expected to arrive.
 func (s *Store) sweepTombstones(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	for _, r := range inBothLayouts(s.keys.tombRetentionsIn) {
@@ -211,8 +223,23 @@ func (s *Store) sweepTombstones(ctx context.Context, now time.Time) (int, error)
 // RunJanitor sweeps every interval while this replica holds the janitor
 // election, so that several intentd replicas never sweep at once (and a
 // replica that loses its etcd session stops sweeping). It returns when ctx
-// ends; report, if not nil, receives every pass's report or error.
+// ends; report, if not nil, receives every pass's report or error. Every
+// replica also learns the packed tombstones' chunks when it starts
+// (LearnTombstones).
 func (s *Store) RunJanitor(ctx context.Context, cli *clientv3.Client, id string, interval time.Duration, report func(SweepReport, error)) {
+	// Every replica runs this, elected or not: it learns the tombstone
+	// chunks meanwhile (LearnTombstones), until it has or ctx ends.
+	learnt := make(chan struct{})
+	defer func() { <-learnt }()
+	go func() {
+		defer close(learnt)
+		for attempt := 0; ctx.Err() == nil; attempt++ {
+			if s.LearnTombstones(ctx) == nil {
+				return
+			}
+			_ = s.backoff(ctx, attempt, nil)
+		}
+	}()
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/intentd/intentd/etcdstore/tombstones"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 )
@@ -19,11 +20,21 @@ import (
 // keys builds the etcd keys of the layout in the package doc.
 type keys struct{ prefix string }
 
-func (k keys) tenant(tenant string) string         { return k.prefix + "t/" + tenant + "/" }
-func (k keys) intents(tenant string) string        { return k.tenant(tenant) + "i/" }
-func (k keys) intent(tenant, key string) string    { return k.intents(tenant) + key }
-func (k keys) session(tenant, id string) string    { return k.tenant(tenant) + "s/" + id }
+func (k keys) tenant(tenant string) string      { return k.prefix + "t/" + tenant + "/" }
+func (k keys) intents(tenant string) string     { return k.tenant(tenant) + "i/" }
+func (k keys) intent(tenant, key string) string { return k.intents(tenant) + key }
+func (k keys) session(tenant, id string) string { return k.tenant(tenant) + "s/" + id }
+
+// tombstone is where earlier versions kept a key's tombstone; this one packs
+// them into chunks (chunk, packed.go) and reads these alongside.
 func (k keys) tombstone(tenant, key string) string { return k.tenant(tenant) + "z/" + key }
+
+// chunks is the prefix of the packed tombstones' chunks, and chunksEnd the
+// end of its range; chunk is the key of the chunk whose upper bound is hi:
+// Z/ and 32 lowercase hex digits, which sort as the bounds do.
+func (k keys) chunks() string                  { return k.prefix + "Z/" }
+func (k keys) chunksEnd() string               { return clientv3.GetPrefixRangeEnd(k.chunks()) }
+func (k keys) chunk(hi tombstones.Hash) string { return k.chunks() + hi.String() }
 
 // Index layouts. A record's tenant-scoped state, label and parent entries
 // end in its order (registration time, then key), its cluster-wide
@@ -108,18 +119,16 @@ func (k keys) openSession(tenant, id string) string {
 	return k.openSessions() + tenant + "/" + id
 }
 
-// tombRetentionsIn is the tombstones' index by end of retention in layout;
-// tombRetention, a tombstone's entry in the compact layout (empty value:
-// the key names the tombstone; earlier versions' held the intent key).
+// tombRetentionsIn is the index by end of retention, in layout, of the
+// tombstones of earlier versions (a key each), which the janitor removes
+// by it. Its compact layout's entries have empty values (the key names the
+// tombstone); the decimal one's held the intent key. This version writes
+// none: it packs tombstones (packed.go).
 func (k keys) tombRetentionsIn(layout int) string {
 	if layout == layoutCompact {
 		return k.prefix + "Zr"
 	}
 	return k.prefix + "x/zr/"
-}
-
-func (k keys) tombRetention(until time.Time, tenant, key string) string {
-	return k.tombRetentionsIn(layoutCompact) + dueOrder(until, tenant, key)
 }
 
 // dueOrder is where an entry of an end-of-retention index (records' Xr,

@@ -271,8 +271,11 @@ func TestIndexEntriesOfThePreviousLayoutServe(t *testing.T) {
 	if got := listKeys(t, fresh, queries["all"], 2); !slices.Equal(got, []string{"k-2", "k-4", "k-5", "k-8"}) {
 		t.Errorf("List after the sweep = %v, want k-2, k-4, k-5, k-8", got)
 	}
-	if got := keysUnder(t, cli, s.keys.prefix+"Zr"); len(got) != 5 {
-		t.Errorf("compact tombstone entries after the sweep: %q, want the 5 removed records'", got)
+	if got := keysUnder(t, cli, s.keys.prefix+"Zr"); len(got) != 0 {
+		t.Errorf("tombstone index entries after the sweep: %q, want none: tombstones are packed", got)
+	}
+	if n := packedEntries(t, cli, s.keys); n != 5 {
+		t.Errorf("packed tombstones after the sweep: %d, want the 5 removed records'", n)
 	}
 
 	// A tombstone of the previous version (format 0x01, its decimal entry
@@ -288,16 +291,21 @@ func TestIndexEntriesOfThePreviousLayoutServe(t *testing.T) {
 	if _, err := fresh.Get(ctx, "default", old1.Key); !errors.Is(err, intent.ErrExpired) {
 		t.Errorf("Get of a previous version's tombstone: err = %v, want EXPIRED", err)
 	}
-	now = now.Add(cfg.TombstoneRetention + time.Hour)
+	// A packed tombstone may stay until the end of the day its
+	// retention ends in.
+	now = now.Add(cfg.TombstoneRetention + 25*time.Hour)
 	if rep, err = fresh.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rep.TombstonesRemoved != 6 {
-		t.Errorf("Sweep removed %d tombstones, want 6 (5 compact, 1 of the previous version)", rep.TombstonesRemoved)
+		t.Errorf("Sweep removed %d tombstones, want 6 (5 packed, 1 of the previous version)", rep.TombstonesRemoved)
 	}
 	for _, prefix := range []string{s.keys.prefix + "x/zr/", s.keys.prefix + "Zr", s.keys.tenant("default") + "z/"} {
 		if got := keysUnder(t, cli, prefix); len(got) != 0 {
 			t.Errorf("keys under %q after the tombstones' sweep: %q", prefix, got)
 		}
+	}
+	if n := packedEntries(t, cli, s.keys); n != 0 {
+		t.Errorf("packed tombstones after their retention: %d, want none", n)
 	}
 }

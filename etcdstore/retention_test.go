@@ -142,7 +142,7 @@ func TestRetentionExpiresFinalIntentsOnly(t *testing.T) {
 	done := completeNow(t, s, lamp(t, "done", 1), "SO-DONE")
 	doneToken := done.Lease.Token
 	long := lamp(t, "long", 1)
-	long.Retention = 3 * time.Hour
+	long.Retention = 15 * time.Hour
 	completeNow(t, s, long, "SO-LONG")
 	if want := done.CompletedAt.Add(testRetention); !done.RetainUntil.Equal(want) {
 		t.Fatalf("retain_until %v, want completed_at + default retention = %v", done.RetainUntil, want)
@@ -186,8 +186,11 @@ func TestRetentionExpiresFinalIntentsOnly(t *testing.T) {
 	}
 
 	mustSweep(t, s, etcdstore.SweepReport{Removed: 1, Overdue: len(unfinished)})
-	if rawExists(t, c, "/intentd/v1/t/default/i/done") || !rawExists(t, c, "/intentd/v1/t/default/z/done") {
-		t.Fatal("after the sweep: want the record gone and its tombstone in place")
+	// The tombstone is packed: the first one creates the last chunk, which
+	// covers every hash.
+	if rawExists(t, c, "/intentd/v1/t/default/i/done") || !rawExists(t, c, "/intentd/v1/Z/ffffffffffffffffffffffffffffffff") ||
+		rawExists(t, c, "/intentd/v1/t/default/z/done") {
+		t.Fatal("after the sweep: want the record gone and its tombstone in place, packed")
 	}
 
 	// Late retries on the replica that swept, on the one that cached the
@@ -207,14 +210,16 @@ func TestRetentionExpiresFinalIntentsOnly(t *testing.T) {
 				if a.Outcome != intent.OutcomeExpired || a.Lease != nil || a.Fresh {
 					t.Fatalf("Acquire (register %v): outcome %v lease %+v, want EXPIRED and no lease", req.Register != nil, a.Outcome, a.Lease)
 				}
-				if a.Intent.State != intent.StateCompleted || a.Intent.Fingerprint != done.Fingerprint {
-					t.Fatalf("EXPIRED intent %+v, want the tombstone's COMPLETED and fingerprint", a.Intent)
+				// A packed tombstone holds the state and the completion
+				// to the second, not the fingerprint.
+				if a.Intent.State != intent.StateCompleted || a.Intent.Fingerprint != "" || !a.Intent.CompletedAt.Equal(done.CompletedAt.Truncate(time.Second)) {
+					t.Fatalf("EXPIRED intent %+v, want the tombstone's COMPLETED at %v", a.Intent, done.CompletedAt.Truncate(time.Second))
 				}
 			}
 			_, _, err := st.Register(ctx(t), reg)
 			var expired *intent.ExpiredError
-			if !errors.As(err, &expired) || expired.State != intent.StateCompleted || expired.Fingerprint != done.Fingerprint || expired.Key != "done" {
-				t.Fatalf("Register: err = %v, want an *intent.ExpiredError naming COMPLETED and the fingerprint", err)
+			if !errors.As(err, &expired) || expired.State != intent.StateCompleted || expired.Fingerprint != "" || expired.Key != "done" {
+				t.Fatalf("Register: err = %v, want an *intent.ExpiredError naming COMPLETED", err)
 			}
 			if _, err := st.Get(ctx(t), "default", "done"); !errors.Is(err, intent.ErrExpired) {
 				t.Fatalf("Get: err = %v, want ErrExpired", err)
@@ -238,19 +243,25 @@ func TestRetentionExpiresFinalIntentsOnly(t *testing.T) {
 		}
 	}
 	if in := get(t, s, "long"); in.State != intent.StateCompleted {
-		t.Fatalf("long: state %v, want COMPLETED kept for its own 3h retention", in.State)
+		t.Fatalf("long: state %v, want COMPLETED kept for its own 15h retention", in.State)
 	}
 	mustSweep(t, s, etcdstore.SweepReport{Overdue: len(unfinished)})
 
-	clock.Advance(2 * time.Hour) // past "long"'s retention
+	clock.Advance(14 * time.Hour) // past "long"'s retention, just after midnight
 	mustSweep(t, s, etcdstore.SweepReport{Removed: 1, Overdue: len(unfinished)})
 	if _, err := s.Get(ctx(t), "default", "long"); !errors.Is(err, intent.ErrExpired) {
 		t.Fatalf("Get(long): err = %v, want ErrExpired", err)
 	}
 
-	// "done"'s tombstone is due 48h after its removal, "long"'s two hours
-	// later: only the first goes.
-	clock.Advance(testTombRetention - 2*time.Hour + time.Minute)
+	// "done"'s tombstone is due 48h after its removal, at 10:00 two days
+	// later, and stays until that day ends (a packed tombstone's end is a
+	// day); "long"'s is due 14h later, the next day.
+	clock.Advance(testTombRetention - 14*time.Hour + time.Minute)
+	mustSweep(t, s, etcdstore.SweepReport{Overdue: len(unfinished)})
+	if _, err := s.Get(ctx(t), "default", "done"); !errors.Is(err, intent.ErrExpired) {
+		t.Fatalf("Get(done) on the day its tombstone's retention ends: err = %v, want ErrExpired", err)
+	}
+	clock.Advance(14 * time.Hour)
 	mustSweep(t, s, etcdstore.SweepReport{TombstonesRemoved: 1, Overdue: len(unfinished)})
 	if _, err := s.Get(ctx(t), "default", "done"); !errors.Is(err, intent.ErrNotFound) {
 		t.Fatalf("Get(done) after its tombstone went: err = %v, want ErrNotFound", err)

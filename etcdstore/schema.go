@@ -16,8 +16,9 @@ import (
 	"github.com/intentd/intentd/internal/core/machine"
 )
 
-// The storage format: what intentd keeps in etcd for an intent. A record or
-// tombstone is one format byte, then its value:
+// The storage format: what intentd keeps in etcd for an intent. A record,
+// or a tombstone of an earlier version (this one packs tombstones: package
+// tombstones), is one format byte, then its value:
 //
 //   - formatCompact (0x02): the protobuf of package storagepb's message
 //     (proto/storage/v1/storage.proto), the format this version writes; a
@@ -143,7 +144,10 @@ func eachTime(r *machine.Record, f func(*time.Time)) {
 	}
 }
 
-// encodeTombstone is t's stored value, without its key: its etcd key's.
+// encodeTombstone is t's stored value in the format the previous version
+// wrote, a key each, without its key (its etcd key's). This version packs
+// tombstones instead (packed.go); the golden files pin this format, which
+// decodeTombstone still reads.
 func encodeTombstone(t *machine.Tombstone) ([]byte, error) {
 	var c times
 	m := &storagepb.Tombstone{State: int32(t.State), RemovedAt: c.epoch(t.RemovedAt)}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -45,12 +46,20 @@ type Store struct {
 	// watches numbers the watches, each on a gRPC stream of its own
 	// (Watch).
 	watches atomic.Uint64
+	// chunks is what the store knows of the packed tombstones' chunks,
+	// walk where the janitor's walk over them is (packed.go).
+	chunks chunkMap
+	walk   walkCursor
 }
 
 // stats counts what the store did, for metrics.
 type stats struct {
 	commits, conflicts, ambiguous, replays, exhausted atomic.Int64
 	markedUnknown, lapsesByAcquire, lapsesByJanitor   atomic.Int64
+	// tombstonesDropped counts packed tombstones dropped past their
+	// retention by a removal's rewrite of their chunk (the janitor's walk
+	// counts its own).
+	tombstonesDropped atomic.Int64
 }
 
 // Stats is a snapshot of the store's counters since it started.
@@ -140,44 +149,86 @@ func (s *Store) Ping(ctx context.Context) error {
 	return unavailable(err)
 }
 
-// read returns a fresh view of an intent and its tombstone, of the other
-// intents named (records and tombstones) and of the given sessions, in one
-// linearizable read.
+// read returns a fresh view of an intent and, when its record is absent,
+// its tombstone; of the other intents named (records and tombstones); and
+// of the given sessions, in one linearizable read.
 func (s *Store) read(ctx context.Context, tenant, key string, others []string, sessionIDs ...string) (*machine.View, error) {
-	ops := []clientv3.Op{clientv3.OpGet(s.keys.intent(tenant, key)), clientv3.OpGet(s.keys.tombstone(tenant, key))}
+	return s.readView(ctx, tenant, key, false, others, sessionIDs)
+}
+
+// readView is read; with spot set, it reads the key's tombstone spot even
+// when its record exists (the janitor's removal writes the tombstone
+// there).
+//
+// A record and its tombstone are never both there, and a read of an
+// existing intent needs no tombstone: so the read is a transaction whose
+// compare is the record's existence, reading the record alone when it
+// exists, else the tombstone's spots too (packed.go), at the same
+// revision. Both branches only read: etcd serves it as a read.
+func (s *Store) readView(ctx context.Context, tenant, key string, spot bool, others []string, sessionIDs []string) (*machine.View, error) {
+	rec := clientv3.OpGet(s.keys.intent(tenant, key))
+	common := make([]clientv3.Op, 0, 3*len(others)+len(sessionIDs))
 	for _, k := range others {
-		ops = append(ops, clientv3.OpGet(s.keys.intent(tenant, k)), clientv3.OpGet(s.keys.tombstone(tenant, k)))
+		common = append(common, clientv3.OpGet(s.keys.intent(tenant, k)))
+		common = append(common, s.spotOps(tenant, k)...)
 	}
 	for _, id := range sessionIDs {
-		ops = append(ops, clientv3.OpGet(s.keys.session(tenant, id)))
+		common = append(common, clientv3.OpGet(s.keys.session(tenant, id)))
 	}
+	withSpot := append(append([]clientv3.Op{rec}, s.spotOps(tenant, key)...), common...)
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
-	resp, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	txn := s.kv.Txn(rctx)
+	if spot {
+		txn = txn.Then(withSpot...)
+	} else {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(s.keys.intent(tenant, key)), ">", 0)).
+			Then(append([]clientv3.Op{rec}, common...)...).
+			Else(withSpot...)
+	}
+	resp, err := txn.Commit()
 	endRead(span, err)
 	if err != nil {
 		return nil, err
 	}
-	first := func(i int) *mvccpb.KeyValue {
-		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+	at := 0
+	next := func() *pb.RangeResponse {
+		r := resp.Responses[at].GetResponseRange()
+		at++
+		return r
+	}
+	first := func(r *pb.RangeResponse) *mvccpb.KeyValue {
+		if kvs := r.GetKvs(); len(kvs) > 0 {
 			return kvs[0]
 		}
 		return nil
 	}
-	v := &machine.View{Key: key, Fresh: true, Sessions: map[string]int64{}, Others: map[string]machine.Other{}}
-	if v.Rec, v.Rev, v.Tomb, err = decodeAt(tenant, key, first(0), first(1)); err != nil {
+	v := &machine.View{Key: key, Fresh: true, Sessions: map[string]int64{}, Others: map[string]machine.Other{}, Spots: map[string]machine.TombstoneSpot{}}
+	if v.Rec, v.Rev, err = decodeAt(tenant, key, first(next())); err != nil {
 		return nil, err
 	}
-	for i, k := range others {
-		var o machine.Other
-		if o.Rec, _, o.Tomb, err = decodeAt(tenant, k, first(2+2*i), first(3+2*i)); err != nil {
+	if spot || !resp.Succeeded {
+		var sp machine.TombstoneSpot
+		if v.Tomb, sp, err = s.decodeSpot(tenant, key, next(), next()); err != nil {
 			return nil, err
 		}
+		v.Spots[key] = sp
+	}
+	for _, k := range others {
+		var o machine.Other
+		if o.Rec, _, err = decodeAt(tenant, k, first(next())); err != nil {
+			return nil, err
+		}
+		var sp machine.TombstoneSpot
+		if o.Tomb, sp, err = s.decodeSpot(tenant, k, next(), next()); err != nil {
+			return nil, err
+		}
+		v.Spots[k] = sp
 		v.Others[k] = o
 	}
-	for i, id := range sessionIDs {
-		v.Sessions[id] = createRevision(first(2 + 2*len(others) + i))
+	for _, id := range sessionIDs {
+		v.Sessions[id] = createRevision(first(next()))
 	}
 	if v.Rec != nil {
 		s.remember(tenant, key, v.Rec, v.Rev)
@@ -185,21 +236,16 @@ func (s *Store) read(ctx context.Context, tenant, key string, others []string, s
 	return v, nil
 }
 
-// decodeAt decodes an intent's record and tombstone as read (nil when
-// absent), and the record's mod revision.
-func decodeAt(tenant, key string, rkv, tkv *mvccpb.KeyValue) (rec *machine.Record, rev int64, tomb *machine.Tombstone, err error) {
-	if rkv != nil {
-		if rec, err = decodeRecord(tenant, key, rkv.Value, rkv.ModRevision); err != nil {
-			return nil, 0, nil, err
-		}
-		rev = rkv.ModRevision
+// decodeAt decodes an intent's record as read (nil when absent), and its
+// mod revision.
+func decodeAt(tenant, key string, rkv *mvccpb.KeyValue) (rec *machine.Record, rev int64, err error) {
+	if rkv == nil {
+		return nil, 0, nil
 	}
-	if tkv != nil {
-		if tomb, err = decodeTombstone(key, tkv.Value); err != nil {
-			return nil, 0, nil, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
-		}
+	if rec, err = decodeRecord(tenant, key, rkv.Value, rkv.ModRevision); err != nil {
+		return nil, 0, err
 	}
-	return rec, rev, tomb, nil
+	return rec, rkv.ModRevision, nil
 }
 
 // createRevision is a session key's create revision, 0 when absent.

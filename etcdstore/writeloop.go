@@ -80,7 +80,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			return machine.Answer{}, full
 		}
 		cctx, span := s.startSpan(ctx, "etcd txn", tenant, key)
-		res, next, err := s.commit(cctx, tenant, v, &d)
+		res, w, err := s.commit(cctx, tenant, v, &d)
 		e := classify(err, true)
 		endCommit(span, attempt, &d, res, e)
 		switch e.class {
@@ -114,7 +114,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, start *machi
 			continue
 		}
 		s.stats.commits.Add(1)
-		committed := s.committed(tenant, key, &d, next, res.rev)
+		committed := s.committed(tenant, key, &d, w, res.rev)
 		return answered(d.Finish(committed, res.rev), d.Err)
 	}
 }
@@ -128,16 +128,19 @@ func answered(a machine.Answer, refusal error) (machine.Answer, error) {
 }
 
 // committed updates the cache and the counters after d committed at
-// revision rev, with next the value written for d.Next, and returns the
-// record as a reader now sees it (tokens materialized; nil when the record
-// was removed).
-func (s *Store) committed(tenant, key string, d *machine.Decision, next []byte, rev int64) *machine.Record {
+// revision rev, as w, and returns the record as a reader now sees it
+// (tokens materialized; nil when the record was removed).
+func (s *Store) committed(tenant, key string, d *machine.Decision, w written, rev int64) *machine.Record {
 	var committed *machine.Record
+	for _, c := range w.tomb.chunks {
+		s.chunks.observe(c, rev)
+	}
+	s.stats.tombstonesDropped.Add(int64(w.tomb.dropped))
 	if d.Next != nil {
 		// The cache and the caller see exactly what a reader would.
 		committed = asCommitted(d.Next, rev)
 		if checkCommitted != nil {
-			checkCommitted(tenant, key, committed, next, rev)
+			checkCommitted(tenant, key, committed, w.next, rev)
 		}
 		s.remember(tenant, key, committed, rev)
 	} else {
@@ -168,82 +171,91 @@ var checkCommitted func(tenant, key string, committed *machine.Record, value []b
 // (--max-txn-ops; the embedded etcd keeps it).
 const maxTxnOps = 128
 
+// written is what a commit wrote besides compares and index keys: the
+// value of the decision's next record, if any, and the tombstone's write.
+type written struct {
+	next []byte
+	tomb packed
+}
+
 // commit writes a decision: its guards become the transaction's compares,
 // its writes the operations, with the index keys each written record gains
 // and loses. The write goes with others in one etcd transaction when some
 // are waiting (group.go); a decision too large for a transaction of its
-// own is refused here, before it could share one. It returns the value
-// written for d.Next, if any.
-func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (outcome, []byte, error) {
-	// The record, its index entries, a tombstone's three writes, and each
-	// child with its entries: room for all but unusual label counts.
+// own is refused here, before it could share one.
+func (s *Store) commit(ctx context.Context, tenant string, v *machine.View, d *machine.Decision) (outcome, written, error) {
+	// The record, its index entries, a tombstone's chunks, and each child
+	// with its entries: room for all but unusual label counts.
 	m := &member{
-		cmps:  make([]clientv3.Cmp, len(d.Guards)),
-		reads: make([]string, 0, len(d.Guards)),
+		cmps:  make([]clientv3.Cmp, 0, len(d.Guards)+2),
+		reads: make([]string, 0, len(d.Guards)+2),
 		ops:   make([]clientv3.Op, 0, 8+6*len(d.Create)),
 	}
-	for i, g := range d.Guards {
-		m.cmps[i] = s.compare(tenant, g)
-		m.reads = append(m.reads, string(m.cmps[i].KeyBytes()))
+	for _, g := range d.Guards {
+		m.cmps = append(m.cmps, s.compares(tenant, v, g)...)
 	}
 	if d.Issues() {
 		m.slot = int(s.slots.Add(1)%machine.TokenSlots) + 1
 		d.Next.Lease.Slot = m.slot
 	}
 	k := s.keys.intent(tenant, v.Key)
-	var next []byte
+	var w written
 	if d.Next != nil {
 		var err error
-		if next, err = encodeRecord(d.Next); err != nil {
-			return outcome{}, nil, err
+		if w.next, err = encodeRecord(d.Next); err != nil {
+			return outcome{}, w, err
 		}
-		m.ops = append(m.ops, clientv3.OpPut(k, string(storedValue(d.Next, next))))
+		m.ops = append(m.ops, clientv3.OpPut(k, string(storedValue(d.Next, w.next))))
 		m.ops = s.keys.appendIndexOps(m.ops, v.Rec, d.Next)
 	}
 	if t := d.Tombstone; t != nil {
-		tomb, err := encodeTombstone(t)
-		if err != nil {
-			return outcome{}, nil, err
+		var err error
+		if w.tomb, err = s.pack(tenant, v, t); err != nil {
+			return outcome{}, w, err
 		}
-		m.ops = append(m.ops, clientv3.OpDelete(k), clientv3.OpPut(s.keys.tombstone(tenant, v.Key), string(tomb)),
-			clientv3.OpPut(s.keys.tombRetention(t.Until, tenant, v.Key), ""))
+		m.cmps = append(m.cmps, w.tomb.cmp)
+		m.ops = append(m.ops, clientv3.OpDelete(k))
+		m.ops = append(m.ops, w.tomb.ops...)
 		m.ops = s.keys.appendIndexOps(m.ops, v.Rec, nil)
 	}
 	for _, c := range d.Create {
 		val, err := encodeRecord(c)
 		if err != nil {
-			return outcome{}, nil, err
+			return outcome{}, w, err
 		}
 		m.ops = append(m.ops, clientv3.OpPut(s.keys.intent(tenant, c.Key), string(val)))
 		m.ops = s.keys.appendIndexOps(m.ops, nil, c)
 	}
 	if len(m.ops) > maxTxnOps || len(m.cmps) > maxTxnOps {
-		return outcome{}, nil, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(m.ops), maxTxnOps)
+		return outcome{}, w, fmt.Errorf("%w: %d operations, more than etcd's %d per transaction", intent.ErrTooLarge, len(m.ops), maxTxnOps)
 	}
 	if m.bytes = opsBytes(m.ops); m.bytes > maxTxnBytes {
-		return outcome{}, nil, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, m.bytes, maxTxnBytes)
+		return outcome{}, w, fmt.Errorf("%w: %d bytes, more than the %d one transaction may carry", intent.ErrTooLarge, m.bytes, maxTxnBytes)
+	}
+	for _, c := range m.cmps {
+		m.reads = append(m.reads, string(c.KeyBytes()))
 	}
 	m.writes = make([]string, len(m.ops))
 	for i, op := range m.ops {
 		m.writes[i] = string(op.KeyBytes())
 	}
 	o := s.group.commit(ctx, m)
-	return o, next, o.err
+	return o, w, o.err
 }
 
-// compare is a guard as an etcd compare.
-func (s *Store) compare(tenant string, g machine.Guard) clientv3.Cmp {
+// compares is a guard of a decision made from v as etcd compares.
+func (s *Store) compares(tenant string, v *machine.View, g machine.Guard) []clientv3.Cmp {
 	switch g.Kind {
 	case machine.RecordAt:
-		return clientv3.Compare(clientv3.ModRevision(s.keys.intent(tenant, g.Key)), "=", g.Rev)
+		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.intent(tenant, g.Key)), "=", g.Rev)}
 	case machine.SessionAlive:
-		return clientv3.Compare(clientv3.CreateRevision(s.keys.session(tenant, g.Session)), "=", g.Rev)
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.session(tenant, g.Session)), "=", g.Rev)}
 	case machine.SessionGone:
-		return clientv3.Compare(clientv3.CreateRevision(s.keys.session(tenant, g.Session)), "!=", g.Rev)
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.session(tenant, g.Session)), "!=", g.Rev)}
 	case machine.NoTombstone:
-		return clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(tenant, g.Key)), "=", 0)
+		return s.spotCompares(tenant, v, g.Key)
 	case machine.Exists:
-		return clientv3.Compare(clientv3.CreateRevision(s.keys.intent(tenant, g.Key)), ">", 0)
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.intent(tenant, g.Key)), ">", 0)}
 	}
 	panic(fmt.Sprintf("etcdstore: guard kind %d has no compare", g.Kind))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -15,7 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/etcdstore/tombstones"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/run/daemon"
 )
 
 // The tombstones workload: what a late retry of a removed intent costs, and
@@ -36,12 +39,25 @@ import (
 // end-of-retention index entry) gets copies of the API-made tombstone's
 // keys under other intent keys of the same length (as the scale
 // workload's seeding copies records); a version that packs tombstones
-// gets them through seedPacked.
+// gets them through seedPacked. The baseline is an earlier version, the
+// one measured this version's: a version that packs them in another way
+// than this one cannot be the baseline.
 
-// seedPacked stores tombstones name(1) … name(n-1), of tenant "default",
-// into an etcd whose store packs tombstones, as its janitor would have
-// packed them (nil: this version cannot).
-var seedPacked func(ctx context.Context, cli *clientv3.Client, n int, name func(int) string, template *intentv1.Intent) error
+// seedPacked stores tombstones name(0) … name(n-1), of tenant "default",
+// into an etcd whose store packs tombstones (and holds name(0)'s), as its
+// janitor would have packed them had it removed them one by one in that
+// order: each ended as template did, and is kept the default tombstone
+// retention from now.
+func seedPacked(ctx context.Context, cli *clientv3.Client, n int, name func(int) string, template *intentv1.Intent) error {
+	set := tombstones.NewSet()
+	now := time.Now()
+	until, today := now.Add(daemon.DefaultConfig().Store.TombstoneRetention), tombstones.Today(now)
+	state, completed := intent.State(template.GetState()), template.GetCompletedAt().AsTime()
+	for i := range n {
+		set.Add(tombstones.NewEntry(intent.DefaultTenant, name(i), state, completed, until), today)
+	}
+	return etcdstore.StoreTombstones(ctx, cli, daemon.DefaultConfig().Store.Prefix, set)
+}
 
 // tombStore is one intentd of the tombstones workload.
 type tombStore struct {
@@ -242,9 +258,6 @@ func (b *bench) seedTombstones(ctx context.Context, st *tombStore, n int, name f
 		}
 	}
 	if len(kvs) == 0 {
-		if seedPacked == nil {
-			return errors.New("no etcd key holds the tombstone's intent key, and this version cannot store packed tombstones")
-		}
 		st.format = "packed"
 		if err := seedPacked(ctx, st.s.etcd, n, name, expired); err != nil {
 			return err

@@ -154,7 +154,8 @@ const (
 	// SessionGone: Session does not exist with create revision Rev (it
 	// lapsed, or was closed).
 	SessionGone
-	// NoTombstone: intent Key has no tombstone.
+	// NoTombstone: intent Key has no tombstone: nothing was written at its
+	// tombstone's spot (View.Spots) since the view read it.
 	NoTombstone
 	// Exists: intent Key's record exists.
 	Exists

@@ -38,9 +38,11 @@ func (r Rules) MarkLapsed(v *View, session string, now time.Time) Decision {
 }
 
 // Remove decides the removal of a final record whose retention ended: the
-// record goes and a tombstone (key, fingerprint, final state) stays, kept
-// for TombstoneRetention; a Register or Acquire of the key is EXPIRED from
-// then on. A record gone already, not final, or not due is left alone.
+// record goes and a tombstone (its key, final state and completion) stays,
+// kept for TombstoneRetention; a Register or Acquire of the key is EXPIRED
+// from then on. A record gone already, not final, or not due is left
+// alone. The store writes the tombstone where the view's spot for the key
+// says, guarded by that spot being unchanged.
 func (r Rules) Remove(v *View, now time.Time) Decision {
 	rec := v.Rec
 	if rec == nil || !rec.State.Final() || now.Before(rec.RetainUntil) {

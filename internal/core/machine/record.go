@@ -76,7 +76,12 @@ type Lease struct {
 	AcquiredAt time.Time
 }
 
-// Tombstone is what stays of a record removed after its retention.
+// Tombstone is what stays of a record removed after its retention: enough
+// to refuse a late retry of its key, and to say how the intent ended and
+// when. The store keeps it packed (etcdstore/tombstones): the state, the
+// completion to the second and the end of its retention to the day;
+// tombstones of earlier versions also held the fingerprint and the moment
+// of removal, which packed ones leave empty.
 type Tombstone struct {
 	Key         string
 	State       intent.State

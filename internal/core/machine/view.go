@@ -18,6 +18,12 @@ type View struct {
 	Fresh bool
 	// Tomb is the record's tombstone, when it was removed after retention.
 	Tomb *Tombstone
+	// Spots is where the store looked for the tombstones of the keys it
+	// read (the record's, when absent, and the others'), by key: opaque
+	// to the diagram, which never reads it. The store turns a NoTombstone
+	// guard into compares of the key's spot, and writes a tombstone
+	// (Decision.Tombstone) into the record's.
+	Spots map[string]TombstoneSpot
 	// Sessions holds the sessions read with the record: id → the create
 	// revision of the session's key, 0 when it was read and is absent. A
 	// session not in the map was not read.
@@ -26,6 +32,16 @@ type View struct {
 	// parent, a Complete's children), by key. An intent not in the map was
 	// not read.
 	Others map[string]Other
+}
+
+// TombstoneSpot is where the store keeps, or would keep, a key's
+// tombstone, as it read it: a place of its own naming, its version then (0:
+// absent) and what it held. Nothing written there since means the key
+// gained no tombstone since.
+type TombstoneSpot struct {
+	Place string
+	Rev   int64
+	Value []byte
 }
 
 // Other is another intent as read with a view.

@@ -20,6 +20,7 @@ package daemon_test
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -30,12 +31,15 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/run/daemon"
 )
 
 // upgradeFixture names the fixture's two files in testdata (.tar.gz, .json).
@@ -157,6 +161,20 @@ func TestUpgradeKeepsTombstonesOfThePreviousVersion(t *testing.T) {
 	cfg.Store.Now = func() time.Time { return m.Written.Add(time.Duration(skew.Load()) + time.Since(began)) }
 	in := start(t, cfg)
 	c := intentv1.NewIntentServiceClient(in.conn)
+	raw := embeddedClient(t, cfg)
+	// The fixture's tombstones are the previous version's: a key each.
+	old := 0
+	for _, e := range m.Entries {
+		if strings.HasSuffix(e.Kind, "-tombstone") {
+			old++
+			if !rawExists(t, raw, "/intentd/v1/t/"+e.Tenant+"/z/"+e.Key) {
+				t.Fatalf("%s %q: no tombstone key of the previous version in the fixture", e.Tenant, e.Key)
+			}
+		}
+	}
+	if n := rawCount(t, raw, "/intentd/v1/Z/"); n != 0 || old == 0 {
+		t.Fatalf("the fixture holds %d packed chunks and %d old tombstones, want none and some", n, old)
+	}
 	sessions := map[string]string{}
 	session := func(tenant string) string {
 		if id, ok := sessions[tenant]; ok {
@@ -183,7 +201,14 @@ func TestUpgradeKeepsTombstonesOfThePreviousVersion(t *testing.T) {
 				e.Tenant, e.Key, a.GetOutcome(), a.GetIntent().GetState(), a.GetIntent().GetCompletedAt().AsTime(),
 				want.AcquireOutcome, want.AcquireState, want.AcquireCompletedAt)
 		}
-		_, err = c.Register(call(t), &intentv1.RegisterRequest{Tenant: e.Tenant, Key: e.Key, Params: params(t, 1)})
+		// With register: this version writes at once when it can tell
+		// that a key has no tombstone, and an old one must stop it.
+		reg := &intentv1.RegisterRequest{Tenant: e.Tenant, Key: e.Key, Params: params(t, 1)}
+		a, err = c.Acquire(call(t), &intentv1.AcquireRequest{Tenant: e.Tenant, Key: e.Key, SessionId: session(e.Tenant), RequestId: "after-upgrade-reg", Register: reg})
+		if err != nil || a.GetOutcome().String() != want.AcquireOutcome || a.GetIntent().GetState().String() != want.AcquireState {
+			t.Errorf("%s %q: Acquire with register: %v, %v; the previous version answered %s, %s", e.Tenant, e.Key, a.GetOutcome(), err, want.AcquireOutcome, want.AcquireState)
+		}
+		_, err = c.Register(call(t), reg)
 		if reasonOf(err) != want.RegisterReason || errorMetadata(err)["final_state"] != want.RegisterFinalState {
 			t.Errorf("%s %q: Register: %v (%v), want %s with final_state %s", e.Tenant, e.Key, err, errorMetadata(err), want.RegisterReason, want.RegisterFinalState)
 		}
@@ -231,5 +256,73 @@ func TestUpgradeKeepsTombstonesOfThePreviousVersion(t *testing.T) {
 			checkTombstone(e)
 		}
 	}
+
+	// New tombstones are packed: no key of their own, a chunk for all,
+	// and the same answers, the completion to the second.
+	var fresh []upgradeEntry
+	for i, tenant := range []string{"default", "acme", "9lives"} {
+		e := upgradeEntry{Tenant: tenant, Key: "after-upgrade/" + []string{"a", "a/", ".."}[i], State: intentv1.State_STATE_COMPLETED.String()}
+		reg := &intentv1.RegisterRequest{Tenant: tenant, Key: e.Key, Params: params(t, 2), Retention: durationpb.New(time.Second)}
+		a, err := c.Acquire(call(t), &intentv1.AcquireRequest{Tenant: tenant, Key: e.Key, SessionId: session(tenant), RequestId: "new", Register: reg})
+		if err != nil || a.GetOutcome() != intentv1.Outcome_OUTCOME_EXECUTE {
+			t.Fatalf("%s %q: Acquire with register: %v, %v", tenant, e.Key, a.GetOutcome(), err)
+		}
+		done, err := c.Complete(call(t), &intentv1.CompleteRequest{Tenant: tenant, Key: e.Key, Token: a.GetLease().GetToken(), Result: &intentv1.Result{Payload: []byte(`{}`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Expired = &expiredSeen{AcquireOutcome: intentv1.Outcome_OUTCOME_EXPIRED.String(), AcquireState: e.State,
+			AcquireCompletedAt: done.GetIntent().GetCompletedAt().AsTime().Truncate(time.Second),
+			RegisterReason:     "INTENT_EXPIRED", RegisterFinalState: "COMPLETED"}
+		fresh = append(fresh, e)
+	}
+	skew.Store(int64(3 * time.Hour))
+	for _, e := range fresh {
+		waitFor(t, e.Key+" expired", func() bool {
+			_, err := c.Get(call(t), &intentv1.GetRequest{Tenant: e.Tenant, Key: e.Key})
+			return reasonOf(err) == "INTENT_EXPIRED"
+		})
+		checkTombstone(e)
+		if rawExists(t, raw, "/intentd/v1/t/"+e.Tenant+"/z/"+e.Key) {
+			t.Errorf("%s %q: a tombstone key of its own; want it packed", e.Tenant, e.Key)
+		}
+	}
+	if n := rawCount(t, raw, "/intentd/v1/Z/"); n != 1 {
+		t.Errorf("%d packed chunks, want the one that holds every new tombstone", n)
+	}
 	in.shutdown(t)
+}
+
+// embeddedClient is a client of the embedded etcd of cfg, over its
+// socket, closed when the test ends.
+func embeddedClient(t *testing.T, cfg daemon.Config) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"unix://" + cfg.EmbedSocket()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func rawCount(t *testing.T, cli *clientv3.Client, prefix string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+func rawExists(t *testing.T, cli *clientv3.Client, key string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key, clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count > 0
 }

@@ -1,0 +1,408 @@
+package etcdstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/intentd/intentd/etcdstore/tombstones"
+	"github.com/intentd/intentd/internal/core/machine"
+)
+
+// Packed tombstones (the package doc, "Tombstones"): the store's side of
+// package tombstones. A key's spot (machine.TombstoneSpot) is the chunk
+// that covers its hash, as read: its etcd key, its mod revision (0 when
+// there is no chunk at all) and its value. Reading a key's spot also
+// reads the key's tombstone of an earlier version (keys.tombstone), which
+// is read alongside until the janitor removes it at the end of its own
+// retention.
+
+// spotOps reads tenant's key's spots: its tombstone of an earlier version,
+// and the chunk that covers its hash (the first chunk whose upper bound is
+// not below it).
+func (s *Store) spotOps(tenant, key string) []clientv3.Op {
+	h := tombstones.HashOf(tenant, key)
+	return []clientv3.Op{
+		clientv3.OpGet(s.keys.tombstone(tenant, key)),
+		clientv3.OpGet(s.keys.chunk(h), clientv3.WithRange(s.keys.chunksEnd()), clientv3.WithLimit(1)),
+	}
+}
+
+// decodeSpot is the tombstone of tenant's key (nil: none) and its spot,
+// from the answers to spotOps, read at revision rev.
+func (s *Store) decodeSpot(tenant, key string, old, chunk *pb.RangeResponse) (*machine.Tombstone, machine.TombstoneSpot, error) {
+	h := tombstones.HashOf(tenant, key)
+	spot := machine.TombstoneSpot{Place: s.keys.chunk(tombstones.Last)}
+	c := tombstones.Chunk{Hi: tombstones.Last} // no chunk: no tombstone at all
+	if kvs := chunk.GetKvs(); len(kvs) > 0 {
+		hi, err := tombstones.ParseHash(strings.TrimPrefix(string(kvs[0].Key), s.keys.chunks()))
+		if err == nil {
+			c, err = tombstones.ParseChunk(hi, kvs[0].Value)
+		}
+		if err == nil && !c.Covers(h) {
+			err = fmt.Errorf("it does not cover %s", h)
+		}
+		if err != nil {
+			return nil, spot, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, kvs[0].Key, err)
+		}
+		spot = machine.TombstoneSpot{Place: string(kvs[0].Key), Rev: kvs[0].ModRevision, Value: kvs[0].Value}
+	}
+	s.chunks.observe(c, spot.Rev)
+	if kvs := old.GetKvs(); len(kvs) > 0 {
+		t, err := decodeTombstone(key, kvs[0].Value)
+		if err != nil {
+			return nil, spot, fmt.Errorf("%w: tombstone of %q: %v", errCorrupt, key, err)
+		}
+		return t, spot, nil
+	}
+	if e, ok := c.Find(h); ok {
+		return &machine.Tombstone{Key: key, State: e.State, CompletedAt: e.CompletedAt(), Until: e.Until()}, spot, nil
+	}
+	return nil, spot, nil
+}
+
+// spotCompares are the compares of a NoTombstone guard on key: no
+// tombstone of an earlier version, and the chunk of its spot unchanged
+// (what etcd holds there is what the view read). A view without the key's
+// spot gets a compare that always fails, so that the write loop reads it.
+func (s *Store) spotCompares(tenant string, v *machine.View, key string) []clientv3.Cmp {
+	spot, ok := v.Spots[key]
+	if !ok {
+		spot = machine.TombstoneSpot{Place: s.keys.chunk(tombstones.Last), Rev: -1}
+	}
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(s.keys.tombstone(tenant, key)), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(spot.Place), "=", spot.Rev),
+	}
+}
+
+// packed is a tombstone's write: the compare that the chunk is as read,
+// the puts of the chunks that replace it, and those chunks.
+type packed struct {
+	cmp    clientv3.Cmp
+	ops    []clientv3.Op
+	chunks []tombstones.Chunk
+	// dropped counts the entries dropped as expired on the way.
+	dropped int
+}
+
+// pack is the write that adds t, the tombstone of tenant's key v.Key, to
+// the chunk of its spot: the chunk rewritten with it (split in two when
+// full), entries past their retention dropped. A view without the key's
+// spot gets a compare that always fails (the write loop reads it then).
+func (s *Store) pack(tenant string, v *machine.View, t *machine.Tombstone) (packed, error) {
+	spot, ok := v.Spots[v.Key]
+	if !ok {
+		return packed{cmp: clientv3.Compare(clientv3.ModRevision(s.keys.chunk(tombstones.Last)), "=", -1)}, nil
+	}
+	c, err := s.spotChunk(spot)
+	if err != nil {
+		return packed{}, err
+	}
+	e := tombstones.NewEntry(tenant, v.Key, t.State, t.CompletedAt, t.Until)
+	out := tombstones.Rechunk([]tombstones.Chunk{c}, []tombstones.Entry{e}, tombstones.Today(s.cfg.Now()))
+	p := packed{cmp: clientv3.Compare(clientv3.ModRevision(spot.Place), "=", spot.Rev), chunks: out, dropped: c.Len() + 1}
+	for _, o := range out {
+		p.ops = append(p.ops, clientv3.OpPut(s.keys.chunk(o.Hi), string(o.Value())))
+		p.dropped -= o.Len()
+	}
+	return p, nil
+}
+
+// spotChunk is the chunk a spot read: none yet is the empty chunk of every
+// hash.
+func (s *Store) spotChunk(spot machine.TombstoneSpot) (tombstones.Chunk, error) {
+	if spot.Rev == 0 {
+		return tombstones.Chunk{Hi: tombstones.Last}, nil
+	}
+	hi, err := tombstones.ParseHash(strings.TrimPrefix(spot.Place, s.keys.chunks()))
+	if err != nil {
+		return tombstones.Chunk{}, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, spot.Place, err)
+	}
+	c, err := tombstones.ParseChunk(hi, spot.Value)
+	if err != nil {
+		return tombstones.Chunk{}, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, spot.Place, err)
+	}
+	return c, nil
+}
+
+// certifiedSpot is the spot of tenant's key when the store can tell
+// without reading that the key has no tombstone (see chunkMap.certify): a
+// registration then writes at once, guarded by that spot.
+func (s *Store) certifiedSpot(tenant, key string) (machine.TombstoneSpot, bool) {
+	hi, rev, ok := s.chunks.certify(tombstones.HashOf(tenant, key))
+	if !ok {
+		return machine.TombstoneSpot{}, false
+	}
+	return machine.TombstoneSpot{Place: s.keys.chunk(hi), Rev: rev}, true
+}
+
+// LearnTombstones reads every chunk of packed tombstones into what the
+// store knows of them (their ranges, mod revisions and filters), so that a
+// registration of a new key by Acquire needs no read first. RunJanitor
+// does it when it starts; a store that does not know a key's chunk reads
+// it with the registration instead, and knows it from then on.
+func (s *Store) LearnTombstones(ctx context.Context) error {
+	start := s.keys.chunks()
+	for {
+		resp, err := s.get(ctx, start, 0, clientv3.WithRange(s.keys.chunksEnd()), clientv3.WithLimit(32))
+		if err != nil {
+			return err
+		}
+		if start == s.keys.chunks() && len(resp.Kvs) == 0 {
+			s.chunks.observe(tombstones.Chunk{Hi: tombstones.Last}, 0) // no tombstone at all
+		}
+		for _, kv := range resp.Kvs {
+			c, err := s.chunkOf(kv.Key, kv.Value)
+			if err != nil {
+				return err
+			}
+			s.chunks.observe(c, kv.ModRevision)
+		}
+		if !resp.More {
+			return nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// chunksPerSweep bounds the chunks one janitor pass reads: the walk over
+// every chunk is spread over passes (a cursor), since an entry may be
+// dropped a day after its end anyway.
+const chunksPerSweep = 64
+
+// sweepChunks continues the janitor's walk over the chunks, from where the
+// previous pass ended: a chunk holding entries past their retention is
+// rewritten without them, and a chunk (not the last) with fewer than
+// tombstones.MinEntries left is merged into its right neighbour (split
+// again, evenly, when the two are too many for one). Each rewrite compares
+// the chunks it replaces, so that it never undoes a removal's write; one
+// that loses waits for the next pass. It returns the entries dropped.
+func (s *Store) sweepChunks(ctx context.Context, now time.Time) (int, error) {
+	today := tombstones.Today(now)
+	dropped, seen := 0, 0
+	s.walk.Lock()
+	defer s.walk.Unlock()
+	for seen < chunksPerSweep {
+		start := s.keys.chunks()
+		if s.walk.after != "" {
+			start = s.walk.after + "\x00"
+		}
+		// One more than it walks: the neighbour a small chunk merges into.
+		resp, err := s.get(ctx, start, 0, clientv3.WithRange(s.keys.chunksEnd()), clientv3.WithLimit(17))
+		if err != nil {
+			return dropped, err
+		}
+		kvs, n := resp.Kvs, len(resp.Kvs)
+		if resp.More {
+			n-- // the last one only as a neighbour: the next read starts there
+		}
+		for i := 0; i < n; i++ {
+			c, err := s.chunkOf(kvs[i].Key, kvs[i].Value)
+			if err != nil {
+				return dropped, err
+			}
+			run, read := []tombstones.Chunk{c}, kvs[i:i+1]
+			expiring := c.Expiring(today)
+			// Every chunk but the last has a right neighbour: read
+			// with it, since the last read was not walked.
+			if c.Hi != tombstones.Last && c.Len()-expiring < tombstones.MinEntries {
+				next, err := s.chunkOf(kvs[i+1].Key, kvs[i+1].Value)
+				if err != nil {
+					return dropped, err
+				}
+				run, read = append(run, next), kvs[i:i+2]
+				i++
+			}
+			s.walk.after = string(read[len(read)-1].Key)
+			seen += len(read)
+			if expiring == 0 && len(run) == 1 {
+				continue
+			}
+			d, err := s.rechunk(ctx, run, read, today)
+			if err != nil {
+				return dropped, err
+			}
+			dropped += d
+		}
+		if !resp.More {
+			s.walk.after = "" // walked to the end: from the start next pass
+			return dropped, nil
+		}
+	}
+	return dropped, nil
+}
+
+// chunkOf parses a chunk as read from etcd.
+func (s *Store) chunkOf(key, value []byte) (tombstones.Chunk, error) {
+	hi, err := tombstones.ParseHash(strings.TrimPrefix(string(key), s.keys.chunks()))
+	if err != nil {
+		return tombstones.Chunk{}, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, key, err)
+	}
+	c, err := tombstones.ParseChunk(hi, value)
+	if err != nil {
+		return tombstones.Chunk{}, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, key, err)
+	}
+	return c, nil
+}
+
+// rechunk replaces the adjacent chunks run, read as kvs, by what
+// tombstones.Rechunk makes of them on day today, comparing that each is
+// as read; it returns the entries dropped (none when the compare failed).
+func (s *Store) rechunk(ctx context.Context, run []tombstones.Chunk, kvs []*mvccpb.KeyValue, today uint16) (int, error) {
+	out := tombstones.Rechunk(run, nil, today)
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	before, after := 0, 0
+	kept := map[string]bool{}
+	for _, o := range out {
+		k := s.keys.chunk(o.Hi)
+		kept[k] = true
+		ops = append(ops, clientv3.OpPut(k, string(o.Value())))
+		after += o.Len()
+	}
+	for i, kv := range kvs {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+		if !kept[string(kv.Key)] {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+		}
+		before += run[i].Len()
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Txn(tctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return 0, classify(err, false).err // the next pass tries again
+	}
+	if !resp.Succeeded {
+		return 0, nil
+	}
+	for _, o := range out {
+		s.chunks.observe(o, resp.Header.Revision)
+	}
+	return before - after, nil
+}
+
+// walkCursor is where the janitor's walk over the chunks is: after the
+// chunk of that etcd key ("": from the first).
+type walkCursor struct {
+	sync.Mutex
+	after string
+}
+
+// chunkMap is what the store knows of the tombstone chunks, so that a new
+// key can be registered without reading its chunk first (the package doc,
+// "Tombstones"): for each chunk it read or wrote, its range, its mod
+// revision then, and a filter of its hashes. It grows with the chunks, and
+// with the tombstones only by their filters' bits (tombstones.FilterBits
+// a tombstone).
+type chunkMap struct {
+	mu sync.RWMutex
+	// known is sorted by upper bound; the ranges never overlap.
+	known []knownChunk
+}
+
+// knownChunk is one chunk as the store last saw it.
+type knownChunk struct {
+	lo, hi tombstones.Hash
+	// rev is the chunk's mod revision; 0 for no chunk at all (no
+	// tombstone yet: the whole range, the last chunk absent).
+	rev    int64
+	filter tombstones.Filter
+}
+
+func before(a, b tombstones.Hash) bool { return bytes.Compare(a[:], b[:]) < 0 }
+
+// observe records c as read, or written, at mod revision rev, unless the
+// map knows a newer version of part of its range. Whatever changes which
+// chunk covers a hash rewrites every chunk involved (a split, a merge), so
+// of two overlapping chunks the one of the higher mod revision is the
+// newer, and what it overlaps is gone.
+func (m *chunkMap) observe(c tombstones.Chunk, rev int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// The known chunks whose range meets (c.Lo, c.Hi]: from the first
+	// whose upper bound is above c.Lo, while their lower bound is below
+	// c.Hi.
+	from := sort.Search(len(m.known), func(i int) bool { return before(c.Lo, m.known[i].hi) })
+	to := from
+	for ; to < len(m.known) && before(m.known[to].lo, c.Hi); to++ {
+		if k := m.known[to]; k.rev > rev || (k.rev == rev && k.lo == c.Lo && k.hi == c.Hi) {
+			return // known newer, or known already
+		}
+	}
+	m.known = slices.Replace(m.known, from, to, knownChunk{lo: c.Lo, hi: c.Hi, rev: rev, filter: tombstones.NewFilter(c)})
+}
+
+// certify returns where a write relies on h having no tombstone: the upper
+// bound of the known chunk that covers h and the mod revision at which
+// its filter rules h out. It reports false when the map cannot tell: no
+// known chunk covers h, or its filter lets h through (h's entry, or a
+// false positive).
+func (m *chunkMap) certify(h tombstones.Hash) (tombstones.Hash, int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i := sort.Search(len(m.known), func(i int) bool { return !before(m.known[i].hi, h) })
+	if i == len(m.known) {
+		return tombstones.Hash{}, 0, false
+	}
+	k := &m.known[i]
+	covers := (k.lo == tombstones.Hash{} || before(k.lo, h))
+	if !covers || k.filter.MayContain(h) {
+		return tombstones.Hash{}, 0, false
+	}
+	return k.hi, k.rev, true
+}
+
+// usage is how many chunks the map knows, and their filters' bytes.
+func (m *chunkMap) usage() (chunks, bytes int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, k := range m.known {
+		bytes += int64(k.filter.Bytes())
+	}
+	return int64(len(m.known)), bytes
+}
+
+// StoreTombstones writes the chunks of set into etcd under prefix, in
+// place of every chunk etcd holds there: what this version's janitor
+// would have written had it removed the set's entries one by one, in the
+// order the set was given them (save the revisions). A benchmark or a
+// sizing test seeds a store with it instead of running each intent through
+// the API and the janitor; set must hold every packed tombstone etcd
+// holds already.
+func StoreTombstones(ctx context.Context, kv clientv3.KV, prefix string, set *tombstones.Set) error {
+	k := keys{prefix}
+	var ops []clientv3.Op
+	size := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		tctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := kv.Txn(tctx).Then(ops...).Commit()
+		ops, size = ops[:0], 0
+		return err
+	}
+	for _, c := range set.Chunks() {
+		v := c.Value()
+		if len(ops) == 64 || size+len(v) > maxTxnBytes/2 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		ops = append(ops, clientv3.OpPut(k.chunk(c.Hi), string(v)))
+		size += len(v)
+	}
+	return flush()
+}
