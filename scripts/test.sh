@@ -103,14 +103,14 @@ go run ./cmd/intentd-fill -n "${FILL_N:-3000}" -c 16 -retention 1s
 
 step "benchmark smoke run: every workload, briefly; the RESULT line is whole (docs/PERFORMANCE.md)"
 bench_log="$(mktemp)"
-go run ./cmd/intentbench --duration 300ms --rounds 1 --levels 1,8 --replay-levels 1,8 \
+go run ./cmd/intentbench --duration 300ms --rounds 1 --levels 1,8 --replay-levels 1,8 --replay-keys 300 \
   --contention-workers 8 --contention-intents 2 \
   --heartbeat-workers 5 --heartbeat-intents 20 --heartbeat-duration 2s --session-ttl 3s \
   --scale-small 100 --scale-large 2000 --scale-workers 4 | tee "$bench_log"
 bench_result="$(tail -n 1 "$bench_log")"
 rm -f "$bench_log"
 n='[0-9]+(\.[0-9]+)?'
-bench_form="^RESULT cycle_ratio=$n cycle_ratio_c1=$n replay_ratio=$n replay_vs_echo=$n writes_per_intent=$n heartbeat_writes_per_s=$n acquire_p99_1m_vs_1k=$n queue_page_1m_vs_1k=$n bytes_per_intent=$n rss_mb=$n\$"
+bench_form="^RESULT cycle_ratio=$n cycle_ratio_c1=$n replay_ratio=$n replay_vs_echo=$n replay_ratio_10k=$n replay_miss_ratio=$n writes_per_intent=$n heartbeat_writes_per_s=$n acquire_p99_1m_vs_1k=$n queue_page_1m_vs_1k=$n bytes_per_intent=$n rss_mb=$n\$"
 if ! [[ "$bench_result" =~ $bench_form ]]; then
   echo "intentbench: the last line is not a whole RESULT line: $bench_result" >&2
   exit 1

@@ -15,7 +15,10 @@
 //     against two raw CAS transactions on the raw etcd (create if absent,
 //     update if unchanged; same payload), at each --levels concurrency;
 //   - replay: Acquire of a COMPLETED intent, against a raw linearizable Get
-//     of the same record and against the health check;
+//     of the same record and against the health check; then --replay-keys
+//     distinct COMPLETED intents retried round-robin, against raw Gets of
+//     as many records, on intentd and on an intentd of its own with the
+//     smallest cache, where every replay reads etcd (replaykeys.go);
 //   - contention: --contention-workers workers on --contention-intents
 //     intents at a time (every intent must be executed exactly once);
 //   - heartbeat: --heartbeat-intents intents held by --heartbeat-workers
@@ -35,7 +38,7 @@
 // /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per
 // workload and ends with one line:
 //
-//	RESULT cycle_ratio=… cycle_ratio_c1=… replay_ratio=… replay_vs_echo=… writes_per_intent=… heartbeat_writes_per_s=… acquire_p99_1m_vs_1k=… queue_page_1m_vs_1k=… bytes_per_intent=… rss_mb=…
+//	RESULT cycle_ratio=… cycle_ratio_c1=… replay_ratio=… replay_vs_echo=… replay_ratio_10k=… replay_miss_ratio=… writes_per_intent=… heartbeat_writes_per_s=… acquire_p99_1m_vs_1k=… queue_page_1m_vs_1k=… bytes_per_intent=… rss_mb=…
 //
 // (n/a for a figure not measured). docs/PERFORMANCE.md says what each
 // figure means. --intentd-addr and --etcd-endpoints measure running
@@ -76,6 +79,7 @@ type config struct {
 	rounds            int
 	levels            []int
 	replayLevels      []int
+	replayKeys        int // distinct COMPLETED intents retried round-robin (replaykeys.go)
 	payload           int
 	payloadText       string
 	workloads         []string
@@ -125,6 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds per comparison")
 	levels := fs.String("levels", "1,16,64,256", "cycle concurrency levels, comma-separated, ascending")
 	replayLevels := fs.String("replay-levels", "1,64", "replay concurrency levels, comma-separated, ascending")
+	fs.IntVar(&c.replayKeys, "replay-keys", 10000, "distinct COMPLETED intents the replay workload retries round-robin, on intentd with its default cache and on one with the smallest (every replay then reads etcd)")
 	fs.IntVar(&c.payload, "payload", 300, "bytes of params and of result per intent (the raw peer writes as many)")
 	fs.StringVar(&c.payloadText, "payload-text", "random", "what the payloads hold: random (letters and digits, as ids and tokens: they hardly compress) or repeat (one letter over and over: compresses to nothing)")
 	all := append(slices.Clone(workloads), optionalWorkloads...)
@@ -181,6 +186,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, bad("--duration %s: want at least 100ms", c.duration)
 	case c.rounds < 1:
 		return c, bad("--rounds %d: want at least 1", c.rounds)
+	case c.replayKeys < 1:
+		return c, bad("--replay-keys %d: want at least 1", c.replayKeys)
 	case c.payload < 16 || c.payload > 65536:
 		return c, bad("--payload %d: want 16 to 65536 bytes", c.payload)
 	case c.payloadText != "random" && c.payloadText != "repeat":
@@ -370,6 +377,9 @@ func (b *bench) runMain(ctx context.Context) error {
 		}
 		defer echo.close()
 		if err := b.runReplay(ctx, in, raw, echo); err != nil {
+			return err
+		}
+		if err := b.runReplayKeys(ctx, in, raw); err != nil {
 			return err
 		}
 	}

@@ -142,6 +142,8 @@ var resultFields = []struct {
 	{"cycle_ratio_c1", 2},
 	{"replay_ratio", 2},
 	{"replay_vs_echo", 2},
+	{"replay_ratio_10k", 2},
+	{"replay_miss_ratio", 2},
 	{"writes_per_intent", 2},
 	{"heartbeat_writes_per_s", 2},
 	{"acquire_p99_1m_vs_1k", 2},

@@ -11,7 +11,7 @@ import (
 
 // resultLine is the RESULT line's form, as scripts/test.sh checks it
 // after the benchmark's smoke run.
-var resultLine = regexp.MustCompile(`^RESULT cycle_ratio=(\S+) cycle_ratio_c1=(\S+) replay_ratio=(\S+) replay_vs_echo=(\S+) writes_per_intent=(\S+) heartbeat_writes_per_s=(\S+) acquire_p99_1m_vs_1k=(\S+) queue_page_1m_vs_1k=(\S+) bytes_per_intent=(\S+) rss_mb=(\S+)$`)
+var resultLine = regexp.MustCompile(`^RESULT cycle_ratio=(\S+) cycle_ratio_c1=(\S+) replay_ratio=(\S+) replay_vs_echo=(\S+) replay_ratio_10k=(\S+) replay_miss_ratio=(\S+) writes_per_intent=(\S+) heartbeat_writes_per_s=(\S+) acquire_p99_1m_vs_1k=(\S+) queue_page_1m_vs_1k=(\S+) bytes_per_intent=(\S+) rss_mb=(\S+)$`)
 
 func TestResultLine(t *testing.T) {
 	tests := []struct {
@@ -21,13 +21,14 @@ func TestResultLine(t *testing.T) {
 	}{
 		{"every figure", results{
 			"cycle_ratio": 0.357, "cycle_ratio_c1": 0.449, "replay_ratio": 0.8, "replay_vs_echo": 0.31,
+			"replay_ratio_10k": 1.014, "replay_miss_ratio": 0.7049,
 			"writes_per_intent": 2, "heartbeat_writes_per_s": 0, "acquire_p99_1m_vs_1k": 1.234,
 			"queue_page_1m_vs_1k": 0.99, "bytes_per_intent": 4123.6, "rss_mb": 212.4,
-		}, "RESULT cycle_ratio=0.36 cycle_ratio_c1=0.45 replay_ratio=0.80 replay_vs_echo=0.31 writes_per_intent=2.00 heartbeat_writes_per_s=0.00 acquire_p99_1m_vs_1k=1.23 queue_page_1m_vs_1k=0.99 bytes_per_intent=4124 rss_mb=212"},
+		}, "RESULT cycle_ratio=0.36 cycle_ratio_c1=0.45 replay_ratio=0.80 replay_vs_echo=0.31 replay_ratio_10k=1.01 replay_miss_ratio=0.70 writes_per_intent=2.00 heartbeat_writes_per_s=0.00 acquire_p99_1m_vs_1k=1.23 queue_page_1m_vs_1k=0.99 bytes_per_intent=4124 rss_mb=212"},
 		{"nothing measured", results{},
-			"RESULT cycle_ratio=n/a cycle_ratio_c1=n/a replay_ratio=n/a replay_vs_echo=n/a writes_per_intent=n/a heartbeat_writes_per_s=n/a acquire_p99_1m_vs_1k=n/a queue_page_1m_vs_1k=n/a bytes_per_intent=n/a rss_mb=n/a"},
+			"RESULT cycle_ratio=n/a cycle_ratio_c1=n/a replay_ratio=n/a replay_vs_echo=n/a replay_ratio_10k=n/a replay_miss_ratio=n/a writes_per_intent=n/a heartbeat_writes_per_s=n/a acquire_p99_1m_vs_1k=n/a queue_page_1m_vs_1k=n/a bytes_per_intent=n/a rss_mb=n/a"},
 		{"unknown and infinite figures", results{"cycle_ratio": math.NaN(), "replay_ratio": math.Inf(1), "rss_mb": 300},
-			"RESULT cycle_ratio=n/a cycle_ratio_c1=n/a replay_ratio=n/a replay_vs_echo=n/a writes_per_intent=n/a heartbeat_writes_per_s=n/a acquire_p99_1m_vs_1k=n/a queue_page_1m_vs_1k=n/a bytes_per_intent=n/a rss_mb=300"},
+			"RESULT cycle_ratio=n/a cycle_ratio_c1=n/a replay_ratio=n/a replay_vs_echo=n/a replay_ratio_10k=n/a replay_miss_ratio=n/a writes_per_intent=n/a heartbeat_writes_per_s=n/a acquire_p99_1m_vs_1k=n/a queue_page_1m_vs_1k=n/a bytes_per_intent=n/a rss_mb=300"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,7 +51,7 @@ func TestResultFieldsAreTheDocumented(t *testing.T) {
 		names = append(names, f.name)
 	}
 	got := strings.Join(names, " ")
-	want := "cycle_ratio cycle_ratio_c1 replay_ratio replay_vs_echo writes_per_intent heartbeat_writes_per_s acquire_p99_1m_vs_1k queue_page_1m_vs_1k bytes_per_intent rss_mb"
+	want := "cycle_ratio cycle_ratio_c1 replay_ratio replay_vs_echo replay_ratio_10k replay_miss_ratio writes_per_intent heartbeat_writes_per_s acquire_p99_1m_vs_1k queue_page_1m_vs_1k bytes_per_intent rss_mb"
 	if got != want {
 		t.Errorf("RESULT fields %q, want %q", got, want)
 	}

@@ -42,9 +42,24 @@ func (s *intentdServer) heap() int64 { return int64(s.metric("go_memstats_heap_a
 // cacheBytes is the heap intentd's store estimates its caches hold.
 func (s *intentdServer) cacheBytes() int64 { return int64(s.metric("intentd_store_cache_bytes")) }
 
+// cacheUsage is what intentd's record cache holds, by its metrics.
+type cacheUsage struct{ records, recordBytes float64 }
+
+// cache reads intentd's record cache from its /metrics; zero when unknown.
+func (s *intentdServer) cache() cacheUsage {
+	return cacheUsage{
+		records:     s.metricWith("intentd_store_cache_entries", `cache="records"`),
+		recordBytes: s.metricWith("intentd_store_cache_bytes", `cache="records"`),
+	}
+}
+
 // metric is the sum of the samples of the named metric in intentd's
 // /metrics, whatever their labels; zero when unknown.
-func (s *intentdServer) metric(name string) float64 {
+func (s *intentdServer) metric(name string) float64 { return s.metricWith(name, "") }
+
+// metricWith is metric over the samples whose labels contain label
+// (`cache="records"`; "": all of them).
+func (s *intentdServer) metricWith(name, label string) float64 {
 	if s.metrics == "" {
 		return 0
 	}
@@ -61,6 +76,9 @@ func (s *intentdServer) metric(name string) float64 {
 	for _, line := range strings.Split(string(b), "\n") {
 		rest, ok := strings.CutPrefix(line, name)
 		if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
+			continue
+		}
+		if label != "" && !strings.Contains(rest, label) {
 			continue
 		}
 		if i := strings.LastIndexByte(rest, ' '); i >= 0 {
