@@ -176,6 +176,7 @@ func recordBytes(r *machine.Record) int64 {
 			alloc(len(e.Principal)) + alloc(len(e.Channel)) + alloc(len(e.RequestID))
 		n += resultBytes(e.Result) + failureBytes(e.Failure)
 	}
+	n += submissionsBytes(r.Submissions)
 	return n
 }
 

@@ -142,6 +142,7 @@ func eachTime(r *machine.Record, f func(*time.Time)) {
 	for i := range r.History {
 		f(&r.History[i].Time)
 	}
+	eachSubmissionTime(r.Submissions, f)
 }
 
 // encodeTombstone is t's stored value in the format the previous version
@@ -258,6 +259,7 @@ func toCompact(r *machine.Record) (*storagepb.Record, error) {
 		}
 		m.History[i] = s
 	}
+	m.Submissions = toCompactSubmissions(r.Submissions, &c)
 	if c.err != nil {
 		return nil, c.err
 	}
@@ -333,6 +335,7 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 		}
 		r.History[i] = e
 	}
+	r.Submissions = fromCompactSubmissions(m.Submissions, created)
 	return r
 }
 

@@ -44,6 +44,9 @@ var matrix = map[string][]access.Role{
 	"List":         {access.RoleReviewer, access.RoleReader},
 	"Watch":        {access.RoleReviewer, access.RoleReader},
 	"DeriveKey":    access.Roles,
+	// The fencing gateway's calls, made with the worker's credentials.
+	"BeginSubmission":  {access.RoleWorker},
+	"RecordSubmission": {access.RoleWorker},
 }
 
 // Matrix returns the roles allowed to make method (a short RPC name), for

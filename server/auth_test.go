@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/etcdstore"
@@ -121,7 +122,7 @@ func serviceMethods() []string {
 func documentedMatrix() map[access.Role][]string {
 	return map[access.Role][]string{
 		access.RoleApprover: {"Register", "Cancel", "DeriveKey"},
-		access.RoleWorker:   {"OpenSession", "CloseSession", "Heartbeat", "Acquire", "Complete", "MarkUnknown", "Release", "Fail", "Escalate", "DeriveKey"},
+		access.RoleWorker:   {"OpenSession", "CloseSession", "Heartbeat", "Acquire", "Complete", "MarkUnknown", "Release", "Fail", "Escalate", "DeriveKey", "BeginSubmission", "RecordSubmission"},
 		access.RoleReviewer: {"Resolve", "Escalate", "List", "Get", "Watch", "DeriveKey"},
 		access.RoleReader:   {"Get", "List", "Watch", "DeriveKey"},
 		access.RoleAdmin:    serviceMethods(), // all
@@ -171,6 +172,24 @@ func TestRoleMatrixIsDocumented(t *testing.T) {
 func reconciling(f *fx, key string) prep {
 	p := markedUnknown(f, key)
 	p.session, p.token = f.lease(key, "w2", intentv1.Outcome_OUTCOME_RECONCILE)
+	return p
+}
+
+// submissionOf is the fencing gateway's BeginSubmission of key's pickup
+// under token, as submission "sub-<key>".
+func submissionOf(key string, token uint64) *intentv1.BeginSubmissionRequest {
+	return &intentv1.BeginSubmissionRequest{Key: key, Operation: "create-pickup", Token: token, SubmissionId: "sub-" + key,
+		Request: &intentv1.SubmittedRequest{Upstream: "courier", Method: "POST", Target: "/pickups", BodySha256: strings.Repeat("0", 64), BodyBytes: 2, BodyKept: []byte("{}")},
+		Timeout: durationpb.New(time.Minute)}
+}
+
+// submitting leaves key held with a submission of its pickup in flight.
+func submitting(f *fx, key string) prep {
+	f.t.Helper()
+	p := held(f, key)
+	if _, err := f.c.BeginSubmission(f.ctx, submissionOf(key, p.token)); err != nil {
+		f.t.Fatalf("BeginSubmission(%q): %v", key, err)
+	}
 	return p
 }
 
@@ -294,6 +313,20 @@ func matrixCases() []rpcCase {
 				if err == nil && !slices.Equal(keysOf(resp.GetIntents()), []string{key}) {
 					return fmt.Errorf("List returned %q, want [%q]", keysOf(resp.GetIntents()), key)
 				}
+				return err
+			}},
+		{name: "BeginSubmission", method: "BeginSubmission", setup: held, audited: true,
+			call: func(ctx context.Context, f *fx, key string, p prep) error {
+				resp, err := f.c.BeginSubmission(ctx, submissionOf(key, p.token))
+				if err == nil && resp.GetVerdict() != intentv1.SubmissionVerdict_SUBMISSION_VERDICT_FORWARD {
+					return fmt.Errorf("verdict %v, want FORWARD", resp.GetVerdict())
+				}
+				return err
+			}},
+		{name: "RecordSubmission", method: "RecordSubmission", setup: submitting, audited: true,
+			call: func(ctx context.Context, f *fx, key string, p prep) error {
+				_, err := f.c.RecordSubmission(ctx, &intentv1.RecordSubmissionRequest{Key: key, Operation: "create-pickup", Token: p.token, SubmissionId: "sub-" + key,
+					Outcome: intentv1.SubmissionOutcome_SUBMISSION_OUTCOME_ANSWERED, Response: &intentv1.UpstreamResponse{Status: 201, Body: []byte("{}"), BodyBytes: 2}})
 				return err
 			}},
 		{name: "Watch", method: "Watch", setup: pending,

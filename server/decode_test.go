@@ -134,6 +134,8 @@ func TestInvalidUTF8IsInvalidArgumentNotInternal(t *testing.T) {
 		{"Get", wire{}.str(2, bad), "key"},
 		{"List", wire{}.str(3, bad), "label"},
 		{"Watch", wire{}.str(2, bad), "key"},
+		{"BeginSubmission", wire{}.str(2, "k").msg(8, wire{}.str(3, "/p"+bad)), "request.target"},
+		{"RecordSubmission", wire{}.str(2, "k").msg(7, wire{}.msg(2, wire{}.str(1, "X").str(2, bad))), "response.headers[0].value"},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {

@@ -134,6 +134,7 @@ var patternWords = map[string]string{
 	"^[0-9a-f]{64}$":                 "must be 64 lowercase hexadecimal digits (a SHA-256)",
 	"^[a-z0-9-]+$":                   "must hold only lowercase ASCII letters, digits and '-'",
 	"^[^\\p{Cc}]*$":                  "must hold no control characters: one line of text, without tabs",
+	"^[A-Z]+$":                       "must hold only uppercase ASCII letters",
 }
 
 // fieldPath spells a protovalidate field path the way intentd names

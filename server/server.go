@@ -28,6 +28,7 @@ type Store interface {
 	Cancel(ctx context.Context, c intent.Cancellation) (*intent.Intent, error)
 	List(ctx context.Context, q intent.ListQuery) (*intent.Page, error)
 	Watch(ctx context.Context, q intent.WatchQuery, send func(intent.WatchEvent) error) error
+	SubmissionStore
 }
 
 // Server is the gRPC IntentService.

@@ -106,6 +106,9 @@ func TestDomainLimitsMatchRules(t *testing.T) {
 		{"intent.MaxActionLen", intent.MaxActionLen, int64(server.MaxActionLen)},
 		{"intent.MaxAttemptsLimit", intent.MaxAttemptsLimit, int64(rules("RegisterRequest", "max_attempts").GetUint32().GetLte())},
 		{"etcdstore.MaxPageSize", etcdstore.MaxPageSize, int64(rules("ListRequest", "page_size").GetInt32().GetLte())},
+		{"intent.MaxKeptRequestBody", intent.MaxKeptRequestBody, int64(rules("SubmittedRequest", "body_kept").GetBytes().GetMaxLen())},
+		{"intent.MaxKeptResponseBody", intent.MaxKeptResponseBody, int64(rules("UpstreamResponse", "body").GetBytes().GetMaxLen())},
+		{"intent.MaxKeptHeaders", intent.MaxKeptHeaders, int64(rules("UpstreamResponse", "headers").GetRepeated().GetMaxItems())},
 	} {
 		if tc.got != tc.want || tc.want == 0 {
 			t.Errorf("%s = %d, intent.proto says %d", tc.name, tc.got, tc.want)

@@ -782,14 +782,17 @@ func TestLimits(t *testing.T) {
 // is named here with the reason it has none.
 func TestRulesCoverEveryRequestField(t *testing.T) {
 	unruled := map[protoreflect.FullName]string{
-		"intent.v1.AcquireRequest.register":       "a RegisterRequest: its own fields' rules apply",
-		"intent.v1.EscalateRequest.token":         "any value: 0 when a reviewer escalates",
-		"intent.v1.EscalateRequest.force":         "a flag",
-		"intent.v1.ResolveRequest.result":         "a Result, required with DECISION_COMPLETED only (the server checks the pairing)",
-		"intent.v1.ResolveRequest.failure":        "a Failure, required with DECISION_FAILED only (the server checks the pairing)",
-		"intent.v1.ResolveRequest.force":          "a flag",
-		"intent.v1.ResolveRequest.expected_token": "any value: 0 when the decision is not fenced",
-		"intent.v1.WatchRequest.created_notify":   "a flag",
+		"intent.v1.AcquireRequest.register":                    "a RegisterRequest: its own fields' rules apply",
+		"intent.v1.EscalateRequest.token":                      "any value: 0 when a reviewer escalates",
+		"intent.v1.EscalateRequest.force":                      "a flag",
+		"intent.v1.ResolveRequest.result":                      "a Result, required with DECISION_COMPLETED only (the server checks the pairing)",
+		"intent.v1.ResolveRequest.failure":                     "a Failure, required with DECISION_FAILED only (the server checks the pairing)",
+		"intent.v1.ResolveRequest.force":                       "a flag",
+		"intent.v1.ResolveRequest.expected_token":              "any value: 0 when the decision is not fenced",
+		"intent.v1.WatchRequest.created_notify":                "a flag",
+		"intent.v1.BeginSubmissionRequest.lookup":              "a flag",
+		"intent.v1.BeginSubmissionRequest.upstream_has_lookup": "a flag",
+		"intent.v1.RecordSubmissionRequest.response":           "an UpstreamResponse, required with the outcomes that have an answer (the server checks the pairing)",
 	}
 	requestFields(func(fd protoreflect.FieldDescriptor, rules *validate.FieldRules) {
 		_, excused := unruled[fd.FullName()]

@@ -82,9 +82,12 @@ type Record struct {
 	// action, identity (canonical JSON) and summary: what the registration
 	// said the intent is, for the people who review it; absent when it said
 	// nothing, as in every record stored before they existed.
-	Action        string `protobuf:"bytes,25,opt,name=action,proto3" json:"action,omitempty"`
-	Identity      []byte `protobuf:"bytes,26,opt,name=identity,proto3" json:"identity,omitempty"`
-	Summary       string `protobuf:"bytes,27,opt,name=summary,proto3" json:"summary,omitempty"`
+	Action   string `protobuf:"bytes,25,opt,name=action,proto3" json:"action,omitempty"`
+	Identity []byte `protobuf:"bytes,26,opt,name=identity,proto3" json:"identity,omitempty"`
+	Summary  string `protobuf:"bytes,27,opt,name=summary,proto3" json:"summary,omitempty"`
+	// submissions are the latest submission of each operation sent through
+	// the fencing gateway, absent when none was.
+	Submissions   []*Submission `protobuf:"bytes,28,rep,name=submissions,proto3" json:"submissions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +309,13 @@ func (x *Record) GetSummary() string {
 		return x.Summary
 	}
 	return ""
+}
+
+func (x *Record) GetSubmissions() []*Submission {
+	if x != nil {
+		return x.Submissions
+	}
+	return nil
 }
 
 // Lease is a record's current (or last) lease.
@@ -770,6 +780,317 @@ func (x *Event) GetByHolder() bool {
 	return false
 }
 
+// Submission is an operation's latest submission through the fencing
+// gateway (intent.Submission).
+type Submission struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Operation string                 `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	Id        string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// token is the lease it was begun under.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// state is intent.SubmissionState's number.
+	State int32 `protobuf:"varint,4,opt,name=state,proto3" json:"state,omitempty"`
+	// upstream, method, target, and the body's digest, size and first
+	// bytes: what was sent. body_sha256 is the digest's bytes when it is
+	// lowercase hex, else empty and body_sha256_text holds it.
+	Upstream       string `protobuf:"bytes,5,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	Method         string `protobuf:"bytes,6,opt,name=method,proto3" json:"method,omitempty"`
+	Target         string `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
+	BodySha256     []byte `protobuf:"bytes,8,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
+	BodySha256Text string `protobuf:"bytes,9,opt,name=body_sha256_text,json=bodySha256Text,proto3" json:"body_sha256_text,omitempty"`
+	BodyBytes      int64  `protobuf:"varint,10,opt,name=body_bytes,json=bodyBytes,proto3" json:"body_bytes,omitempty"`
+	Body           []byte `protobuf:"bytes,11,opt,name=body,proto3" json:"body,omitempty"`
+	HasLookup      bool   `protobuf:"varint,12,opt,name=has_lookup,json=hasLookup,proto3" json:"has_lookup,omitempty"`
+	// started_at, deadline and ended_at: nanoseconds after the record's
+	// created_at.
+	StartedAt     *int64            `protobuf:"zigzag64,13,opt,name=started_at,json=startedAt,proto3,oneof" json:"started_at,omitempty"`
+	Deadline      *int64            `protobuf:"zigzag64,14,opt,name=deadline,proto3,oneof" json:"deadline,omitempty"`
+	EndedAt       *int64            `protobuf:"zigzag64,15,opt,name=ended_at,json=endedAt,proto3,oneof" json:"ended_at,omitempty"`
+	Response      *UpstreamResponse `protobuf:"bytes,16,opt,name=response,proto3" json:"response,omitempty"`
+	LookedUp      bool              `protobuf:"varint,17,opt,name=looked_up,json=lookedUp,proto3" json:"looked_up,omitempty"`
+	Error         string            `protobuf:"bytes,18,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Submission) Reset() {
+	*x = Submission{}
+	mi := &file_storage_v1_storage_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Submission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Submission) ProtoMessage() {}
+
+func (x *Submission) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Submission.ProtoReflect.Descriptor instead.
+func (*Submission) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Submission) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *Submission) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Submission) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Submission) GetState() int32 {
+	if x != nil {
+		return x.State
+	}
+	return 0
+}
+
+func (x *Submission) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *Submission) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *Submission) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Submission) GetBodySha256() []byte {
+	if x != nil {
+		return x.BodySha256
+	}
+	return nil
+}
+
+func (x *Submission) GetBodySha256Text() string {
+	if x != nil {
+		return x.BodySha256Text
+	}
+	return ""
+}
+
+func (x *Submission) GetBodyBytes() int64 {
+	if x != nil {
+		return x.BodyBytes
+	}
+	return 0
+}
+
+func (x *Submission) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *Submission) GetHasLookup() bool {
+	if x != nil {
+		return x.HasLookup
+	}
+	return false
+}
+
+func (x *Submission) GetStartedAt() int64 {
+	if x != nil && x.StartedAt != nil {
+		return *x.StartedAt
+	}
+	return 0
+}
+
+func (x *Submission) GetDeadline() int64 {
+	if x != nil && x.Deadline != nil {
+		return *x.Deadline
+	}
+	return 0
+}
+
+func (x *Submission) GetEndedAt() int64 {
+	if x != nil && x.EndedAt != nil {
+		return *x.EndedAt
+	}
+	return 0
+}
+
+func (x *Submission) GetResponse() *UpstreamResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *Submission) GetLookedUp() bool {
+	if x != nil {
+		return x.LookedUp
+	}
+	return false
+}
+
+func (x *Submission) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// UpstreamResponse is an upstream's answer as a submission keeps it.
+type UpstreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        int32                  `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	Headers       []*Header              `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	Body          []byte                 `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	BodyBytes     int64                  `protobuf:"varint,4,opt,name=body_bytes,json=bodyBytes,proto3" json:"body_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamResponse) Reset() {
+	*x = UpstreamResponse{}
+	mi := &file_storage_v1_storage_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamResponse) ProtoMessage() {}
+
+func (x *UpstreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamResponse.ProtoReflect.Descriptor instead.
+func (*UpstreamResponse) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpstreamResponse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *UpstreamResponse) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *UpstreamResponse) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *UpstreamResponse) GetBodyBytes() int64 {
+	if x != nil {
+		return x.BodyBytes
+	}
+	return 0
+}
+
+// Header is one header line of an upstream's answer.
+type Header struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Header) Reset() {
+	*x = Header{}
+	mi := &file_storage_v1_storage_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Header) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Header) ProtoMessage() {}
+
+func (x *Header) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Header.ProtoReflect.Descriptor instead.
+func (*Header) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Header) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Header) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // Tombstone is the value of a tombstone key.
 type Tombstone struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -791,7 +1112,7 @@ type Tombstone struct {
 
 func (x *Tombstone) Reset() {
 	*x = Tombstone{}
-	mi := &file_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_storage_v1_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +1124,7 @@ func (x *Tombstone) String() string {
 func (*Tombstone) ProtoMessage() {}
 
 func (x *Tombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[5]
+	mi := &file_storage_v1_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +1137,7 @@ func (x *Tombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstone.ProtoReflect.Descriptor instead.
 func (*Tombstone) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{5}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Tombstone) GetKey() string {
@@ -873,7 +1194,7 @@ var File_storage_v1_storage_proto protoreflect.FileDescriptor
 const file_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"\x18storage/v1/storage.proto\x12\n" +
-	"storage.v1\"\xc8\b\n" +
+	"storage.v1\"\x82\t\n" +
 	"\x06Record\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
@@ -906,7 +1227,8 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\findex_layout\x18\x18 \x01(\rR\vindexLayout\x12\x16\n" +
 	"\x06action\x18\x19 \x01(\tR\x06action\x12\x1a\n" +
 	"\bidentity\x18\x1a \x01(\fR\bidentity\x12\x18\n" +
-	"\asummary\x18\x1b \x01(\tR\asummary\x1a9\n" +
+	"\asummary\x18\x1b \x01(\tR\asummary\x128\n" +
+	"\vsubmissions\x18\x1c \x03(\v2\x16.storage.v1.SubmissionR\vsubmissions\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -964,7 +1286,44 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"like_lease\x18\x15 \x01(\bR\tlikeLease\x12(\n" +
 	"\x10digest_of_result\x18\x16 \x01(\bR\x0edigestOfResult\x12\x1b\n" +
 	"\tby_holder\x18\x17 \x01(\bR\bbyHolderB\a\n" +
-	"\x05_time\"\x91\x02\n" +
+	"\x05_time\"\xca\x04\n" +
+	"\n" +
+	"Submission\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\x05R\x05state\x12\x1a\n" +
+	"\bupstream\x18\x05 \x01(\tR\bupstream\x12\x16\n" +
+	"\x06method\x18\x06 \x01(\tR\x06method\x12\x16\n" +
+	"\x06target\x18\a \x01(\tR\x06target\x12\x1f\n" +
+	"\vbody_sha256\x18\b \x01(\fR\n" +
+	"bodySha256\x12(\n" +
+	"\x10body_sha256_text\x18\t \x01(\tR\x0ebodySha256Text\x12\x1d\n" +
+	"\n" +
+	"body_bytes\x18\n" +
+	" \x01(\x03R\tbodyBytes\x12\x12\n" +
+	"\x04body\x18\v \x01(\fR\x04body\x12\x1d\n" +
+	"\n" +
+	"has_lookup\x18\f \x01(\bR\thasLookup\x12\"\n" +
+	"\n" +
+	"started_at\x18\r \x01(\x12H\x00R\tstartedAt\x88\x01\x01\x12\x1f\n" +
+	"\bdeadline\x18\x0e \x01(\x12H\x01R\bdeadline\x88\x01\x01\x12\x1e\n" +
+	"\bended_at\x18\x0f \x01(\x12H\x02R\aendedAt\x88\x01\x01\x128\n" +
+	"\bresponse\x18\x10 \x01(\v2\x1c.storage.v1.UpstreamResponseR\bresponse\x12\x1b\n" +
+	"\tlooked_up\x18\x11 \x01(\bR\blookedUp\x12\x14\n" +
+	"\x05error\x18\x12 \x01(\tR\x05errorB\r\n" +
+	"\v_started_atB\v\n" +
+	"\t_deadlineB\v\n" +
+	"\t_ended_at\"\x8b\x01\n" +
+	"\x10UpstreamResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12,\n" +
+	"\aheaders\x18\x02 \x03(\v2\x12.storage.v1.HeaderR\aheaders\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body\x12\x1d\n" +
+	"\n" +
+	"body_bytes\x18\x04 \x01(\x03R\tbodyBytes\"2\n" +
+	"\x06Header\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x91\x02\n" +
 	"\tTombstone\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\x05R\x05state\x12 \n" +
@@ -993,31 +1352,37 @@ func file_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_storage_v1_storage_proto_rawDescData
 }
 
-var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_storage_v1_storage_proto_goTypes = []any{
-	(*Record)(nil),    // 0: storage.v1.Record
-	(*Lease)(nil),     // 1: storage.v1.Lease
-	(*Result)(nil),    // 2: storage.v1.Result
-	(*Failure)(nil),   // 3: storage.v1.Failure
-	(*Event)(nil),     // 4: storage.v1.Event
-	(*Tombstone)(nil), // 5: storage.v1.Tombstone
-	nil,               // 6: storage.v1.Record.LabelsEntry
-	nil,               // 7: storage.v1.Result.ExternalRefsEntry
+	(*Record)(nil),           // 0: storage.v1.Record
+	(*Lease)(nil),            // 1: storage.v1.Lease
+	(*Result)(nil),           // 2: storage.v1.Result
+	(*Failure)(nil),          // 3: storage.v1.Failure
+	(*Event)(nil),            // 4: storage.v1.Event
+	(*Submission)(nil),       // 5: storage.v1.Submission
+	(*UpstreamResponse)(nil), // 6: storage.v1.UpstreamResponse
+	(*Header)(nil),           // 7: storage.v1.Header
+	(*Tombstone)(nil),        // 8: storage.v1.Tombstone
+	nil,                      // 9: storage.v1.Record.LabelsEntry
+	nil,                      // 10: storage.v1.Result.ExternalRefsEntry
 }
 var file_storage_v1_storage_proto_depIdxs = []int32{
-	6, // 0: storage.v1.Record.labels:type_name -> storage.v1.Record.LabelsEntry
-	1, // 1: storage.v1.Record.lease:type_name -> storage.v1.Lease
-	2, // 2: storage.v1.Record.result:type_name -> storage.v1.Result
-	3, // 3: storage.v1.Record.failure:type_name -> storage.v1.Failure
-	4, // 4: storage.v1.Record.history:type_name -> storage.v1.Event
-	7, // 5: storage.v1.Result.external_refs:type_name -> storage.v1.Result.ExternalRefsEntry
-	2, // 6: storage.v1.Event.result:type_name -> storage.v1.Result
-	3, // 7: storage.v1.Event.failure:type_name -> storage.v1.Failure
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	9,  // 0: storage.v1.Record.labels:type_name -> storage.v1.Record.LabelsEntry
+	1,  // 1: storage.v1.Record.lease:type_name -> storage.v1.Lease
+	2,  // 2: storage.v1.Record.result:type_name -> storage.v1.Result
+	3,  // 3: storage.v1.Record.failure:type_name -> storage.v1.Failure
+	4,  // 4: storage.v1.Record.history:type_name -> storage.v1.Event
+	5,  // 5: storage.v1.Record.submissions:type_name -> storage.v1.Submission
+	10, // 6: storage.v1.Result.external_refs:type_name -> storage.v1.Result.ExternalRefsEntry
+	2,  // 7: storage.v1.Event.result:type_name -> storage.v1.Result
+	3,  // 8: storage.v1.Event.failure:type_name -> storage.v1.Failure
+	6,  // 9: storage.v1.Submission.response:type_name -> storage.v1.UpstreamResponse
+	7,  // 10: storage.v1.UpstreamResponse.headers:type_name -> storage.v1.Header
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_storage_v1_storage_proto_init() }
@@ -1029,13 +1394,14 @@ func file_storage_v1_storage_proto_init() {
 	file_storage_v1_storage_proto_msgTypes[1].OneofWrappers = []any{}
 	file_storage_v1_storage_proto_msgTypes[4].OneofWrappers = []any{}
 	file_storage_v1_storage_proto_msgTypes[5].OneofWrappers = []any{}
+	file_storage_v1_storage_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storage_v1_storage_proto_rawDesc), len(file_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -642,6 +642,216 @@ func (Decision) EnumDescriptor() ([]byte, []int) {
 	return file_intent_v1_intent_proto_rawDescGZIP(), []int{6}
 }
 
+// SubmissionState is where an operation's latest submission stands.
+type SubmissionState int32
+
+const (
+	// SUBMISSION_STATE_UNSPECIFIED is never sent.
+	SubmissionState_SUBMISSION_STATE_UNSPECIFIED SubmissionState = 0
+	// SUBMISSION_STATE_IN_FLIGHT: begun; the gateway may be calling the
+	// upstream until the deadline.
+	SubmissionState_SUBMISSION_STATE_IN_FLIGHT SubmissionState = 1
+	// SUBMISSION_STATE_RECORDED: the answer is kept and replayed.
+	SubmissionState_SUBMISSION_STATE_RECORDED SubmissionState = 2
+	// SUBMISSION_STATE_REFUSED: the upstream answered with a definite
+	// refusal (nothing done); the operation may be sent again.
+	SubmissionState_SUBMISSION_STATE_REFUSED SubmissionState = 3
+	// SUBMISSION_STATE_UNKNOWN: the answer was lost after the request may
+	// have reached the upstream; nothing sends it again.
+	SubmissionState_SUBMISSION_STATE_UNKNOWN SubmissionState = 4
+	// SUBMISSION_STATE_ABSENT: the request reached nobody, or a lookup found
+	// no trace of it; the operation may be sent again.
+	SubmissionState_SUBMISSION_STATE_ABSENT SubmissionState = 5
+)
+
+// Enum value maps for SubmissionState.
+var (
+	SubmissionState_name = map[int32]string{
+		0: "SUBMISSION_STATE_UNSPECIFIED",
+		1: "SUBMISSION_STATE_IN_FLIGHT",
+		2: "SUBMISSION_STATE_RECORDED",
+		3: "SUBMISSION_STATE_REFUSED",
+		4: "SUBMISSION_STATE_UNKNOWN",
+		5: "SUBMISSION_STATE_ABSENT",
+	}
+	SubmissionState_value = map[string]int32{
+		"SUBMISSION_STATE_UNSPECIFIED": 0,
+		"SUBMISSION_STATE_IN_FLIGHT":   1,
+		"SUBMISSION_STATE_RECORDED":    2,
+		"SUBMISSION_STATE_REFUSED":     3,
+		"SUBMISSION_STATE_UNKNOWN":     4,
+		"SUBMISSION_STATE_ABSENT":      5,
+	}
+)
+
+func (x SubmissionState) Enum() *SubmissionState {
+	p := new(SubmissionState)
+	*p = x
+	return p
+}
+
+func (x SubmissionState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubmissionState) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[7].Descriptor()
+}
+
+func (SubmissionState) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[7]
+}
+
+func (x SubmissionState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubmissionState.Descriptor instead.
+func (SubmissionState) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{7}
+}
+
+// SubmissionVerdict is what BeginSubmission tells the gateway to do.
+type SubmissionVerdict int32
+
+const (
+	// SUBMISSION_VERDICT_UNSPECIFIED is never sent.
+	SubmissionVerdict_SUBMISSION_VERDICT_UNSPECIFIED SubmissionVerdict = 0
+	// SUBMISSION_VERDICT_FORWARD: send the request now, then record the
+	// answer.
+	SubmissionVerdict_SUBMISSION_VERDICT_FORWARD SubmissionVerdict = 1
+	// SUBMISSION_VERDICT_REPLAY: answer submission.response; send nothing.
+	SubmissionVerdict_SUBMISSION_VERDICT_REPLAY SubmissionVerdict = 2
+	// SUBMISSION_VERDICT_BUSY: a submission of the operation is in flight;
+	// send nothing.
+	SubmissionVerdict_SUBMISSION_VERDICT_BUSY SubmissionVerdict = 3
+	// SUBMISSION_VERDICT_UNKNOWN: the operation's outcome is unknown; send
+	// nothing.
+	SubmissionVerdict_SUBMISSION_VERDICT_UNKNOWN SubmissionVerdict = 4
+	// SUBMISSION_VERDICT_LOOKUP: ask the upstream's lookup, then record what
+	// it says.
+	SubmissionVerdict_SUBMISSION_VERDICT_LOOKUP SubmissionVerdict = 5
+)
+
+// Enum value maps for SubmissionVerdict.
+var (
+	SubmissionVerdict_name = map[int32]string{
+		0: "SUBMISSION_VERDICT_UNSPECIFIED",
+		1: "SUBMISSION_VERDICT_FORWARD",
+		2: "SUBMISSION_VERDICT_REPLAY",
+		3: "SUBMISSION_VERDICT_BUSY",
+		4: "SUBMISSION_VERDICT_UNKNOWN",
+		5: "SUBMISSION_VERDICT_LOOKUP",
+	}
+	SubmissionVerdict_value = map[string]int32{
+		"SUBMISSION_VERDICT_UNSPECIFIED": 0,
+		"SUBMISSION_VERDICT_FORWARD":     1,
+		"SUBMISSION_VERDICT_REPLAY":      2,
+		"SUBMISSION_VERDICT_BUSY":        3,
+		"SUBMISSION_VERDICT_UNKNOWN":     4,
+		"SUBMISSION_VERDICT_LOOKUP":      5,
+	}
+)
+
+func (x SubmissionVerdict) Enum() *SubmissionVerdict {
+	p := new(SubmissionVerdict)
+	*p = x
+	return p
+}
+
+func (x SubmissionVerdict) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubmissionVerdict) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[8].Descriptor()
+}
+
+func (SubmissionVerdict) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[8]
+}
+
+func (x SubmissionVerdict) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubmissionVerdict.Descriptor instead.
+func (SubmissionVerdict) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{8}
+}
+
+// SubmissionOutcome is what the gateway learned of a submission.
+type SubmissionOutcome int32
+
+const (
+	// SUBMISSION_OUTCOME_UNSPECIFIED is refused.
+	SubmissionOutcome_SUBMISSION_OUTCOME_UNSPECIFIED SubmissionOutcome = 0
+	// SUBMISSION_OUTCOME_ANSWERED: the upstream answered (response).
+	SubmissionOutcome_SUBMISSION_OUTCOME_ANSWERED SubmissionOutcome = 1
+	// SUBMISSION_OUTCOME_REFUSED: the upstream answered with a status the
+	// gateway's configuration calls a definite refusal (response).
+	SubmissionOutcome_SUBMISSION_OUTCOME_REFUSED SubmissionOutcome = 2
+	// SUBMISSION_OUTCOME_LOST: no answer after the request may have reached
+	// the upstream (error).
+	SubmissionOutcome_SUBMISSION_OUTCOME_LOST SubmissionOutcome = 3
+	// SUBMISSION_OUTCOME_NOT_SENT: the request never left the gateway
+	// (error).
+	SubmissionOutcome_SUBMISSION_OUTCOME_NOT_SENT SubmissionOutcome = 4
+	// SUBMISSION_OUTCOME_FOUND: the lookup found the effect (response).
+	SubmissionOutcome_SUBMISSION_OUTCOME_FOUND SubmissionOutcome = 5
+	// SUBMISSION_OUTCOME_NOT_FOUND: the lookup found no trace of it.
+	SubmissionOutcome_SUBMISSION_OUTCOME_NOT_FOUND SubmissionOutcome = 6
+)
+
+// Enum value maps for SubmissionOutcome.
+var (
+	SubmissionOutcome_name = map[int32]string{
+		0: "SUBMISSION_OUTCOME_UNSPECIFIED",
+		1: "SUBMISSION_OUTCOME_ANSWERED",
+		2: "SUBMISSION_OUTCOME_REFUSED",
+		3: "SUBMISSION_OUTCOME_LOST",
+		4: "SUBMISSION_OUTCOME_NOT_SENT",
+		5: "SUBMISSION_OUTCOME_FOUND",
+		6: "SUBMISSION_OUTCOME_NOT_FOUND",
+	}
+	SubmissionOutcome_value = map[string]int32{
+		"SUBMISSION_OUTCOME_UNSPECIFIED": 0,
+		"SUBMISSION_OUTCOME_ANSWERED":    1,
+		"SUBMISSION_OUTCOME_REFUSED":     2,
+		"SUBMISSION_OUTCOME_LOST":        3,
+		"SUBMISSION_OUTCOME_NOT_SENT":    4,
+		"SUBMISSION_OUTCOME_FOUND":       5,
+		"SUBMISSION_OUTCOME_NOT_FOUND":   6,
+	}
+)
+
+func (x SubmissionOutcome) Enum() *SubmissionOutcome {
+	p := new(SubmissionOutcome)
+	*p = x
+	return p
+}
+
+func (x SubmissionOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubmissionOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_intent_v1_intent_proto_enumTypes[9].Descriptor()
+}
+
+func (SubmissionOutcome) Type() protoreflect.EnumType {
+	return &file_intent_v1_intent_proto_enumTypes[9]
+}
+
+func (x SubmissionOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubmissionOutcome.Descriptor instead.
+func (SubmissionOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{9}
+}
+
 // Kind is what happened.
 type HistoryEntry_Kind int32
 
@@ -675,6 +885,17 @@ const (
 	// KIND_CHILD_REGISTERED: a child intent was registered by Complete (the
 	// outbox); reason holds the child's key.
 	HistoryEntry_KIND_CHILD_REGISTERED HistoryEntry_Kind = 12
+	// KIND_SUBMISSION_STARTED: the fencing gateway began a submission of an
+	// operation (reason names it and says what is sent), or, not accepted,
+	// was refused one under a superseded token.
+	HistoryEntry_KIND_SUBMISSION_STARTED HistoryEntry_Kind = 13
+	// KIND_SUBMISSION_RECORDED: the upstream's answer to a submission (or a
+	// lookup's finding) was recorded; reason says what came back.
+	HistoryEntry_KIND_SUBMISSION_RECORDED HistoryEntry_Kind = 14
+	// KIND_SUBMISSION_UNKNOWN: a submission's answer was lost after the
+	// request may have reached the upstream; reason says what was sent,
+	// when, and what came back instead.
+	HistoryEntry_KIND_SUBMISSION_UNKNOWN HistoryEntry_Kind = 15
 )
 
 // Enum value maps for HistoryEntry_Kind.
@@ -693,21 +914,27 @@ var (
 		10: "KIND_RESOLVED",
 		11: "KIND_CANCELLED",
 		12: "KIND_CHILD_REGISTERED",
+		13: "KIND_SUBMISSION_STARTED",
+		14: "KIND_SUBMISSION_RECORDED",
+		15: "KIND_SUBMISSION_UNKNOWN",
 	}
 	HistoryEntry_Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":      0,
-		"KIND_REGISTERED":       1,
-		"KIND_ACQUIRED":         2,
-		"KIND_COMPLETED":        3,
-		"KIND_MARKED_UNKNOWN":   4,
-		"KIND_RELEASED":         5,
-		"KIND_FAILED":           6,
-		"KIND_HEARTBEAT":        7,
-		"KIND_LEASE_LAPSED":     8,
-		"KIND_ESCALATED":        9,
-		"KIND_RESOLVED":         10,
-		"KIND_CANCELLED":        11,
-		"KIND_CHILD_REGISTERED": 12,
+		"KIND_UNSPECIFIED":         0,
+		"KIND_REGISTERED":          1,
+		"KIND_ACQUIRED":            2,
+		"KIND_COMPLETED":           3,
+		"KIND_MARKED_UNKNOWN":      4,
+		"KIND_RELEASED":            5,
+		"KIND_FAILED":              6,
+		"KIND_HEARTBEAT":           7,
+		"KIND_LEASE_LAPSED":        8,
+		"KIND_ESCALATED":           9,
+		"KIND_RESOLVED":            10,
+		"KIND_CANCELLED":           11,
+		"KIND_CHILD_REGISTERED":    12,
+		"KIND_SUBMISSION_STARTED":  13,
+		"KIND_SUBMISSION_RECORDED": 14,
+		"KIND_SUBMISSION_UNKNOWN":  15,
 	}
 )
 
@@ -722,11 +949,11 @@ func (x HistoryEntry_Kind) String() string {
 }
 
 func (HistoryEntry_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[7].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[10].Descriptor()
 }
 
 func (HistoryEntry_Kind) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[7]
+	return &file_intent_v1_intent_proto_enumTypes[10]
 }
 
 func (x HistoryEntry_Kind) Number() protoreflect.EnumNumber {
@@ -787,11 +1014,11 @@ func (x WatchResponse_Type) String() string {
 }
 
 func (WatchResponse_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_intent_v1_intent_proto_enumTypes[8].Descriptor()
+	return file_intent_v1_intent_proto_enumTypes[11].Descriptor()
 }
 
 func (WatchResponse_Type) Type() protoreflect.EnumType {
-	return &file_intent_v1_intent_proto_enumTypes[8]
+	return &file_intent_v1_intent_proto_enumTypes[11]
 }
 
 func (x WatchResponse_Type) Number() protoreflect.EnumNumber {
@@ -4002,6 +4229,748 @@ func (x *WatchResponse) GetRevision() int64 {
 	return 0
 }
 
+// SubmittedRequest is what a submission sends upstream, as the intent's
+// record keeps it for reviewers.
+type SubmittedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// upstream is the gateway's name of the upstream: required, 1-64 bytes of
+	// a-z, 0-9 and '-'.
+	Upstream string `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// method is the HTTP method: required, 1-16 uppercase ASCII letters.
+	Method string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	// target is the path and query sent upstream: required, starting with
+	// "/", at most 2048 bytes, no control characters.
+	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// body_sha256 is the hex SHA-256 of the whole body: required, 64
+	// lowercase hexadecimal digits.
+	BodySha256 string `protobuf:"bytes,4,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
+	// body_bytes is the whole body's size.
+	BodyBytes int64 `protobuf:"varint,5,opt,name=body_bytes,json=bodyBytes,proto3" json:"body_bytes,omitempty"`
+	// body_kept is the body's first bytes, at most 4 KiB.
+	BodyKept      []byte `protobuf:"bytes,6,opt,name=body_kept,json=bodyKept,proto3" json:"body_kept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmittedRequest) Reset() {
+	*x = SubmittedRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmittedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmittedRequest) ProtoMessage() {}
+
+func (x *SubmittedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmittedRequest.ProtoReflect.Descriptor instead.
+func (*SubmittedRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SubmittedRequest) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *SubmittedRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *SubmittedRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *SubmittedRequest) GetBodySha256() string {
+	if x != nil {
+		return x.BodySha256
+	}
+	return ""
+}
+
+func (x *SubmittedRequest) GetBodyBytes() int64 {
+	if x != nil {
+		return x.BodyBytes
+	}
+	return 0
+}
+
+func (x *SubmittedRequest) GetBodyKept() []byte {
+	if x != nil {
+		return x.BodyKept
+	}
+	return nil
+}
+
+// UpstreamResponse is an upstream's answer as the record keeps it and the
+// gateway answers it, first and on every replay.
+type UpstreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is the HTTP status: 100-599.
+	Status int32 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	// headers are the header lines the gateway keeps, in order: at most 64.
+	Headers []*HeaderField `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty"`
+	// body is the body's first bytes: at most 64 KiB.
+	Body []byte `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// body_bytes is the whole body's size, larger than body's when the
+	// gateway kept only its start.
+	BodyBytes     int64 `protobuf:"varint,4,opt,name=body_bytes,json=bodyBytes,proto3" json:"body_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamResponse) Reset() {
+	*x = UpstreamResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamResponse) ProtoMessage() {}
+
+func (x *UpstreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamResponse.ProtoReflect.Descriptor instead.
+func (*UpstreamResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *UpstreamResponse) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *UpstreamResponse) GetHeaders() []*HeaderField {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *UpstreamResponse) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *UpstreamResponse) GetBodyBytes() int64 {
+	if x != nil {
+		return x.BodyBytes
+	}
+	return 0
+}
+
+// HeaderField is one header line.
+type HeaderField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: required, at most 256 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// value: at most 8 KiB.
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderField) Reset() {
+	*x = HeaderField{}
+	mi := &file_intent_v1_intent_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderField) ProtoMessage() {}
+
+func (x *HeaderField) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderField.ProtoReflect.Descriptor instead.
+func (*HeaderField) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *HeaderField) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeaderField) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+// Submission is an operation's latest submission through the gateway.
+type Submission struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// operation names the operation ("create-pickup").
+	Operation string `protobuf:"bytes,1,opt,name=operation,proto3" json:"operation,omitempty"`
+	// submission_id is the gateway's id of the submission.
+	SubmissionId string `protobuf:"bytes,2,opt,name=submission_id,json=submissionId,proto3" json:"submission_id,omitempty"`
+	// token is the lease it was begun under.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// state is where it stands.
+	State SubmissionState `protobuf:"varint,4,opt,name=state,proto3,enum=intent.v1.SubmissionState" json:"state,omitempty"`
+	// request is what was sent.
+	Request *SubmittedRequest `protobuf:"bytes,5,opt,name=request,proto3" json:"request,omitempty"`
+	// started_at is when it began; deadline when the gateway that began it
+	// gives up; ended_at when its outcome was recorded.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Deadline  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// response is the upstream's answer (or its lookup's, with looked_up).
+	Response *UpstreamResponse `protobuf:"bytes,9,opt,name=response,proto3" json:"response,omitempty"`
+	// looked_up says response came from the upstream's lookup.
+	LookedUp bool `protobuf:"varint,10,opt,name=looked_up,json=lookedUp,proto3" json:"looked_up,omitempty"`
+	// error is what came back instead of an answer.
+	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// has_lookup says the upstream offered a lookup when it began.
+	HasLookup     bool `protobuf:"varint,12,opt,name=has_lookup,json=hasLookup,proto3" json:"has_lookup,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Submission) Reset() {
+	*x = Submission{}
+	mi := &file_intent_v1_intent_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Submission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Submission) ProtoMessage() {}
+
+func (x *Submission) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Submission.ProtoReflect.Descriptor instead.
+func (*Submission) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Submission) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *Submission) GetSubmissionId() string {
+	if x != nil {
+		return x.SubmissionId
+	}
+	return ""
+}
+
+func (x *Submission) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Submission) GetState() SubmissionState {
+	if x != nil {
+		return x.State
+	}
+	return SubmissionState_SUBMISSION_STATE_UNSPECIFIED
+}
+
+func (x *Submission) GetRequest() *SubmittedRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *Submission) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Submission) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *Submission) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *Submission) GetResponse() *UpstreamResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *Submission) GetLookedUp() bool {
+	if x != nil {
+		return x.LookedUp
+	}
+	return false
+}
+
+func (x *Submission) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Submission) GetHasLookup() bool {
+	if x != nil {
+		return x.HasLookup
+	}
+	return false
+}
+
+// BeginSubmissionRequest asks to send a request of an operation upstream.
+type BeginSubmissionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant owning the intent; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key is the intent's key; required.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// operation names the kind of call ("create-pickup"): required, 1-64
+	// bytes of A-Z, a-z, 0-9 and "-_.". The provider's idempotency key for it
+	// is "<key>:<operation>".
+	Operation string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
+	// token is the worker's lease; never 0.
+	Token uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// submission_id is the gateway's id of this submission, which a retry of
+	// this call repeats: required, at most 128 bytes.
+	SubmissionId string `protobuf:"bytes,5,opt,name=submission_id,json=submissionId,proto3" json:"submission_id,omitempty"`
+	// lookup asks about the operation's submission in doubt instead of
+	// sending a new one (verdict LOOKUP).
+	Lookup bool `protobuf:"varint,6,opt,name=lookup,proto3" json:"lookup,omitempty"`
+	// upstream_has_lookup says the upstream offers a lookup: a lost answer
+	// then leaves the intent UNKNOWN for it, else it goes to review.
+	UpstreamHasLookup bool `protobuf:"varint,7,opt,name=upstream_has_lookup,json=upstreamHasLookup,proto3" json:"upstream_has_lookup,omitempty"`
+	// request is what the gateway will send; required.
+	Request *SubmittedRequest `protobuf:"bytes,8,opt,name=request,proto3" json:"request,omitempty"`
+	// timeout is how long the gateway may take until its RecordSubmission:
+	// required, at most 1h. A submission not recorded by then is unknown.
+	Timeout       *durationpb.Duration `protobuf:"bytes,9,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginSubmissionRequest) Reset() {
+	*x = BeginSubmissionRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginSubmissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginSubmissionRequest) ProtoMessage() {}
+
+func (x *BeginSubmissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginSubmissionRequest.ProtoReflect.Descriptor instead.
+func (*BeginSubmissionRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *BeginSubmissionRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BeginSubmissionRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *BeginSubmissionRequest) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *BeginSubmissionRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *BeginSubmissionRequest) GetSubmissionId() string {
+	if x != nil {
+		return x.SubmissionId
+	}
+	return ""
+}
+
+func (x *BeginSubmissionRequest) GetLookup() bool {
+	if x != nil {
+		return x.Lookup
+	}
+	return false
+}
+
+func (x *BeginSubmissionRequest) GetUpstreamHasLookup() bool {
+	if x != nil {
+		return x.UpstreamHasLookup
+	}
+	return false
+}
+
+func (x *BeginSubmissionRequest) GetRequest() *SubmittedRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *BeginSubmissionRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// BeginSubmissionResponse is the verdict.
+type BeginSubmissionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// verdict is what the gateway is to do.
+	Verdict SubmissionVerdict `protobuf:"varint,1,opt,name=verdict,proto3,enum=intent.v1.SubmissionVerdict" json:"verdict,omitempty"`
+	// submission is the operation's submission the verdict is about.
+	Submission *Submission `protobuf:"bytes,2,opt,name=submission,proto3" json:"submission,omitempty"`
+	// intent is the intent as it stands (without history).
+	Intent *Intent `protobuf:"bytes,3,opt,name=intent,proto3" json:"intent,omitempty"`
+	// statement says the verdict in words, for BUSY and UNKNOWN.
+	Statement     *Statement `protobuf:"bytes,4,opt,name=statement,proto3" json:"statement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginSubmissionResponse) Reset() {
+	*x = BeginSubmissionResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginSubmissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginSubmissionResponse) ProtoMessage() {}
+
+func (x *BeginSubmissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginSubmissionResponse.ProtoReflect.Descriptor instead.
+func (*BeginSubmissionResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *BeginSubmissionResponse) GetVerdict() SubmissionVerdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return SubmissionVerdict_SUBMISSION_VERDICT_UNSPECIFIED
+}
+
+func (x *BeginSubmissionResponse) GetSubmission() *Submission {
+	if x != nil {
+		return x.Submission
+	}
+	return nil
+}
+
+func (x *BeginSubmissionResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+func (x *BeginSubmissionResponse) GetStatement() *Statement {
+	if x != nil {
+		return x.Statement
+	}
+	return nil
+}
+
+// RecordSubmissionRequest records a submission's outcome.
+type RecordSubmissionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant owning the intent; empty means "default".
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// key is the intent's key; required.
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// operation names the kind of call; required, as in
+	// BeginSubmissionRequest.
+	Operation string `protobuf:"bytes,3,opt,name=operation,proto3" json:"operation,omitempty"`
+	// token is the token the submission was begun under for the forward's
+	// own outcomes, the caller's current token for a lookup's; never 0.
+	Token uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	// submission_id names the submission; required, at most 128 bytes.
+	SubmissionId string `protobuf:"bytes,5,opt,name=submission_id,json=submissionId,proto3" json:"submission_id,omitempty"`
+	// outcome is what was learned; required.
+	Outcome SubmissionOutcome `protobuf:"varint,6,opt,name=outcome,proto3,enum=intent.v1.SubmissionOutcome" json:"outcome,omitempty"`
+	// response is the answer: required for ANSWERED, REFUSED and FOUND.
+	Response *UpstreamResponse `protobuf:"bytes,7,opt,name=response,proto3" json:"response,omitempty"`
+	// error says what came back instead of an answer: at most 1024 bytes.
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordSubmissionRequest) Reset() {
+	*x = RecordSubmissionRequest{}
+	mi := &file_intent_v1_intent_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordSubmissionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordSubmissionRequest) ProtoMessage() {}
+
+func (x *RecordSubmissionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordSubmissionRequest.ProtoReflect.Descriptor instead.
+func (*RecordSubmissionRequest) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RecordSubmissionRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RecordSubmissionRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RecordSubmissionRequest) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *RecordSubmissionRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RecordSubmissionRequest) GetSubmissionId() string {
+	if x != nil {
+		return x.SubmissionId
+	}
+	return ""
+}
+
+func (x *RecordSubmissionRequest) GetOutcome() SubmissionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return SubmissionOutcome_SUBMISSION_OUTCOME_UNSPECIFIED
+}
+
+func (x *RecordSubmissionRequest) GetResponse() *UpstreamResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *RecordSubmissionRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// RecordSubmissionResponse is the submission as recorded.
+type RecordSubmissionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// submission is the operation's submission after the call.
+	Submission *Submission `protobuf:"bytes,1,opt,name=submission,proto3" json:"submission,omitempty"`
+	// intent is the intent when the outcome changed its state (a lost
+	// answer: UNKNOWN or NEEDS_REVIEW), else unset.
+	Intent *Intent `protobuf:"bytes,2,opt,name=intent,proto3" json:"intent,omitempty"`
+	// statement says a lost answer's consequence in words.
+	Statement     *Statement `protobuf:"bytes,3,opt,name=statement,proto3" json:"statement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordSubmissionResponse) Reset() {
+	*x = RecordSubmissionResponse{}
+	mi := &file_intent_v1_intent_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordSubmissionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordSubmissionResponse) ProtoMessage() {}
+
+func (x *RecordSubmissionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_intent_v1_intent_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordSubmissionResponse.ProtoReflect.Descriptor instead.
+func (*RecordSubmissionResponse) Descriptor() ([]byte, []int) {
+	return file_intent_v1_intent_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RecordSubmissionResponse) GetSubmission() *Submission {
+	if x != nil {
+		return x.Submission
+	}
+	return nil
+}
+
+func (x *RecordSubmissionResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
+func (x *RecordSubmissionResponse) GetStatement() *Statement {
+	if x != nil {
+		return x.Statement
+	}
+	return nil
+}
+
 var File_intent_v1_intent_proto protoreflect.FileDescriptor
 
 const file_intent_v1_intent_proto_rawDesc = "" +
@@ -4061,7 +5030,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
 	"\aFailure\x12\x1f\n" +
 	"\x04code\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x01R\x04code\x12\"\n" +
-	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\xa5\x06\n" +
+	"\amessage\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80\bR\amessage\"\xfd\x06\n" +
 	"\fHistoryEntry\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x120\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1c.intent.v1.HistoryEntry.KindR\x04kind\x12\x14\n" +
@@ -4078,7 +5047,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\tprincipal\x18\v \x01(\tR\tprincipal\x127\n" +
 	"\x0eresolved_state\x18\f \x01(\x0e2\x10.intent.v1.StateR\rresolvedState\x12%\n" +
 	"\x0epayload_sha256\x18\r \x01(\tR\rpayloadSha256\x12\x18\n" +
-	"\achannel\x18\x0e \x01(\tR\achannel\"\x96\x02\n" +
+	"\achannel\x18\x0e \x01(\tR\achannel\"\xee\x02\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKIND_REGISTERED\x10\x01\x12\x11\n" +
@@ -4093,7 +5062,10 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\rKIND_RESOLVED\x10\n" +
 	"\x12\x12\n" +
 	"\x0eKIND_CANCELLED\x10\v\x12\x19\n" +
-	"\x15KIND_CHILD_REGISTERED\x10\f\"\x8c\a\n" +
+	"\x15KIND_CHILD_REGISTERED\x10\f\x12\x1b\n" +
+	"\x17KIND_SUBMISSION_STARTED\x10\r\x12\x1c\n" +
+	"\x18KIND_SUBMISSION_RECORDED\x10\x0e\x12\x1b\n" +
+	"\x17KIND_SUBMISSION_UNKNOWN\x10\x0f\"\x8c\a\n" +
 	"\x0fRegisterRequest\x12\"\n" +
 	"\x06tenant\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\xc8\xf2\xb6\x04\x01R\x06tenant\x12\x1f\n" +
@@ -4324,7 +5296,84 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x10TYPE_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTYPE_PUT\x10\x01\x12\x10\n" +
 	"\fTYPE_DELETED\x10\x02\x12\x10\n" +
-	"\fTYPE_CREATED\x10\x03*\xaf\x01\n" +
+	"\fTYPE_CREATED\x10\x03\"\xb6\x02\n" +
+	"\x10SubmittedRequest\x124\n" +
+	"\bupstream\x18\x01 \x01(\tB\x18\xbaH\x15\xc8\x01\x01r\x10(@2\f^[a-z0-9-]+$R\bupstream\x12,\n" +
+	"\x06method\x18\x02 \x01(\tB\x14\xbaH\x11\xc8\x01\x01r\f(\x102\b^[A-Z]+$R\x06method\x124\n" +
+	"\x06target\x18\x03 \x01(\tB\x1c\xbaH\x19\xc8\x01\x01r\x14(\x80\x102\f^[^\\p{Cc}]*$:\x01/R\x06target\x129\n" +
+	"\vbody_sha256\x18\x04 \x01(\tB\x18\xbaH\x15\xc8\x01\x01r\x102\x0e^[0-9a-f]{64}$R\n" +
+	"bodySha256\x12&\n" +
+	"\n" +
+	"body_bytes\x18\x05 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tbodyBytes\x12%\n" +
+	"\tbody_kept\x18\x06 \x01(\fB\b\xbaH\x05z\x03\x18\x80 R\bbodyKept\"\xb9\x01\n" +
+	"\x10UpstreamResponse\x12\"\n" +
+	"\x06status\x18\x01 \x01(\x05B\n" +
+	"\xbaH\a\x1a\x05\x18\xd7\x04(dR\x06status\x12:\n" +
+	"\aheaders\x18\x02 \x03(\v2\x16.intent.v1.HeaderFieldB\b\xbaH\x05\x92\x01\x02\x10@R\aheaders\x12\x1d\n" +
+	"\x04body\x18\x03 \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80\x04R\x04body\x12&\n" +
+	"\n" +
+	"body_bytes\x18\x04 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\tbodyBytes\"N\n" +
+	"\vHeaderField\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xbaH\b\xc8\x01\x01r\x03(\x80\x02R\x04name\x12\x1e\n" +
+	"\x05value\x18\x02 \x01(\tB\b\xbaH\x05r\x03(\x80@R\x05value\"\x83\x04\n" +
+	"\n" +
+	"Submission\x12\x1c\n" +
+	"\toperation\x18\x01 \x01(\tR\toperation\x12#\n" +
+	"\rsubmission_id\x18\x02 \x01(\tR\fsubmissionId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x120\n" +
+	"\x05state\x18\x04 \x01(\x0e2\x1a.intent.v1.SubmissionStateR\x05state\x125\n" +
+	"\arequest\x18\x05 \x01(\v2\x1b.intent.v1.SubmittedRequestR\arequest\x129\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\bdeadline\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x125\n" +
+	"\bended_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x127\n" +
+	"\bresponse\x18\t \x01(\v2\x1b.intent.v1.UpstreamResponseR\bresponse\x12\x1b\n" +
+	"\tlooked_up\x18\n" +
+	" \x01(\bR\blookedUp\x12\x14\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"has_lookup\x18\f \x01(\bR\thasLookup\"\xab\x03\n" +
+	"\x16BeginSubmissionRequest\x12\"\n" +
+	"\x06tenant\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\xc8\xf2\xb6\x04\x01R\x06tenant\x12\x1f\n" +
+	"\x03key\x18\x02 \x01(\tB\r\xbaH\n" +
+	"\xc8\x01\x01r\x05\xd0\xf2\xb6\x04\x01R\x03key\x12+\n" +
+	"\toperation\x18\x03 \x01(\tB\r\xbaH\n" +
+	"\xc8\x01\x01r\x05\x88\xf3\xb6\x04\x01R\toperation\x12\x1d\n" +
+	"\x05token\x18\x04 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\x122\n" +
+	"\rsubmission_id\x18\x05 \x01(\tB\r\xbaH\n" +
+	"\xc8\x01\x01r\x05\xe8\xf2\xb6\x04\x01R\fsubmissionId\x12\x16\n" +
+	"\x06lookup\x18\x06 \x01(\bR\x06lookup\x12.\n" +
+	"\x13upstream_has_lookup\x18\a \x01(\bR\x11upstreamHasLookup\x12=\n" +
+	"\arequest\x18\b \x01(\v2\x1b.intent.v1.SubmittedRequestB\x06\xbaH\x03\xc8\x01\x01R\arequest\x12E\n" +
+	"\atimeout\x18\t \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xc8\x01\x01\xaa\x01\a\"\x03\b\x90\x1c*\x00R\atimeout\"\xe7\x01\n" +
+	"\x17BeginSubmissionResponse\x126\n" +
+	"\averdict\x18\x01 \x01(\x0e2\x1c.intent.v1.SubmissionVerdictR\averdict\x125\n" +
+	"\n" +
+	"submission\x18\x02 \x01(\v2\x15.intent.v1.SubmissionR\n" +
+	"submission\x12)\n" +
+	"\x06intent\x18\x03 \x01(\v2\x11.intent.v1.IntentR\x06intent\x122\n" +
+	"\tstatement\x18\x04 \x01(\v2\x14.intent.v1.StatementR\tstatement\"\xfe\x02\n" +
+	"\x17RecordSubmissionRequest\x12\"\n" +
+	"\x06tenant\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\xc8\xf2\xb6\x04\x01R\x06tenant\x12\x1f\n" +
+	"\x03key\x18\x02 \x01(\tB\r\xbaH\n" +
+	"\xc8\x01\x01r\x05\xd0\xf2\xb6\x04\x01R\x03key\x12+\n" +
+	"\toperation\x18\x03 \x01(\tB\r\xbaH\n" +
+	"\xc8\x01\x01r\x05\x88\xf3\xb6\x04\x01R\toperation\x12\x1d\n" +
+	"\x05token\x18\x04 \x01(\x04B\a\xbaH\x042\x02 \x00R\x05token\x122\n" +
+	"\rsubmission_id\x18\x05 \x01(\tB\r\xbaH\n" +
+	"\xc8\x01\x01r\x05\xe8\xf2\xb6\x04\x01R\fsubmissionId\x12C\n" +
+	"\aoutcome\x18\x06 \x01(\x0e2\x1c.intent.v1.SubmissionOutcomeB\v\xbaH\b\xc8\x01\x01\x82\x01\x02\x10\x01R\aoutcome\x127\n" +
+	"\bresponse\x18\a \x01(\v2\x1b.intent.v1.UpstreamResponseR\bresponse\x12 \n" +
+	"\x05error\x18\b \x01(\tB\n" +
+	"\xbaH\ar\x05\xf0\xf2\xb6\x04\x01R\x05error\"\xb0\x01\n" +
+	"\x18RecordSubmissionResponse\x125\n" +
+	"\n" +
+	"submission\x18\x01 \x01(\v2\x15.intent.v1.SubmissionR\n" +
+	"submission\x12)\n" +
+	"\x06intent\x18\x02 \x01(\v2\x11.intent.v1.IntentR\x06intent\x122\n" +
+	"\tstatement\x18\x03 \x01(\v2\x14.intent.v1.StatementR\tstatement*\xaf\x01\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTATE_PENDING\x10\x01\x12\x15\n" +
@@ -4394,7 +5443,30 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x12DECISION_COMPLETED\x10\x01\x12\x14\n" +
 	"\x10DECISION_PENDING\x10\x02\x12\x13\n" +
 	"\x0fDECISION_FAILED\x10\x03\x12\x16\n" +
-	"\x12DECISION_CANCELLED\x10\x042\xda\b\n" +
+	"\x12DECISION_CANCELLED\x10\x04*\xcb\x01\n" +
+	"\x0fSubmissionState\x12 \n" +
+	"\x1cSUBMISSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aSUBMISSION_STATE_IN_FLIGHT\x10\x01\x12\x1d\n" +
+	"\x19SUBMISSION_STATE_RECORDED\x10\x02\x12\x1c\n" +
+	"\x18SUBMISSION_STATE_REFUSED\x10\x03\x12\x1c\n" +
+	"\x18SUBMISSION_STATE_UNKNOWN\x10\x04\x12\x1b\n" +
+	"\x17SUBMISSION_STATE_ABSENT\x10\x05*\xd2\x01\n" +
+	"\x11SubmissionVerdict\x12\"\n" +
+	"\x1eSUBMISSION_VERDICT_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aSUBMISSION_VERDICT_FORWARD\x10\x01\x12\x1d\n" +
+	"\x19SUBMISSION_VERDICT_REPLAY\x10\x02\x12\x1b\n" +
+	"\x17SUBMISSION_VERDICT_BUSY\x10\x03\x12\x1e\n" +
+	"\x1aSUBMISSION_VERDICT_UNKNOWN\x10\x04\x12\x1d\n" +
+	"\x19SUBMISSION_VERDICT_LOOKUP\x10\x05*\xf6\x01\n" +
+	"\x11SubmissionOutcome\x12\"\n" +
+	"\x1eSUBMISSION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bSUBMISSION_OUTCOME_ANSWERED\x10\x01\x12\x1e\n" +
+	"\x1aSUBMISSION_OUTCOME_REFUSED\x10\x02\x12\x1b\n" +
+	"\x17SUBMISSION_OUTCOME_LOST\x10\x03\x12\x1f\n" +
+	"\x1bSUBMISSION_OUTCOME_NOT_SENT\x10\x04\x12\x1c\n" +
+	"\x18SUBMISSION_OUTCOME_FOUND\x10\x05\x12 \n" +
+	"\x1cSUBMISSION_OUTCOME_NOT_FOUND\x10\x062\x91\n" +
+	"\n" +
 	"\rIntentService\x12C\n" +
 	"\bRegister\x12\x1a.intent.v1.RegisterRequest\x1a\x1b.intent.v1.RegisterResponse\x12K\n" +
 	"\tDeriveKey\x12\x1b.intent.v1.DeriveKeyRequest\x1a\x1c.intent.v1.DeriveKeyResponse\"\x03\x90\x02\x01\x12L\n" +
@@ -4411,7 +5483,9 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x06Cancel\x12\x18.intent.v1.CancelRequest\x1a\x19.intent.v1.CancelResponse\x129\n" +
 	"\x03Get\x12\x15.intent.v1.GetRequest\x1a\x16.intent.v1.GetResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x04List\x12\x16.intent.v1.ListRequest\x1a\x17.intent.v1.ListResponse\"\x03\x90\x02\x01\x12A\n" +
-	"\x05Watch\x12\x17.intent.v1.WatchRequest\x1a\x18.intent.v1.WatchResponse\"\x03\x90\x02\x010\x01B\x94\x01\n" +
+	"\x05Watch\x12\x17.intent.v1.WatchRequest\x1a\x18.intent.v1.WatchResponse\"\x03\x90\x02\x010\x01\x12X\n" +
+	"\x0fBeginSubmission\x12!.intent.v1.BeginSubmissionRequest\x1a\".intent.v1.BeginSubmissionResponse\x12[\n" +
+	"\x10RecordSubmission\x12\".intent.v1.RecordSubmissionRequest\x1a#.intent.v1.RecordSubmissionResponseB\x94\x01\n" +
 	"\rcom.intent.v1B\vIntentProtoP\x01Z1github.com/intentd/intentd/gen/intent/v1;intentv1\xa2\x02\x03IXX\xaa\x02\tIntent.V1\xca\x02\tIntent\\V1\xe2\x02\x15Intent\\V1\\GPBMetadata\xea\x02\n" +
 	"Intent::V1b\x06proto3"
 
@@ -4427,166 +5501,199 @@ func file_intent_v1_intent_proto_rawDescGZIP() []byte {
 	return file_intent_v1_intent_proto_rawDescData
 }
 
-var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_intent_v1_intent_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_intent_v1_intent_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
+var file_intent_v1_intent_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_intent_v1_intent_proto_goTypes = []any{
-	(State)(0),                    // 0: intent.v1.State
-	(Outcome)(0),                  // 1: intent.v1.Outcome
-	(ErrorReason)(0),              // 2: intent.v1.ErrorReason
-	(ActionTaken)(0),              // 3: intent.v1.ActionTaken
-	(StatementStatus)(0),          // 4: intent.v1.StatementStatus
-	(LeaseMode)(0),                // 5: intent.v1.LeaseMode
-	(Decision)(0),                 // 6: intent.v1.Decision
-	(HistoryEntry_Kind)(0),        // 7: intent.v1.HistoryEntry.Kind
-	(WatchResponse_Type)(0),       // 8: intent.v1.WatchResponse.Type
-	(*Intent)(nil),                // 9: intent.v1.Intent
-	(*Child)(nil),                 // 10: intent.v1.Child
-	(*Lease)(nil),                 // 11: intent.v1.Lease
-	(*Result)(nil),                // 12: intent.v1.Result
-	(*Failure)(nil),               // 13: intent.v1.Failure
-	(*HistoryEntry)(nil),          // 14: intent.v1.HistoryEntry
-	(*RegisterRequest)(nil),       // 15: intent.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 16: intent.v1.RegisterResponse
-	(*DeriveKeyRequest)(nil),      // 17: intent.v1.DeriveKeyRequest
-	(*DeriveKeyResponse)(nil),     // 18: intent.v1.DeriveKeyResponse
-	(*OpenSessionRequest)(nil),    // 19: intent.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),   // 20: intent.v1.OpenSessionResponse
-	(*CloseSessionRequest)(nil),   // 21: intent.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 22: intent.v1.CloseSessionResponse
-	(*AcquireRequest)(nil),        // 23: intent.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 24: intent.v1.AcquireResponse
-	(*Statement)(nil),             // 25: intent.v1.Statement
-	(*HeldLease)(nil),             // 26: intent.v1.HeldLease
-	(*HeartbeatRequest)(nil),      // 27: intent.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 28: intent.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),       // 29: intent.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 30: intent.v1.CompleteResponse
-	(*MarkUnknownRequest)(nil),    // 31: intent.v1.MarkUnknownRequest
-	(*MarkUnknownResponse)(nil),   // 32: intent.v1.MarkUnknownResponse
-	(*ReleaseRequest)(nil),        // 33: intent.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 34: intent.v1.ReleaseResponse
-	(*FailRequest)(nil),           // 35: intent.v1.FailRequest
-	(*FailResponse)(nil),          // 36: intent.v1.FailResponse
-	(*GetRequest)(nil),            // 37: intent.v1.GetRequest
-	(*GetResponse)(nil),           // 38: intent.v1.GetResponse
-	(*EscalateRequest)(nil),       // 39: intent.v1.EscalateRequest
-	(*EscalateResponse)(nil),      // 40: intent.v1.EscalateResponse
-	(*ResolveRequest)(nil),        // 41: intent.v1.ResolveRequest
-	(*ResolveResponse)(nil),       // 42: intent.v1.ResolveResponse
-	(*CancelRequest)(nil),         // 43: intent.v1.CancelRequest
-	(*CancelResponse)(nil),        // 44: intent.v1.CancelResponse
-	(*ListRequest)(nil),           // 45: intent.v1.ListRequest
-	(*ListResponse)(nil),          // 46: intent.v1.ListResponse
-	(*WatchRequest)(nil),          // 47: intent.v1.WatchRequest
-	(*WatchResponse)(nil),         // 48: intent.v1.WatchResponse
-	nil,                           // 49: intent.v1.Intent.LabelsEntry
-	nil,                           // 50: intent.v1.Result.ExternalRefsEntry
-	nil,                           // 51: intent.v1.RegisterRequest.LabelsEntry
-	(*structpb.Struct)(nil),       // 52: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 54: google.protobuf.Duration
+	(State)(0),                       // 0: intent.v1.State
+	(Outcome)(0),                     // 1: intent.v1.Outcome
+	(ErrorReason)(0),                 // 2: intent.v1.ErrorReason
+	(ActionTaken)(0),                 // 3: intent.v1.ActionTaken
+	(StatementStatus)(0),             // 4: intent.v1.StatementStatus
+	(LeaseMode)(0),                   // 5: intent.v1.LeaseMode
+	(Decision)(0),                    // 6: intent.v1.Decision
+	(SubmissionState)(0),             // 7: intent.v1.SubmissionState
+	(SubmissionVerdict)(0),           // 8: intent.v1.SubmissionVerdict
+	(SubmissionOutcome)(0),           // 9: intent.v1.SubmissionOutcome
+	(HistoryEntry_Kind)(0),           // 10: intent.v1.HistoryEntry.Kind
+	(WatchResponse_Type)(0),          // 11: intent.v1.WatchResponse.Type
+	(*Intent)(nil),                   // 12: intent.v1.Intent
+	(*Child)(nil),                    // 13: intent.v1.Child
+	(*Lease)(nil),                    // 14: intent.v1.Lease
+	(*Result)(nil),                   // 15: intent.v1.Result
+	(*Failure)(nil),                  // 16: intent.v1.Failure
+	(*HistoryEntry)(nil),             // 17: intent.v1.HistoryEntry
+	(*RegisterRequest)(nil),          // 18: intent.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 19: intent.v1.RegisterResponse
+	(*DeriveKeyRequest)(nil),         // 20: intent.v1.DeriveKeyRequest
+	(*DeriveKeyResponse)(nil),        // 21: intent.v1.DeriveKeyResponse
+	(*OpenSessionRequest)(nil),       // 22: intent.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),      // 23: intent.v1.OpenSessionResponse
+	(*CloseSessionRequest)(nil),      // 24: intent.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),     // 25: intent.v1.CloseSessionResponse
+	(*AcquireRequest)(nil),           // 26: intent.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 27: intent.v1.AcquireResponse
+	(*Statement)(nil),                // 28: intent.v1.Statement
+	(*HeldLease)(nil),                // 29: intent.v1.HeldLease
+	(*HeartbeatRequest)(nil),         // 30: intent.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 31: intent.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),          // 32: intent.v1.CompleteRequest
+	(*CompleteResponse)(nil),         // 33: intent.v1.CompleteResponse
+	(*MarkUnknownRequest)(nil),       // 34: intent.v1.MarkUnknownRequest
+	(*MarkUnknownResponse)(nil),      // 35: intent.v1.MarkUnknownResponse
+	(*ReleaseRequest)(nil),           // 36: intent.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 37: intent.v1.ReleaseResponse
+	(*FailRequest)(nil),              // 38: intent.v1.FailRequest
+	(*FailResponse)(nil),             // 39: intent.v1.FailResponse
+	(*GetRequest)(nil),               // 40: intent.v1.GetRequest
+	(*GetResponse)(nil),              // 41: intent.v1.GetResponse
+	(*EscalateRequest)(nil),          // 42: intent.v1.EscalateRequest
+	(*EscalateResponse)(nil),         // 43: intent.v1.EscalateResponse
+	(*ResolveRequest)(nil),           // 44: intent.v1.ResolveRequest
+	(*ResolveResponse)(nil),          // 45: intent.v1.ResolveResponse
+	(*CancelRequest)(nil),            // 46: intent.v1.CancelRequest
+	(*CancelResponse)(nil),           // 47: intent.v1.CancelResponse
+	(*ListRequest)(nil),              // 48: intent.v1.ListRequest
+	(*ListResponse)(nil),             // 49: intent.v1.ListResponse
+	(*WatchRequest)(nil),             // 50: intent.v1.WatchRequest
+	(*WatchResponse)(nil),            // 51: intent.v1.WatchResponse
+	(*SubmittedRequest)(nil),         // 52: intent.v1.SubmittedRequest
+	(*UpstreamResponse)(nil),         // 53: intent.v1.UpstreamResponse
+	(*HeaderField)(nil),              // 54: intent.v1.HeaderField
+	(*Submission)(nil),               // 55: intent.v1.Submission
+	(*BeginSubmissionRequest)(nil),   // 56: intent.v1.BeginSubmissionRequest
+	(*BeginSubmissionResponse)(nil),  // 57: intent.v1.BeginSubmissionResponse
+	(*RecordSubmissionRequest)(nil),  // 58: intent.v1.RecordSubmissionRequest
+	(*RecordSubmissionResponse)(nil), // 59: intent.v1.RecordSubmissionResponse
+	nil,                              // 60: intent.v1.Intent.LabelsEntry
+	nil,                              // 61: intent.v1.Result.ExternalRefsEntry
+	nil,                              // 62: intent.v1.RegisterRequest.LabelsEntry
+	(*structpb.Struct)(nil),          // 63: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),    // 64: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 65: google.protobuf.Duration
 }
 var file_intent_v1_intent_proto_depIdxs = []int32{
 	0,  // 0: intent.v1.Intent.state:type_name -> intent.v1.State
-	52, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
-	49, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
-	11, // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
-	12, // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
-	13, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
-	14, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
-	53, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
-	53, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
-	54, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
-	53, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
-	10, // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
-	52, // 13: intent.v1.Intent.identity:type_name -> google.protobuf.Struct
+	63, // 1: intent.v1.Intent.params:type_name -> google.protobuf.Struct
+	60, // 2: intent.v1.Intent.labels:type_name -> intent.v1.Intent.LabelsEntry
+	14, // 3: intent.v1.Intent.lease:type_name -> intent.v1.Lease
+	15, // 4: intent.v1.Intent.result:type_name -> intent.v1.Result
+	16, // 5: intent.v1.Intent.failure:type_name -> intent.v1.Failure
+	17, // 6: intent.v1.Intent.history:type_name -> intent.v1.HistoryEntry
+	64, // 7: intent.v1.Intent.created_at:type_name -> google.protobuf.Timestamp
+	64, // 8: intent.v1.Intent.updated_at:type_name -> google.protobuf.Timestamp
+	64, // 9: intent.v1.Intent.completed_at:type_name -> google.protobuf.Timestamp
+	65, // 10: intent.v1.Intent.retention:type_name -> google.protobuf.Duration
+	64, // 11: intent.v1.Intent.retain_until:type_name -> google.protobuf.Timestamp
+	13, // 12: intent.v1.Intent.children:type_name -> intent.v1.Child
+	63, // 13: intent.v1.Intent.identity:type_name -> google.protobuf.Struct
 	0,  // 14: intent.v1.Child.state:type_name -> intent.v1.State
 	5,  // 15: intent.v1.Lease.mode:type_name -> intent.v1.LeaseMode
-	53, // 16: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
-	53, // 17: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	50, // 18: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
-	53, // 19: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
-	7,  // 20: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
+	64, // 16: intent.v1.Lease.acquired_at:type_name -> google.protobuf.Timestamp
+	64, // 17: intent.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 18: intent.v1.Result.external_refs:type_name -> intent.v1.Result.ExternalRefsEntry
+	64, // 19: intent.v1.HistoryEntry.time:type_name -> google.protobuf.Timestamp
+	10, // 20: intent.v1.HistoryEntry.kind:type_name -> intent.v1.HistoryEntry.Kind
 	5,  // 21: intent.v1.HistoryEntry.mode:type_name -> intent.v1.LeaseMode
-	12, // 22: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
-	13, // 23: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
+	15, // 22: intent.v1.HistoryEntry.result:type_name -> intent.v1.Result
+	16, // 23: intent.v1.HistoryEntry.failure:type_name -> intent.v1.Failure
 	0,  // 24: intent.v1.HistoryEntry.resolved_state:type_name -> intent.v1.State
-	52, // 25: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
-	51, // 26: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
-	54, // 27: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
-	52, // 28: intent.v1.RegisterRequest.identity:type_name -> google.protobuf.Struct
-	9,  // 29: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
-	52, // 30: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
-	52, // 31: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
-	54, // 32: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	54, // 33: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
-	15, // 34: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
+	63, // 25: intent.v1.RegisterRequest.params:type_name -> google.protobuf.Struct
+	62, // 26: intent.v1.RegisterRequest.labels:type_name -> intent.v1.RegisterRequest.LabelsEntry
+	65, // 27: intent.v1.RegisterRequest.retention:type_name -> google.protobuf.Duration
+	63, // 28: intent.v1.RegisterRequest.identity:type_name -> google.protobuf.Struct
+	12, // 29: intent.v1.RegisterResponse.intent:type_name -> intent.v1.Intent
+	63, // 30: intent.v1.DeriveKeyRequest.identity:type_name -> google.protobuf.Struct
+	63, // 31: intent.v1.DeriveKeyRequest.params:type_name -> google.protobuf.Struct
+	65, // 32: intent.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	65, // 33: intent.v1.OpenSessionResponse.ttl:type_name -> google.protobuf.Duration
+	18, // 34: intent.v1.AcquireRequest.register:type_name -> intent.v1.RegisterRequest
 	1,  // 35: intent.v1.AcquireResponse.outcome:type_name -> intent.v1.Outcome
-	9,  // 36: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
-	11, // 37: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
-	25, // 38: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
+	12, // 36: intent.v1.AcquireResponse.intent:type_name -> intent.v1.Intent
+	14, // 37: intent.v1.AcquireResponse.lease:type_name -> intent.v1.Lease
+	28, // 38: intent.v1.AcquireResponse.statement:type_name -> intent.v1.Statement
 	0,  // 39: intent.v1.Statement.state:type_name -> intent.v1.State
-	12, // 40: intent.v1.Statement.result:type_name -> intent.v1.Result
-	53, // 41: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
-	26, // 42: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
-	54, // 43: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
-	12, // 44: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
-	15, // 45: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
-	9,  // 46: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
-	9,  // 47: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
-	9,  // 48: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
-	13, // 49: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
-	9,  // 50: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
-	9,  // 51: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
-	9,  // 52: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
+	15, // 40: intent.v1.Statement.result:type_name -> intent.v1.Result
+	64, // 41: intent.v1.Statement.completed_at:type_name -> google.protobuf.Timestamp
+	29, // 42: intent.v1.HeartbeatRequest.leases:type_name -> intent.v1.HeldLease
+	65, // 43: intent.v1.HeartbeatResponse.ttl:type_name -> google.protobuf.Duration
+	15, // 44: intent.v1.CompleteRequest.result:type_name -> intent.v1.Result
+	18, // 45: intent.v1.CompleteRequest.children:type_name -> intent.v1.RegisterRequest
+	12, // 46: intent.v1.CompleteResponse.intent:type_name -> intent.v1.Intent
+	12, // 47: intent.v1.MarkUnknownResponse.intent:type_name -> intent.v1.Intent
+	12, // 48: intent.v1.ReleaseResponse.intent:type_name -> intent.v1.Intent
+	16, // 49: intent.v1.FailRequest.failure:type_name -> intent.v1.Failure
+	12, // 50: intent.v1.FailResponse.intent:type_name -> intent.v1.Intent
+	12, // 51: intent.v1.GetResponse.intent:type_name -> intent.v1.Intent
+	12, // 52: intent.v1.EscalateResponse.intent:type_name -> intent.v1.Intent
 	6,  // 53: intent.v1.ResolveRequest.decision:type_name -> intent.v1.Decision
-	12, // 54: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
-	13, // 55: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
-	9,  // 56: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
-	9,  // 57: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
+	15, // 54: intent.v1.ResolveRequest.result:type_name -> intent.v1.Result
+	16, // 55: intent.v1.ResolveRequest.failure:type_name -> intent.v1.Failure
+	12, // 56: intent.v1.ResolveResponse.intent:type_name -> intent.v1.Intent
+	12, // 57: intent.v1.CancelResponse.intent:type_name -> intent.v1.Intent
 	0,  // 58: intent.v1.ListRequest.states:type_name -> intent.v1.State
-	9,  // 59: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
+	12, // 59: intent.v1.ListResponse.intents:type_name -> intent.v1.Intent
 	0,  // 60: intent.v1.WatchRequest.states:type_name -> intent.v1.State
-	8,  // 61: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
-	9,  // 62: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
-	15, // 63: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
-	17, // 64: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
-	19, // 65: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
-	21, // 66: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
-	23, // 67: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
-	27, // 68: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
-	29, // 69: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
-	31, // 70: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
-	33, // 71: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
-	35, // 72: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
-	39, // 73: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
-	41, // 74: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
-	43, // 75: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
-	37, // 76: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
-	45, // 77: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
-	47, // 78: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
-	16, // 79: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
-	18, // 80: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
-	20, // 81: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
-	22, // 82: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
-	24, // 83: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
-	28, // 84: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
-	30, // 85: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
-	32, // 86: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
-	34, // 87: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
-	36, // 88: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
-	40, // 89: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
-	42, // 90: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
-	44, // 91: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
-	38, // 92: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
-	46, // 93: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
-	48, // 94: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
-	79, // [79:95] is the sub-list for method output_type
-	63, // [63:79] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	11, // 61: intent.v1.WatchResponse.type:type_name -> intent.v1.WatchResponse.Type
+	12, // 62: intent.v1.WatchResponse.intent:type_name -> intent.v1.Intent
+	54, // 63: intent.v1.UpstreamResponse.headers:type_name -> intent.v1.HeaderField
+	7,  // 64: intent.v1.Submission.state:type_name -> intent.v1.SubmissionState
+	52, // 65: intent.v1.Submission.request:type_name -> intent.v1.SubmittedRequest
+	64, // 66: intent.v1.Submission.started_at:type_name -> google.protobuf.Timestamp
+	64, // 67: intent.v1.Submission.deadline:type_name -> google.protobuf.Timestamp
+	64, // 68: intent.v1.Submission.ended_at:type_name -> google.protobuf.Timestamp
+	53, // 69: intent.v1.Submission.response:type_name -> intent.v1.UpstreamResponse
+	52, // 70: intent.v1.BeginSubmissionRequest.request:type_name -> intent.v1.SubmittedRequest
+	65, // 71: intent.v1.BeginSubmissionRequest.timeout:type_name -> google.protobuf.Duration
+	8,  // 72: intent.v1.BeginSubmissionResponse.verdict:type_name -> intent.v1.SubmissionVerdict
+	55, // 73: intent.v1.BeginSubmissionResponse.submission:type_name -> intent.v1.Submission
+	12, // 74: intent.v1.BeginSubmissionResponse.intent:type_name -> intent.v1.Intent
+	28, // 75: intent.v1.BeginSubmissionResponse.statement:type_name -> intent.v1.Statement
+	9,  // 76: intent.v1.RecordSubmissionRequest.outcome:type_name -> intent.v1.SubmissionOutcome
+	53, // 77: intent.v1.RecordSubmissionRequest.response:type_name -> intent.v1.UpstreamResponse
+	55, // 78: intent.v1.RecordSubmissionResponse.submission:type_name -> intent.v1.Submission
+	12, // 79: intent.v1.RecordSubmissionResponse.intent:type_name -> intent.v1.Intent
+	28, // 80: intent.v1.RecordSubmissionResponse.statement:type_name -> intent.v1.Statement
+	18, // 81: intent.v1.IntentService.Register:input_type -> intent.v1.RegisterRequest
+	20, // 82: intent.v1.IntentService.DeriveKey:input_type -> intent.v1.DeriveKeyRequest
+	22, // 83: intent.v1.IntentService.OpenSession:input_type -> intent.v1.OpenSessionRequest
+	24, // 84: intent.v1.IntentService.CloseSession:input_type -> intent.v1.CloseSessionRequest
+	26, // 85: intent.v1.IntentService.Acquire:input_type -> intent.v1.AcquireRequest
+	30, // 86: intent.v1.IntentService.Heartbeat:input_type -> intent.v1.HeartbeatRequest
+	32, // 87: intent.v1.IntentService.Complete:input_type -> intent.v1.CompleteRequest
+	34, // 88: intent.v1.IntentService.MarkUnknown:input_type -> intent.v1.MarkUnknownRequest
+	36, // 89: intent.v1.IntentService.Release:input_type -> intent.v1.ReleaseRequest
+	38, // 90: intent.v1.IntentService.Fail:input_type -> intent.v1.FailRequest
+	42, // 91: intent.v1.IntentService.Escalate:input_type -> intent.v1.EscalateRequest
+	44, // 92: intent.v1.IntentService.Resolve:input_type -> intent.v1.ResolveRequest
+	46, // 93: intent.v1.IntentService.Cancel:input_type -> intent.v1.CancelRequest
+	40, // 94: intent.v1.IntentService.Get:input_type -> intent.v1.GetRequest
+	48, // 95: intent.v1.IntentService.List:input_type -> intent.v1.ListRequest
+	50, // 96: intent.v1.IntentService.Watch:input_type -> intent.v1.WatchRequest
+	56, // 97: intent.v1.IntentService.BeginSubmission:input_type -> intent.v1.BeginSubmissionRequest
+	58, // 98: intent.v1.IntentService.RecordSubmission:input_type -> intent.v1.RecordSubmissionRequest
+	19, // 99: intent.v1.IntentService.Register:output_type -> intent.v1.RegisterResponse
+	21, // 100: intent.v1.IntentService.DeriveKey:output_type -> intent.v1.DeriveKeyResponse
+	23, // 101: intent.v1.IntentService.OpenSession:output_type -> intent.v1.OpenSessionResponse
+	25, // 102: intent.v1.IntentService.CloseSession:output_type -> intent.v1.CloseSessionResponse
+	27, // 103: intent.v1.IntentService.Acquire:output_type -> intent.v1.AcquireResponse
+	31, // 104: intent.v1.IntentService.Heartbeat:output_type -> intent.v1.HeartbeatResponse
+	33, // 105: intent.v1.IntentService.Complete:output_type -> intent.v1.CompleteResponse
+	35, // 106: intent.v1.IntentService.MarkUnknown:output_type -> intent.v1.MarkUnknownResponse
+	37, // 107: intent.v1.IntentService.Release:output_type -> intent.v1.ReleaseResponse
+	39, // 108: intent.v1.IntentService.Fail:output_type -> intent.v1.FailResponse
+	43, // 109: intent.v1.IntentService.Escalate:output_type -> intent.v1.EscalateResponse
+	45, // 110: intent.v1.IntentService.Resolve:output_type -> intent.v1.ResolveResponse
+	47, // 111: intent.v1.IntentService.Cancel:output_type -> intent.v1.CancelResponse
+	41, // 112: intent.v1.IntentService.Get:output_type -> intent.v1.GetResponse
+	49, // 113: intent.v1.IntentService.List:output_type -> intent.v1.ListResponse
+	51, // 114: intent.v1.IntentService.Watch:output_type -> intent.v1.WatchResponse
+	57, // 115: intent.v1.IntentService.BeginSubmission:output_type -> intent.v1.BeginSubmissionResponse
+	59, // 116: intent.v1.IntentService.RecordSubmission:output_type -> intent.v1.RecordSubmissionResponse
+	99, // [99:117] is the sub-list for method output_type
+	81, // [81:99] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_intent_v1_intent_proto_init() }
@@ -4600,8 +5707,8 @@ func file_intent_v1_intent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_intent_v1_intent_proto_rawDesc), len(file_intent_v1_intent_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   43,
+			NumEnums:      12,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

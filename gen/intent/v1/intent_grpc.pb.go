@@ -62,22 +62,24 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IntentService_Register_FullMethodName     = "/intent.v1.IntentService/Register"
-	IntentService_DeriveKey_FullMethodName    = "/intent.v1.IntentService/DeriveKey"
-	IntentService_OpenSession_FullMethodName  = "/intent.v1.IntentService/OpenSession"
-	IntentService_CloseSession_FullMethodName = "/intent.v1.IntentService/CloseSession"
-	IntentService_Acquire_FullMethodName      = "/intent.v1.IntentService/Acquire"
-	IntentService_Heartbeat_FullMethodName    = "/intent.v1.IntentService/Heartbeat"
-	IntentService_Complete_FullMethodName     = "/intent.v1.IntentService/Complete"
-	IntentService_MarkUnknown_FullMethodName  = "/intent.v1.IntentService/MarkUnknown"
-	IntentService_Release_FullMethodName      = "/intent.v1.IntentService/Release"
-	IntentService_Fail_FullMethodName         = "/intent.v1.IntentService/Fail"
-	IntentService_Escalate_FullMethodName     = "/intent.v1.IntentService/Escalate"
-	IntentService_Resolve_FullMethodName      = "/intent.v1.IntentService/Resolve"
-	IntentService_Cancel_FullMethodName       = "/intent.v1.IntentService/Cancel"
-	IntentService_Get_FullMethodName          = "/intent.v1.IntentService/Get"
-	IntentService_List_FullMethodName         = "/intent.v1.IntentService/List"
-	IntentService_Watch_FullMethodName        = "/intent.v1.IntentService/Watch"
+	IntentService_Register_FullMethodName         = "/intent.v1.IntentService/Register"
+	IntentService_DeriveKey_FullMethodName        = "/intent.v1.IntentService/DeriveKey"
+	IntentService_OpenSession_FullMethodName      = "/intent.v1.IntentService/OpenSession"
+	IntentService_CloseSession_FullMethodName     = "/intent.v1.IntentService/CloseSession"
+	IntentService_Acquire_FullMethodName          = "/intent.v1.IntentService/Acquire"
+	IntentService_Heartbeat_FullMethodName        = "/intent.v1.IntentService/Heartbeat"
+	IntentService_Complete_FullMethodName         = "/intent.v1.IntentService/Complete"
+	IntentService_MarkUnknown_FullMethodName      = "/intent.v1.IntentService/MarkUnknown"
+	IntentService_Release_FullMethodName          = "/intent.v1.IntentService/Release"
+	IntentService_Fail_FullMethodName             = "/intent.v1.IntentService/Fail"
+	IntentService_Escalate_FullMethodName         = "/intent.v1.IntentService/Escalate"
+	IntentService_Resolve_FullMethodName          = "/intent.v1.IntentService/Resolve"
+	IntentService_Cancel_FullMethodName           = "/intent.v1.IntentService/Cancel"
+	IntentService_Get_FullMethodName              = "/intent.v1.IntentService/Get"
+	IntentService_List_FullMethodName             = "/intent.v1.IntentService/List"
+	IntentService_Watch_FullMethodName            = "/intent.v1.IntentService/Watch"
+	IntentService_BeginSubmission_FullMethodName  = "/intent.v1.IntentService/BeginSubmission"
+	IntentService_RecordSubmission_FullMethodName = "/intent.v1.IntentService/RecordSubmission"
 )
 
 // IntentServiceClient is the client API for IntentService service.
@@ -167,6 +169,25 @@ type IntentServiceClient interface {
 	// FAILED_PRECONDITION / REVISION_COMPACTED: re-list, then watch from the
 	// list's revision. Nothing is ever skipped silently.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// BeginSubmission is the fencing gateway's first step for a worker's
+	// side-effecting HTTP call (docs/GATEWAY.md), made with the worker's own
+	// credentials: may the gateway send this request of this operation
+	// upstream under the worker's token? In one etcd transaction it checks
+	// that the token is the intent's current lease, held alive, and records
+	// that the submission started (verdict FORWARD). An operation whose
+	// answer is recorded is answered REPLAY with that answer (same token or a
+	// newer holder's), one in flight BUSY, one whose answer was lost UNKNOWN
+	// (nothing is ever sent again; with lookup set, LOOKUP lets the gateway
+	// ask the upstream about it). A superseded token is ABORTED /
+	// STALE_TOKEN, kept in the history as evidence. Retrying with the same
+	// submission_id is safe.
+	BeginSubmission(ctx context.Context, in *BeginSubmissionRequest, opts ...grpc.CallOption) (*BeginSubmissionResponse, error)
+	// RecordSubmission keeps what the gateway learned of a submission (the
+	// upstream's answer, its loss, a lookup's finding) in the intent's
+	// record, before the gateway answers the worker. A lost answer makes the
+	// intent UNKNOWN when the upstream offers a lookup, else NEEDS_REVIEW
+	// with the evidence. Retrying the same call is safe.
+	RecordSubmission(ctx context.Context, in *RecordSubmissionRequest, opts ...grpc.CallOption) (*RecordSubmissionResponse, error)
 }
 
 type intentServiceClient struct {
@@ -346,6 +367,26 @@ func (c *intentServiceClient) Watch(ctx context.Context, in *WatchRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IntentService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *intentServiceClient) BeginSubmission(ctx context.Context, in *BeginSubmissionRequest, opts ...grpc.CallOption) (*BeginSubmissionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginSubmissionResponse)
+	err := c.cc.Invoke(ctx, IntentService_BeginSubmission_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *intentServiceClient) RecordSubmission(ctx context.Context, in *RecordSubmissionRequest, opts ...grpc.CallOption) (*RecordSubmissionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordSubmissionResponse)
+	err := c.cc.Invoke(ctx, IntentService_RecordSubmission_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IntentServiceServer is the server API for IntentService service.
 // All implementations must embed UnimplementedIntentServiceServer
 // for forward compatibility.
@@ -433,6 +474,25 @@ type IntentServiceServer interface {
 	// FAILED_PRECONDITION / REVISION_COMPACTED: re-list, then watch from the
 	// list's revision. Nothing is ever skipped silently.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// BeginSubmission is the fencing gateway's first step for a worker's
+	// side-effecting HTTP call (docs/GATEWAY.md), made with the worker's own
+	// credentials: may the gateway send this request of this operation
+	// upstream under the worker's token? In one etcd transaction it checks
+	// that the token is the intent's current lease, held alive, and records
+	// that the submission started (verdict FORWARD). An operation whose
+	// answer is recorded is answered REPLAY with that answer (same token or a
+	// newer holder's), one in flight BUSY, one whose answer was lost UNKNOWN
+	// (nothing is ever sent again; with lookup set, LOOKUP lets the gateway
+	// ask the upstream about it). A superseded token is ABORTED /
+	// STALE_TOKEN, kept in the history as evidence. Retrying with the same
+	// submission_id is safe.
+	BeginSubmission(context.Context, *BeginSubmissionRequest) (*BeginSubmissionResponse, error)
+	// RecordSubmission keeps what the gateway learned of a submission (the
+	// upstream's answer, its loss, a lookup's finding) in the intent's
+	// record, before the gateway answers the worker. A lost answer makes the
+	// intent UNKNOWN when the upstream offers a lookup, else NEEDS_REVIEW
+	// with the evidence. Retrying the same call is safe.
+	RecordSubmission(context.Context, *RecordSubmissionRequest) (*RecordSubmissionResponse, error)
 	mustEmbedUnimplementedIntentServiceServer()
 }
 
@@ -490,6 +550,12 @@ func (UnimplementedIntentServiceServer) List(context.Context, *ListRequest) (*Li
 }
 func (UnimplementedIntentServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedIntentServiceServer) BeginSubmission(context.Context, *BeginSubmissionRequest) (*BeginSubmissionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginSubmission not implemented")
+}
+func (UnimplementedIntentServiceServer) RecordSubmission(context.Context, *RecordSubmissionRequest) (*RecordSubmissionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordSubmission not implemented")
 }
 func (UnimplementedIntentServiceServer) mustEmbedUnimplementedIntentServiceServer() {}
 func (UnimplementedIntentServiceServer) testEmbeddedByValue()                       {}
@@ -793,6 +859,42 @@ func _IntentService_Watch_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IntentService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _IntentService_BeginSubmission_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginSubmissionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IntentServiceServer).BeginSubmission(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IntentService_BeginSubmission_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IntentServiceServer).BeginSubmission(ctx, req.(*BeginSubmissionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IntentService_RecordSubmission_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordSubmissionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IntentServiceServer).RecordSubmission(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IntentService_RecordSubmission_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IntentServiceServer).RecordSubmission(ctx, req.(*RecordSubmissionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IntentService_ServiceDesc is the grpc.ServiceDesc for IntentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -859,6 +961,14 @@ var IntentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "List",
 			Handler:    _IntentService_List_Handler,
+		},
+		{
+			MethodName: "BeginSubmission",
+			Handler:    _IntentService_BeginSubmission_Handler,
+		},
+		{
+			MethodName: "RecordSubmission",
+			Handler:    _IntentService_RecordSubmission_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

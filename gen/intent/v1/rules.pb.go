@@ -103,6 +103,14 @@ var file_intent_v1_rules_proto_extTypes = []protoimpl.ExtensionInfo{
 		Tag:           "varint,1161008,opt,name=label_filter",
 		Filename:      "intent/v1/rules.proto",
 	},
+	{
+		ExtendedType:  (*validate.StringRules)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         1161009,
+		Name:          "intent.v1.operation",
+		Tag:           "varint,1161009,opt,name=operation",
+		Filename:      "intent/v1/rules.proto",
+	},
 }
 
 // Extension fields to validate.StringRules.
@@ -149,6 +157,12 @@ var (
 	//
 	// optional bool label_filter = 1161008;
 	E_LabelFilter = &file_intent_v1_rules_proto_extTypes[7]
+	// operation: an operation of an intent sent through the fencing gateway
+	// ("create-pickup"), 1-64 bytes of A-Z, a-z, 0-9 and "-_." (no ':', so
+	// that "<key>:<operation>" names one pair).
+	//
+	// optional bool operation = 1161009;
+	E_Operation = &file_intent_v1_rules_proto_extTypes[8]
 )
 
 var File_intent_v1_rules_proto protoreflect.FileDescriptor
@@ -181,7 +195,10 @@ const file_intent_v1_rules_proto_rawDesc = "" +
 	"\x0fintent.v1.actor\x12\x19must be at most 128 bytes\x1a\"!rule || bytes(this).size() <= 128R\x05actor:\x90\x03\n" +
 	"\flabel_filter\x12\x19.buf.validate.StringRules\x18\xb0\xeeF \x01(\bB\xcf\x02\xc2H\xcb\x02\n" +
 	"\xc8\x02\n" +
-	"\x16intent.v1.label_filter\x1a\xad\x02!rule ? '' : this.size() > 320 ? 'must be at most 320 bytes' : this.matches('^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=') ? '' : bytes(this).size() > 320 ? 'must be at most 320 bytes' : \"must be name=value, the name 1 to 63 ASCII letters, digits and the characters . _ : / -, starting with a letter or digit\"R\vlabelFilterB\x93\x01\n" +
+	"\x16intent.v1.label_filter\x1a\xad\x02!rule ? '' : this.size() > 320 ? 'must be at most 320 bytes' : this.matches('^[A-Za-z0-9][A-Za-z0-9._:/-]{0,62}=') ? '' : bytes(this).size() > 320 ? 'must be at most 320 bytes' : \"must be name=value, the name 1 to 63 ASCII letters, digits and the characters . _ : / -, starting with a letter or digit\"R\vlabelFilter:\xb7\x02\n" +
+	"\toperation\x12\x19.buf.validate.StringRules\x18\xb1\xeeF \x01(\bB\xfb\x01\xc2H\xf7\x01\n" +
+	"\xf4\x01\n" +
+	"\x13intent.v1.operation\x1a\xdc\x01!rule ? '' : this.size() > 64 ? 'must be at most 64 bytes' : this.matches('^[A-Za-z0-9._-]+$') ? '' : bytes(this).size() > 64 ? 'must be at most 64 bytes' : \"must hold only ASCII letters, digits and the characters . _ -\"R\toperationB\x93\x01\n" +
 	"\rcom.intent.v1B\n" +
 	"RulesProtoP\x01Z1github.com/intentd/intentd/gen/intent/v1;intentv1\xa2\x02\x03IXX\xaa\x02\tIntent.V1\xca\x02\tIntent\\V1\xe2\x02\x15Intent\\V1\\GPBMetadata\xea\x02\n" +
 	"Intent::V1"
@@ -198,10 +215,11 @@ var file_intent_v1_rules_proto_depIdxs = []int32{
 	0, // 5: intent.v1.reason:extendee -> buf.validate.StringRules
 	0, // 6: intent.v1.actor:extendee -> buf.validate.StringRules
 	0, // 7: intent.v1.label_filter:extendee -> buf.validate.StringRules
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	0, // [0:8] is the sub-list for extension extendee
+	0, // 8: intent.v1.operation:extendee -> buf.validate.StringRules
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	0, // [0:9] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
 }
 
@@ -217,7 +235,7 @@ func file_intent_v1_rules_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_intent_v1_rules_proto_rawDesc), len(file_intent_v1_rules_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   0,
-			NumExtensions: 8,
+			NumExtensions: 9,
 			NumServices:   0,
 		},
 		GoTypes:           file_intent_v1_rules_proto_goTypes,

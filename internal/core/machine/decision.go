@@ -100,6 +100,11 @@ type Answer struct {
 	Replayed bool
 	// Written is true when the decision wrote (set by Finish).
 	Written bool
+	// Verdict and Submission are BeginSubmission's and RecordSubmission's
+	// (submission.go): what the gateway is to do, and the operation's
+	// submission it is about.
+	Verdict    intent.SubmissionVerdict
+	Submission *intent.Submission
 }
 
 // Show is which version of the record an answer shows.

@@ -49,6 +49,10 @@ type Record struct {
 	Action   string
 	Identity json.RawMessage
 	Summary  string
+	// Submissions are the latest submission of each operation sent
+	// through the fencing gateway (submission.go), at most
+	// intent.MaxSubmissions.
+	Submissions []intent.Submission
 	// IndexLayout is the store's layout of the index entries of the
 	// version read (a store's concern, so that a record's next write can
 	// move them to the current one); a decision copies it and never reads
@@ -112,6 +116,7 @@ func (r *Record) Clone() *Record {
 		c.Lease = &l
 	}
 	c.History = slices.Clone(r.History)
+	c.Submissions = slices.Clone(r.Submissions)
 	return &c
 }
 

@@ -491,6 +491,10 @@ var kindWords = map[intentv1.HistoryEntry_Kind]string{
 	intentv1.HistoryEntry_KIND_RESOLVED:         "Decided by a reviewer",
 	intentv1.HistoryEntry_KIND_CANCELLED:        "Cancelled",
 	intentv1.HistoryEntry_KIND_CHILD_REGISTERED: "Child registered",
+	// The fencing gateway's (docs/GATEWAY.md).
+	intentv1.HistoryEntry_KIND_SUBMISSION_STARTED:  "Sent through the gateway",
+	intentv1.HistoryEntry_KIND_SUBMISSION_RECORDED: "Upstream's answer recorded",
+	intentv1.HistoryEntry_KIND_SUBMISSION_UNKNOWN:  "Upstream's answer lost",
 }
 
 func newTimelineEntry(e *intentv1.HistoryEntry) timelineEntry {

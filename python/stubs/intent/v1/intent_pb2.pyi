@@ -95,6 +95,34 @@ class Decision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_PENDING: _ClassVar[Decision]
     DECISION_FAILED: _ClassVar[Decision]
     DECISION_CANCELLED: _ClassVar[Decision]
+
+class SubmissionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBMISSION_STATE_UNSPECIFIED: _ClassVar[SubmissionState]
+    SUBMISSION_STATE_IN_FLIGHT: _ClassVar[SubmissionState]
+    SUBMISSION_STATE_RECORDED: _ClassVar[SubmissionState]
+    SUBMISSION_STATE_REFUSED: _ClassVar[SubmissionState]
+    SUBMISSION_STATE_UNKNOWN: _ClassVar[SubmissionState]
+    SUBMISSION_STATE_ABSENT: _ClassVar[SubmissionState]
+
+class SubmissionVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBMISSION_VERDICT_UNSPECIFIED: _ClassVar[SubmissionVerdict]
+    SUBMISSION_VERDICT_FORWARD: _ClassVar[SubmissionVerdict]
+    SUBMISSION_VERDICT_REPLAY: _ClassVar[SubmissionVerdict]
+    SUBMISSION_VERDICT_BUSY: _ClassVar[SubmissionVerdict]
+    SUBMISSION_VERDICT_UNKNOWN: _ClassVar[SubmissionVerdict]
+    SUBMISSION_VERDICT_LOOKUP: _ClassVar[SubmissionVerdict]
+
+class SubmissionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBMISSION_OUTCOME_UNSPECIFIED: _ClassVar[SubmissionOutcome]
+    SUBMISSION_OUTCOME_ANSWERED: _ClassVar[SubmissionOutcome]
+    SUBMISSION_OUTCOME_REFUSED: _ClassVar[SubmissionOutcome]
+    SUBMISSION_OUTCOME_LOST: _ClassVar[SubmissionOutcome]
+    SUBMISSION_OUTCOME_NOT_SENT: _ClassVar[SubmissionOutcome]
+    SUBMISSION_OUTCOME_FOUND: _ClassVar[SubmissionOutcome]
+    SUBMISSION_OUTCOME_NOT_FOUND: _ClassVar[SubmissionOutcome]
 STATE_UNSPECIFIED: State
 STATE_PENDING: State
 STATE_IN_PROGRESS: State
@@ -156,6 +184,25 @@ DECISION_COMPLETED: Decision
 DECISION_PENDING: Decision
 DECISION_FAILED: Decision
 DECISION_CANCELLED: Decision
+SUBMISSION_STATE_UNSPECIFIED: SubmissionState
+SUBMISSION_STATE_IN_FLIGHT: SubmissionState
+SUBMISSION_STATE_RECORDED: SubmissionState
+SUBMISSION_STATE_REFUSED: SubmissionState
+SUBMISSION_STATE_UNKNOWN: SubmissionState
+SUBMISSION_STATE_ABSENT: SubmissionState
+SUBMISSION_VERDICT_UNSPECIFIED: SubmissionVerdict
+SUBMISSION_VERDICT_FORWARD: SubmissionVerdict
+SUBMISSION_VERDICT_REPLAY: SubmissionVerdict
+SUBMISSION_VERDICT_BUSY: SubmissionVerdict
+SUBMISSION_VERDICT_UNKNOWN: SubmissionVerdict
+SUBMISSION_VERDICT_LOOKUP: SubmissionVerdict
+SUBMISSION_OUTCOME_UNSPECIFIED: SubmissionOutcome
+SUBMISSION_OUTCOME_ANSWERED: SubmissionOutcome
+SUBMISSION_OUTCOME_REFUSED: SubmissionOutcome
+SUBMISSION_OUTCOME_LOST: SubmissionOutcome
+SUBMISSION_OUTCOME_NOT_SENT: SubmissionOutcome
+SUBMISSION_OUTCOME_FOUND: SubmissionOutcome
+SUBMISSION_OUTCOME_NOT_FOUND: SubmissionOutcome
 
 class Intent(_message.Message):
     __slots__ = ("tenant", "key", "state", "params", "params_version", "fingerprint", "labels", "parent_key", "lease", "result", "failure", "history", "created_at", "updated_at", "completed_at", "revision", "retention", "retain_until", "children", "attempts", "max_attempts", "action", "identity", "summary")
@@ -282,6 +329,9 @@ class HistoryEntry(_message.Message):
         KIND_RESOLVED: _ClassVar[HistoryEntry.Kind]
         KIND_CANCELLED: _ClassVar[HistoryEntry.Kind]
         KIND_CHILD_REGISTERED: _ClassVar[HistoryEntry.Kind]
+        KIND_SUBMISSION_STARTED: _ClassVar[HistoryEntry.Kind]
+        KIND_SUBMISSION_RECORDED: _ClassVar[HistoryEntry.Kind]
+        KIND_SUBMISSION_UNKNOWN: _ClassVar[HistoryEntry.Kind]
     KIND_UNSPECIFIED: HistoryEntry.Kind
     KIND_REGISTERED: HistoryEntry.Kind
     KIND_ACQUIRED: HistoryEntry.Kind
@@ -295,6 +345,9 @@ class HistoryEntry(_message.Message):
     KIND_RESOLVED: HistoryEntry.Kind
     KIND_CANCELLED: HistoryEntry.Kind
     KIND_CHILD_REGISTERED: HistoryEntry.Kind
+    KIND_SUBMISSION_STARTED: HistoryEntry.Kind
+    KIND_SUBMISSION_RECORDED: HistoryEntry.Kind
+    KIND_SUBMISSION_UNKNOWN: HistoryEntry.Kind
     TIME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -721,3 +774,131 @@ class WatchResponse(_message.Message):
     intent: Intent
     revision: int
     def __init__(self, type: _Optional[_Union[WatchResponse.Type, str]] = ..., intent: _Optional[_Union[Intent, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
+
+class SubmittedRequest(_message.Message):
+    __slots__ = ("upstream", "method", "target", "body_sha256", "body_bytes", "body_kept")
+    UPSTREAM_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    BODY_SHA256_FIELD_NUMBER: _ClassVar[int]
+    BODY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BODY_KEPT_FIELD_NUMBER: _ClassVar[int]
+    upstream: str
+    method: str
+    target: str
+    body_sha256: str
+    body_bytes: int
+    body_kept: bytes
+    def __init__(self, upstream: _Optional[str] = ..., method: _Optional[str] = ..., target: _Optional[str] = ..., body_sha256: _Optional[str] = ..., body_bytes: _Optional[int] = ..., body_kept: _Optional[bytes] = ...) -> None: ...
+
+class UpstreamResponse(_message.Message):
+    __slots__ = ("status", "headers", "body", "body_bytes")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    BODY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    status: int
+    headers: _containers.RepeatedCompositeFieldContainer[HeaderField]
+    body: bytes
+    body_bytes: int
+    def __init__(self, status: _Optional[int] = ..., headers: _Optional[_Iterable[_Union[HeaderField, _Mapping]]] = ..., body: _Optional[bytes] = ..., body_bytes: _Optional[int] = ...) -> None: ...
+
+class HeaderField(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class Submission(_message.Message):
+    __slots__ = ("operation", "submission_id", "token", "state", "request", "started_at", "deadline", "ended_at", "response", "looked_up", "error", "has_lookup")
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    LOOKED_UP_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    HAS_LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    operation: str
+    submission_id: str
+    token: int
+    state: SubmissionState
+    request: SubmittedRequest
+    started_at: _timestamp_pb2.Timestamp
+    deadline: _timestamp_pb2.Timestamp
+    ended_at: _timestamp_pb2.Timestamp
+    response: UpstreamResponse
+    looked_up: bool
+    error: str
+    has_lookup: bool
+    def __init__(self, operation: _Optional[str] = ..., submission_id: _Optional[str] = ..., token: _Optional[int] = ..., state: _Optional[_Union[SubmissionState, str]] = ..., request: _Optional[_Union[SubmittedRequest, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., response: _Optional[_Union[UpstreamResponse, _Mapping]] = ..., looked_up: bool = ..., error: _Optional[str] = ..., has_lookup: bool = ...) -> None: ...
+
+class BeginSubmissionRequest(_message.Message):
+    __slots__ = ("tenant", "key", "operation", "token", "submission_id", "lookup", "upstream_has_lookup", "request", "timeout")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_HAS_LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    key: str
+    operation: str
+    token: int
+    submission_id: str
+    lookup: bool
+    upstream_has_lookup: bool
+    request: SubmittedRequest
+    timeout: _duration_pb2.Duration
+    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., operation: _Optional[str] = ..., token: _Optional[int] = ..., submission_id: _Optional[str] = ..., lookup: bool = ..., upstream_has_lookup: bool = ..., request: _Optional[_Union[SubmittedRequest, _Mapping]] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class BeginSubmissionResponse(_message.Message):
+    __slots__ = ("verdict", "submission", "intent", "statement")
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    verdict: SubmissionVerdict
+    submission: Submission
+    intent: Intent
+    statement: Statement
+    def __init__(self, verdict: _Optional[_Union[SubmissionVerdict, str]] = ..., submission: _Optional[_Union[Submission, _Mapping]] = ..., intent: _Optional[_Union[Intent, _Mapping]] = ..., statement: _Optional[_Union[Statement, _Mapping]] = ...) -> None: ...
+
+class RecordSubmissionRequest(_message.Message):
+    __slots__ = ("tenant", "key", "operation", "token", "submission_id", "outcome", "response", "error")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    key: str
+    operation: str
+    token: int
+    submission_id: str
+    outcome: SubmissionOutcome
+    response: UpstreamResponse
+    error: str
+    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., operation: _Optional[str] = ..., token: _Optional[int] = ..., submission_id: _Optional[str] = ..., outcome: _Optional[_Union[SubmissionOutcome, str]] = ..., response: _Optional[_Union[UpstreamResponse, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class RecordSubmissionResponse(_message.Message):
+    __slots__ = ("submission", "intent", "statement")
+    SUBMISSION_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    submission: Submission
+    intent: Intent
+    statement: Statement
+    def __init__(self, submission: _Optional[_Union[Submission, _Mapping]] = ..., intent: _Optional[_Union[Intent, _Mapping]] = ..., statement: _Optional[_Union[Statement, _Mapping]] = ...) -> None: ...

@@ -117,6 +117,16 @@ class IntentServiceStub(object):
                 request_serializer=intent_dot_v1_dot_intent__pb2.WatchRequest.SerializeToString,
                 response_deserializer=intent_dot_v1_dot_intent__pb2.WatchResponse.FromString,
                 _registered_method=True)
+        self.BeginSubmission = channel.unary_unary(
+                '/intent.v1.IntentService/BeginSubmission',
+                request_serializer=intent_dot_v1_dot_intent__pb2.BeginSubmissionRequest.SerializeToString,
+                response_deserializer=intent_dot_v1_dot_intent__pb2.BeginSubmissionResponse.FromString,
+                _registered_method=True)
+        self.RecordSubmission = channel.unary_unary(
+                '/intent.v1.IntentService/RecordSubmission',
+                request_serializer=intent_dot_v1_dot_intent__pb2.RecordSubmissionRequest.SerializeToString,
+                response_deserializer=intent_dot_v1_dot_intent__pb2.RecordSubmissionResponse.FromString,
+                _registered_method=True)
 
 
 class IntentServiceServicer(object):
@@ -284,6 +294,35 @@ class IntentServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginSubmission(self, request, context):
+        """BeginSubmission is the fencing gateway's first step for a worker's
+        side-effecting HTTP call (docs/GATEWAY.md), made with the worker's own
+        credentials: may the gateway send this request of this operation
+        upstream under the worker's token? In one etcd transaction it checks
+        that the token is the intent's current lease, held alive, and records
+        that the submission started (verdict FORWARD). An operation whose
+        answer is recorded is answered REPLAY with that answer (same token or a
+        newer holder's), one in flight BUSY, one whose answer was lost UNKNOWN
+        (nothing is ever sent again; with lookup set, LOOKUP lets the gateway
+        ask the upstream about it). A superseded token is ABORTED /
+        STALE_TOKEN, kept in the history as evidence. Retrying with the same
+        submission_id is safe.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordSubmission(self, request, context):
+        """RecordSubmission keeps what the gateway learned of a submission (the
+        upstream's answer, its loss, a lookup's finding) in the intent's
+        record, before the gateway answers the worker. A lost answer makes the
+        intent UNKNOWN when the upstream offers a lookup, else NEEDS_REVIEW
+        with the evidence. Retrying the same call is safe.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IntentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -366,6 +405,16 @@ def add_IntentServiceServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=intent_dot_v1_dot_intent__pb2.WatchRequest.FromString,
                     response_serializer=intent_dot_v1_dot_intent__pb2.WatchResponse.SerializeToString,
+            ),
+            'BeginSubmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginSubmission,
+                    request_deserializer=intent_dot_v1_dot_intent__pb2.BeginSubmissionRequest.FromString,
+                    response_serializer=intent_dot_v1_dot_intent__pb2.BeginSubmissionResponse.SerializeToString,
+            ),
+            'RecordSubmission': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordSubmission,
+                    request_deserializer=intent_dot_v1_dot_intent__pb2.RecordSubmissionRequest.FromString,
+                    response_serializer=intent_dot_v1_dot_intent__pb2.RecordSubmissionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -803,6 +852,60 @@ class IntentService(object):
             '/intent.v1.IntentService/Watch',
             intent_dot_v1_dot_intent__pb2.WatchRequest.SerializeToString,
             intent_dot_v1_dot_intent__pb2.WatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginSubmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/intent.v1.IntentService/BeginSubmission',
+            intent_dot_v1_dot_intent__pb2.BeginSubmissionRequest.SerializeToString,
+            intent_dot_v1_dot_intent__pb2.BeginSubmissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordSubmission(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/intent.v1.IntentService/RecordSubmission',
+            intent_dot_v1_dot_intent__pb2.RecordSubmissionRequest.SerializeToString,
+            intent_dot_v1_dot_intent__pb2.RecordSubmissionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,3 +19,5 @@ ACTOR_FIELD_NUMBER: _ClassVar[int]
 actor: _descriptor.FieldDescriptor
 LABEL_FILTER_FIELD_NUMBER: _ClassVar[int]
 label_filter: _descriptor.FieldDescriptor
+OPERATION_FIELD_NUMBER: _ClassVar[int]
+operation: _descriptor.FieldDescriptor
