@@ -125,13 +125,15 @@ func (s *Store) markLapsed(ctx context.Context, tenant, key, session string) (ma
 }
 
 // sweepRetained removes final records whose retention ended, each with its
-// index keys, leaving a tombstone in the same transaction. It sweeps the
-// retention index in both layouts (see keys.go).
+// index keys, leaving a tombstone in the same transaction; records due
+// together whose tombstones go into one chunk are removed together
+// (removeDue). It sweeps the retention index in both layouts (see
+// keys.go).
 func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 	n := 0
 	for _, r := range inBothLayouts(s.keys.retentionsIn) {
-		removed, err := s.sweepDue(ctx, r, now, func(_, tenant, key string) (bool, error) {
-			return s.remove(ctx, tenant, key, now)
+		removed, err := s.sweepDuePages(ctx, r, now, func(page []dueEntry) (int, error) {
+			return s.removeDue(ctx, page, now)
 		})
 		n += removed
 		if err != nil {
@@ -141,10 +143,32 @@ func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 	return n, nil
 }
 
+// dueEntry is an entry of an end-of-retention index: its etcd key, and the
+// tenant and key of the record or tombstone it names.
+type dueEntry struct{ entry, tenant, key string }
+
 // sweepDue calls each for every entry of the end-of-retention index r due
 // at now, <prefix><until, 8 bytes><tenant>/<key> or <prefix><until, 20
 // digits>/<tenant>/<key>, and counts those it reports done.
 func (s *Store) sweepDue(ctx context.Context, r indexRange, now time.Time, each func(entry, tenant, key string) (bool, error)) (int, error) {
+	return s.sweepDuePages(ctx, r, now, func(page []dueEntry) (int, error) {
+		n := 0
+		for _, e := range page {
+			done, err := each(e.entry, e.tenant, e.key)
+			if err != nil {
+				return n, err
+			}
+			if done {
+				n++
+			}
+		}
+		return n, nil
+	})
+}
+
+// sweepDuePages is sweepDue a page (up to sweepBatch entries) at a time:
+// it counts what each page reports done.
+func (s *Store) sweepDuePages(ctx context.Context, r indexRange, now time.Time, each func(page []dueEntry) (int, error)) (int, error) {
 	n := 0
 	due := now.Add(time.Nanosecond)
 	start, end := r.prefix, r.prefix+timeKey(due)
@@ -156,6 +180,7 @@ func (s *Store) sweepDue(ctx context.Context, r indexRange, now time.Time, each 
 		if err != nil {
 			return n, err
 		}
+		page := make([]dueEntry, 0, len(resp.Kvs))
 		for _, kv := range resp.Kvs {
 			rest := string(kv.Key[len(r.prefix):])
 			if r.layout == layoutCompact && len(rest) > 8 {
@@ -169,13 +194,12 @@ func (s *Store) sweepDue(ctx context.Context, r indexRange, now time.Time, each 
 			if !ok {
 				continue
 			}
-			done, err := each(string(kv.Key), tenant, key)
-			if err != nil {
-				return n, err
-			}
-			if done {
-				n++
-			}
+			page = append(page, dueEntry{string(kv.Key), tenant, key})
+		}
+		done, err := each(page)
+		n += done
+		if err != nil {
+			return n, err
 		}
 		if !resp.More {
 			return n, nil

@@ -38,25 +38,16 @@ func (s *Store) spotOps(tenant, key string) []clientv3.Op {
 }
 
 // decodeSpot is the tombstone of tenant's key (nil: none) and its spot,
-// from the answers to spotOps, read at revision rev.
+// from the answers to spotOps.
 func (s *Store) decodeSpot(tenant, key string, old, chunk *pb.RangeResponse) (*machine.Tombstone, machine.TombstoneSpot, error) {
 	h := tombstones.HashOf(tenant, key)
-	spot := machine.TombstoneSpot{Place: s.keys.chunk(tombstones.Last)}
-	c := tombstones.Chunk{Hi: tombstones.Last} // no chunk: no tombstone at all
-	if kvs := chunk.GetKvs(); len(kvs) > 0 {
-		hi, err := tombstones.ParseHash(strings.TrimPrefix(string(kvs[0].Key), s.keys.chunks()))
-		if err == nil {
-			c, err = tombstones.ParseChunk(hi, kvs[0].Value)
-		}
-		if err == nil && !c.Covers(h) {
-			err = fmt.Errorf("it does not cover %s", h)
-		}
-		if err != nil {
-			return nil, spot, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, kvs[0].Key, err)
-		}
-		spot = machine.TombstoneSpot{Place: string(kvs[0].Key), Rev: kvs[0].ModRevision, Value: kvs[0].Value}
+	c, spot, err := s.chunkSpot(chunk)
+	if err == nil && !c.Covers(h) {
+		err = fmt.Errorf("%w: tombstone chunk %s does not cover %s", errCorrupt, spot.Place, h)
 	}
-	s.chunks.observe(c, spot.Rev)
+	if err != nil {
+		return nil, spot, err
+	}
 	if kvs := old.GetKvs(); len(kvs) > 0 {
 		t, err := decodeTombstone(key, kvs[0].Value)
 		if err != nil {
@@ -68,6 +59,23 @@ func (s *Store) decodeSpot(tenant, key string, old, chunk *pb.RangeResponse) (*m
 		return &machine.Tombstone{Key: key, State: e.State, CompletedAt: e.CompletedAt(), Until: e.Until()}, spot, nil
 	}
 	return nil, spot, nil
+}
+
+// chunkSpot is the chunk a range of spotOps read, and its spot: none read
+// is the empty chunk of every hash, of revision 0 (no chunk at all). The
+// store learns the chunk (chunkMap).
+func (s *Store) chunkSpot(r *pb.RangeResponse) (tombstones.Chunk, machine.TombstoneSpot, error) {
+	spot := machine.TombstoneSpot{Place: s.keys.chunk(tombstones.Last)}
+	c := tombstones.Chunk{Hi: tombstones.Last}
+	if kvs := r.GetKvs(); len(kvs) > 0 {
+		var err error
+		if c, err = s.chunkOf(kvs[0].Key, kvs[0].Value); err != nil {
+			return c, spot, err
+		}
+		spot = machine.TombstoneSpot{Place: string(kvs[0].Key), Rev: kvs[0].ModRevision, Value: kvs[0].Value}
+	}
+	s.chunks.observe(c, spot.Rev)
+	return c, spot, nil
 }
 
 // spotCompares are the compares of a NoTombstone guard on key: no
@@ -144,6 +152,147 @@ func (s *Store) certifiedSpot(tenant, key string) (machine.TombstoneSpot, bool) 
 		return machine.TombstoneSpot{}, false
 	}
 	return machine.TombstoneSpot{Place: s.keys.chunk(hi), Rev: rev}, true
+}
+
+// removalsPerTxn bounds the records removeTogether takes in one
+// transaction.
+const removalsPerTxn = 16
+
+// removeDue removes the final records of page that are due at now.
+// Records whose tombstones go into one chunk the store knows are removed
+// together (removeTogether): a janitor catching up on many removals
+// rewrites a chunk once per page rather than once per record (each
+// rewrite is a new version of the chunk, kept as etcd's history until
+// compaction). The others, and those a group could not take, are removed
+// one by one (remove).
+func (s *Store) removeDue(ctx context.Context, page []dueEntry, now time.Time) (int, error) {
+	groups := map[tombstones.Hash][]dueEntry{}
+	var order []tombstones.Hash
+	var alone []dueEntry
+	for _, e := range page {
+		hi, ok := s.chunks.rangeOf(tombstones.HashOf(e.tenant, e.key))
+		if !ok {
+			alone = append(alone, e)
+			continue
+		}
+		if _, seen := groups[hi]; !seen {
+			order = append(order, hi)
+		}
+		groups[hi] = append(groups[hi], e)
+	}
+	n := 0
+	for _, hi := range order {
+		for g := groups[hi]; len(g) > 0; g = g[min(len(g), removalsPerTxn):] {
+			if len(g) == 1 {
+				alone = append(alone, g[0])
+				break
+			}
+			done, left, err := s.removeTogether(ctx, g[:min(len(g), removalsPerTxn)], now)
+			n += done
+			if err != nil {
+				return n, err
+			}
+			alone = append(alone, left...)
+		}
+	}
+	for _, e := range alone {
+		done, err := s.remove(ctx, e.tenant, e.key, now)
+		if err != nil {
+			return n, err
+		}
+		if done {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// removeTogether removes the due records of group, whose tombstones the
+// store expects in one chunk, in one transaction: each record's removal
+// decided by machine.Remove and compared as read, the chunk compared as
+// read and rewritten once with all their tombstones. It returns how many it
+// removed, and those left for remove: the records the chunk read turns out
+// not to cover, those past what one transaction holds, and all of them
+// when a compare failed.
+func (s *Store) removeTogether(ctx context.Context, group []dueEntry, now time.Time) (int, []dueEntry, error) {
+	ops := []clientv3.Op{s.spotOps(group[0].tenant, group[0].key)[1]}
+	for _, e := range group {
+		ops = append(ops, clientv3.OpGet(s.keys.intent(e.tenant, e.key)))
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	read, err := s.kv.Txn(rctx).Then(ops...).Commit()
+	cancel()
+	if err != nil {
+		return 0, nil, classify(err, false).err
+	}
+	c, spot, err := s.chunkSpot(read.Responses[0].GetResponseRange())
+	if err != nil {
+		return 0, nil, err
+	}
+	var cmps []clientv3.Cmp
+	var writes []clientv3.Op
+	var adds []tombstones.Entry
+	var taken, left []dueEntry
+	for i, e := range group {
+		kvs := read.Responses[1+i].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue // removed already
+		}
+		if !c.Covers(tombstones.HashOf(e.tenant, e.key)) {
+			left = append(left, e)
+			continue
+		}
+		rec, rev, err := decodeAt(e.tenant, e.key, kvs[0])
+		if err != nil {
+			return 0, nil, err
+		}
+		d := s.rules.Remove(&machine.View{Key: e.key, Rec: rec, Rev: rev, Fresh: true}, now)
+		t := d.Tombstone
+		if t == nil {
+			continue // not final, or not due by this replica's clock
+		}
+		k := s.keys.intent(e.tenant, e.key)
+		ops := s.keys.appendIndexOps([]clientv3.Op{clientv3.OpDelete(k)}, rec, nil)
+		if len(writes)+len(ops)+3 > maxTxnOps { // 3: the chunk split in two at most, and room
+			left = append(left, e)
+			continue
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+		writes = append(writes, ops...)
+		adds = append(adds, tombstones.NewEntry(e.tenant, e.key, t.State, t.CompletedAt, t.Until))
+		taken = append(taken, e)
+	}
+	if len(taken) == 0 {
+		return 0, left, nil
+	}
+	out := tombstones.Rechunk([]tombstones.Chunk{c}, adds, tombstones.Today(s.cfg.Now()))
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(spot.Place), "=", spot.Rev))
+	dropped := c.Len() + len(adds)
+	for _, o := range out {
+		writes = append(writes, clientv3.OpPut(s.keys.chunk(o.Hi), string(o.Value())))
+		dropped -= o.Len()
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	resp, err := s.kv.Txn(tctx).If(cmps...).Then(writes...).Commit()
+	cancel()
+	if err != nil {
+		// Applied or not, the next pass reads again: a record gone is
+		// done.
+		return 0, nil, classify(err, false).err
+	}
+	if !resp.Succeeded {
+		s.stats.conflicts.Add(1)
+		return 0, append(left, taken...), nil
+	}
+	for _, e := range taken {
+		s.records.Remove(cacheKey(e.tenant, e.key))
+	}
+	for _, o := range out {
+		s.chunks.observe(o, resp.Header.Revision)
+	}
+	s.stats.commits.Add(1)
+	s.stats.tombstonesDropped.Add(int64(dropped))
+	return len(taken), left, nil
 }
 
 // LearnTombstones reads every chunk of packed tombstones into what the
@@ -361,6 +510,18 @@ func (m *chunkMap) certify(h tombstones.Hash) (tombstones.Hash, int64, bool) {
 		return tombstones.Hash{}, 0, false
 	}
 	return k.hi, k.rev, true
+}
+
+// rangeOf is the upper bound of the known chunk that covers h, whatever its
+// filter says.
+func (m *chunkMap) rangeOf(h tombstones.Hash) (tombstones.Hash, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i := sort.Search(len(m.known), func(i int) bool { return !before(m.known[i].hi, h) })
+	if i == len(m.known) || !(m.known[i].lo == tombstones.Hash{} || before(m.known[i].lo, h)) {
+		return tombstones.Hash{}, false
+	}
+	return m.known[i].hi, true
 }
 
 // usage is how many chunks the map knows, and their filters' bytes.

@@ -517,3 +517,67 @@ func TestChunkMapKeepsTheNewest(t *testing.T) {
 		t.Error("a map that knows nothing certifies")
 	}
 }
+
+// Records due together whose tombstones go into one chunk are removed
+// together: a janitor catching up on a backlog rewrites each chunk once a
+// page, not once a record; and each is removed exactly as alone (its
+// index keys gone, EXPIRED with its state and completion).
+func TestDueRemovalsShareChunkRewrites(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
+	s := packedStore(t, cli, c)
+	ctx := context.Background()
+	const n = 600
+	ended := map[string]*intent.Intent{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				key := fmt.Sprintf("backlog-%d", i)
+				in := finish(t, s, "default", key, []intent.State{intent.StateCompleted, intent.StateFailed}[i%2])
+				mu.Lock()
+				ended[key] = in
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.LearnTombstones(ctx); err != nil { // no chunk yet: known as such
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Hour)
+	rev := func() int64 {
+		resp, err := cli.Get(ctx, "probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	before := rev()
+	rep, err := s.Sweep(ctx)
+	if err != nil || rep.Removed != n {
+		t.Fatalf("Sweep = %+v, %v; want %d removed", rep, err, n)
+	}
+	writes := rev() - before
+	t.Logf("%d removals in %d etcd writes", n, writes)
+	if writes > n/4 {
+		t.Errorf("%d removals took %d etcd writes, want them shared (at most %d)", n, writes, n/4)
+	}
+	if got := packedEntries(t, cli, s.keys); got != n {
+		t.Errorf("%d packed tombstones, want %d", got, n)
+	}
+	for _, prefix := range []string{s.keys.intents("default"), s.keys.tenant("default") + "X", s.keys.prefix + "Xr"} {
+		if got := keysUnder(t, cli, prefix); len(got) != 0 {
+			t.Errorf("%d keys left under %q, e.g. %q", len(got), prefix, got[0])
+		}
+	}
+	for key, in := range ended {
+		_, err := s.Get(ctx, "default", key)
+		var exp *intent.ExpiredError
+		if !errors.As(err, &exp) || exp.State != in.State || !exp.CompletedAt.Equal(in.CompletedAt.Truncate(time.Second)) {
+			t.Fatalf("Get(%s) = %v, want EXPIRED, %v", key, err, in.State)
+		}
+	}
+}
