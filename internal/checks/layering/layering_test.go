@@ -153,6 +153,11 @@ var rules = []rule{
 		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/run/daemon"), pathPrefix("go.etcd.io")),
 	},
 	{
+		name:   "the fencing gateway talks to intentd over gRPC only: no server, no store, no etcd",
+		covers: within("gateway"),
+		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/run/daemon"), pathPrefix("go.etcd.io")),
+	},
+	{
 		name:   "access depends on no gRPC and no etcd",
 		covers: within("access"),
 		forbid: anyOf(pathPrefix("google.golang.org/grpc"), pathPrefix("go.etcd.io")),

@@ -100,7 +100,7 @@ func (r Rules) BeginSubmission(v *View, c BeginCall, now time.Time) Decision {
 		}
 	}
 	if st.Lookup {
-		return refuse(&intent.TransitionError{Key: st.Key, State: rec.State, Call: "BeginSubmission (lookup): no submission of operation " + st.Operation + " is in doubt", Intent: v.shown()})
+		return refuse(&intent.TransitionError{Key: st.Key, State: rec.State, Call: "a lookup of operation " + st.Operation + ", which nothing left in doubt,", Intent: v.shown()})
 	}
 	if d, ok := holding(v, "BeginSubmission"); !ok {
 		if rec.State == intent.StateNeedsReview {
