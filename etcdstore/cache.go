@@ -42,8 +42,12 @@ type cached struct {
 
 func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
 
-// remember caches the newest version seen of a record.
+// remember caches the newest version seen of a record, and notes a final
+// one in the process's hints (finalHints), which outlast the cache.
 func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
+	if rec.State.Final() {
+		s.hints().note(s.cfg.Prefix, tenant, key)
+	}
 	k := cacheKey(tenant, key)
 	if old, ok := s.records.Get(k); ok && old.rev >= rev {
 		return

@@ -88,6 +88,13 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return out, nil
 		}
 	}
+	if !known && s.floor.refused.Load() == nil && s.hints().seen(s.cfg.Prefix, req.Tenant, req.Key) {
+		// Final once, and no longer in memory: replayed from one read of
+		// the record, where registering it would be a write that fails.
+		if out, ok, err := s.replayRead(ctx, req.Tenant, req.Key, fp); ok {
+			return out, err
+		}
+	}
 	sess, err := s.session(ctx, req.Tenant, req.SessionID)
 	if err != nil {
 		return nil, err

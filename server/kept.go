@@ -34,17 +34,46 @@ func keep(m *intent.Memo, r *intentv1.AcquireResponse) {
 	m.Store(r)
 }
 
-// keptEncoding returns the encoding of v if v is a kept replay answer.
+// keptEncoding returns the encoding of v if v is an Acquire answer: a kept
+// replay answer's kept bytes, any other answer encoded as they were made,
+// deterministically. So a replay that had to read etcd (its version not
+// remembered, or remembered without a memo) sends the very bytes a replay
+// from memory sends.
 func keptEncoding(v any) (mem.BufferSlice, bool) {
 	r, ok := v.(*intentv1.AcquireResponse)
 	if !ok {
 		return nil, false
 	}
+	if wire, ok := keptBytes(r); ok {
+		// A SliceBuffer's Free does nothing: the transport's release of
+		// the message after sending leaves the kept bytes as they are.
+		return mem.BufferSlice{mem.SliceBuffer(wire)}, true
+	}
+	// As grpc-go's codec encodes, deterministically: a large answer in a
+	// buffer of the transport's pool, which it frees once sent.
+	opts := proto.MarshalOptions{Deterministic: true, UseCachedSize: true}
+	size := opts.Size(r)
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(r)
+		if err != nil {
+			return nil, false // grpc-go's codec says what is wrong
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, true
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := opts.MarshalAppend((*buf)[:0], r); err != nil {
+		pool.Put(buf)
+		return nil, false
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, true
+}
+
+// keptBytes is the encoding kept with r, if r is a kept replay answer.
+func keptBytes(r *intentv1.AcquireResponse) ([]byte, bool) {
 	wire, ok := keptWire.Load(r)
 	if !ok {
 		return nil, false
 	}
-	// A SliceBuffer's Free does nothing: the transport's release of the
-	// message after sending leaves the kept bytes as they are.
-	return mem.BufferSlice{mem.SliceBuffer(wire.([]byte))}, true
+	return wire.([]byte), true
 }

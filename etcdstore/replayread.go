@@ -1,0 +1,48 @@
+package etcdstore
+
+import (
+	"context"
+
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/core/machine"
+)
+
+// replayRead answers an Acquire of an intent seen final (finalHints) whose
+// record the cache no longer holds: one linearizable read of the record
+// alone, and, if it is still final and retained, the same answer a replay
+// from memory gives (machine.ReplayFinal: the caller's session is not
+// checked, nothing is issued to it), with the remembered version's memo
+// when the cache keeps it. ok is false when the read does not settle it
+// (an error, the record gone or not final, its retention over): the
+// caller then takes the whole path, which reads again and says what went
+// wrong.
+func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string) (_ *intent.Acquisition, ok bool, _ error) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
+	resp, err := s.kv.Get(rctx, s.keys.intent(tenant, key))
+	endRead(span, err)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, false, nil
+	}
+	rec, rev, err := decodeAt(tenant, key, resp.Kvs[0])
+	if err != nil {
+		return nil, false, nil
+	}
+	s.remember(tenant, key, rec, rev)
+	d, ok := machine.ReplayFinal(&machine.View{Key: key, Rec: rec, Rev: rev}, fingerprint, s.cfg.Now())
+	if !ok {
+		return nil, false, nil
+	}
+	if d.Err != nil {
+		return nil, true, d.Err
+	}
+	out := acquisition(d.Answer)
+	if e, cached := s.cachedEntry(tenant, key); cached && e.rev == rev && e.memo != nil {
+		out.Memo = e.memo
+		if !e.replayed {
+			s.replayedFrom(tenant, key, e.memo)
+		}
+	}
+	return out, true, nil
+}

@@ -1,0 +1,162 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/testing/etcdtest"
+)
+
+// A replay of a final record the cache no longer holds costs one read of
+// the record and nothing else: no registration tried (a write that must
+// fail), no transaction at all; it answers what a replay from memory
+// answers, remembers the record again, and the next replay is from memory.
+// A hint that turns out wrong (the record gone, or not final) costs that
+// read and leaves the answer to the whole path.
+func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	cfg := DefaultConfig()
+	var reads, writes atomic.Int64
+	cfg.ObserveTxn = func(write bool, _ time.Duration) {
+		if write {
+			writes.Add(1)
+		} else {
+			reads.Add(1)
+		}
+	}
+	s, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "out-of-the-cache"
+	happyPath(t, s, cli, key, sess.ID)
+	c, ok := s.cachedEntry("default", key)
+	if !ok {
+		t.Fatal("the completed record is not cached")
+	}
+	fromMemory, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "first", ExpectedFingerprint: c.rec.Fingerprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retry as a worker sends it: with its registration.
+	params := c.rec.Params
+	retry := intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again",
+		Register: &intent.Registration{Tenant: "default", Key: key, Params: params, RequestID: "reg-" + key}}
+
+	for round := range 3 {
+		s.records.Remove(cacheKey("default", key)) // forgotten, as a full cache forgets
+		stats, reads0, writes0 := s.Stats(), reads.Load(), writes.Load()
+		a, err := s.Acquire(ctx, retry)
+		if err != nil {
+			t.Fatalf("round %d: replay out of the cache: %v", round, err)
+		}
+		if a.Outcome != intent.OutcomeCompleted || a.Lease != nil || a.Intent.Revision != fromMemory.Intent.Revision ||
+			string(a.Intent.Result.Payload) != string(fromMemory.Intent.Result.Payload) || string(a.Intent.Params) != string(fromMemory.Intent.Params) {
+			t.Errorf("round %d: %+v (intent %+v), want the replay from memory's %+v (intent %+v)", round, a, a.Intent, fromMemory, fromMemory.Intent)
+		}
+		if w, r := writes.Load()-writes0, reads.Load()-reads0; w != 0 || r != 0 {
+			t.Errorf("round %d: %d write and %d read transactions, want none (one plain read of the record)", round, w, r)
+		}
+		if got := s.Stats(); got.Conflicts != stats.Conflicts || got.Replays != stats.Replays {
+			t.Errorf("round %d: conflicts %d → %d, replays from memory %d → %d; want both unchanged", round, stats.Conflicts, got.Conflicts, stats.Replays, got.Replays)
+		}
+		e, ok := s.cachedEntry("default", key)
+		if !ok || a.Memo == nil || a.Memo != e.memo || !e.replayed {
+			t.Errorf("round %d: memo %p, cached %v (memo %p, replayed %v); want the record remembered again, its memo handed out and charged", round, a.Memo, ok, e.memo, e.replayed)
+		}
+		again, err := s.Acquire(ctx, retry)
+		if err != nil || s.Stats().Replays != stats.Replays+1 || again.Memo != a.Memo {
+			t.Errorf("round %d: the next replay %+v, %v; want it from memory with the same memo", round, again, err)
+		}
+	}
+
+	// Another fingerprint is refused as from memory.
+	other := retry
+	other.Register = &intent.Registration{Tenant: "default", Key: key, Params: []byte(`{"other":true}`), RequestID: "reg-other"}
+	s.records.Remove(cacheKey("default", key))
+	if _, err := s.Acquire(ctx, other); !isFingerprintMismatch(err) {
+		t.Errorf("other params out of the cache: %v, want a fingerprint mismatch", err)
+	}
+
+	// A wrong hint: the record is not final (hinted by hand). The whole
+	// path answers, as without the hint.
+	const pending = "pending-hinted"
+	if _, _, err := s.Register(ctx, intent.Registration{Tenant: "default", Key: pending, Params: params, RequestID: "reg-" + pending}); err != nil {
+		t.Fatal(err)
+	}
+	s.records.Remove(cacheKey("default", pending))
+	s.hints().note(s.cfg.Prefix, "default", pending)
+	a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: pending, SessionID: sess.ID, RequestID: "p"})
+	if err != nil || a.Outcome != intent.OutcomeExecute || a.Lease == nil {
+		t.Errorf("Acquire of a PENDING intent hinted final: %+v, %v; want EXECUTE", a, err)
+	}
+}
+
+func isFingerprintMismatch(err error) bool {
+	_, ok := err.(*intent.FingerprintMismatchError)
+	return ok
+}
+
+// The hints remember what they were told, in far less than the records
+// would take, and a full table forgets some but never makes up a hint for
+// a key it was not told about (false positives are 8 in 2^32 per lookup).
+func TestFinalHintsRememberWhatTheyWereTold(t *testing.T) {
+	h := newFinalHints(1 << 12)
+	const told = 2000 // under half the slots
+	for i := range told {
+		h.note("p/", "t", fmt.Sprintf("k-%d", i))
+	}
+	forgotten := 0
+	for i := range told {
+		if !h.seen("p/", "t", fmt.Sprintf("k-%d", i)) {
+			forgotten++
+		}
+	}
+	if forgotten > told/100 {
+		t.Errorf("%d of %d hints forgotten at half load, want at most 1 %%", forgotten, told)
+	}
+	for i := range 100_000 {
+		if h.seen("p/", "t", fmt.Sprintf("never-%d", i)) || h.seen("other/", "t", "k-1") || h.seen("p/", "t2", "k-1") {
+			t.Fatalf("a key never told is hinted (%d)", i)
+		}
+	}
+	// Overfilled four times: the last told are mostly there, and the
+	// table holds no more than its slots.
+	for i := range 4 << 12 {
+		h.note("p/", "t", fmt.Sprintf("late-%d", i))
+	}
+	kept := 0
+	for i := (4 << 12) - 500; i < 4<<12; i++ {
+		if h.seen("p/", "t", fmt.Sprintf("late-%d", i)) {
+			kept++
+		}
+	}
+	if kept < 300 {
+		t.Errorf("%d of the last 500 told kept in a full table, want most", kept)
+	}
+}
+
+func TestFinalHintSlots(t *testing.T) {
+	for _, tc := range []struct {
+		cacheBytes int64
+		want       int
+	}{
+		{1 << 20, 1 << 16},           // the smallest cache: the floor, 256 KiB
+		{DefaultCacheBytes, 1 << 18}, // 1 MiB of hints for 32 MiB of cache
+		{100 << 20, 1 << 19},         // rounded down to a power of two
+		{64 << 30, 1 << 22},          // the ceiling, 16 MiB
+	} {
+		if got := finalHintSlots(tc.cacheBytes); got != tc.want {
+			t.Errorf("finalHintSlots(%d) = %d, want %d", tc.cacheBytes, got, tc.want)
+		}
+	}
+}
