@@ -50,7 +50,7 @@ func Main(args []string, stderr io.Writer, configure Configure) int {
 	cmd.SetArgs(args)
 	cmd.SetOut(os.Stdout)
 	cmd.SetErr(stderr)
-	err := cmd.Execute()
+	ran, err := cmd.ExecuteC()
 	if err == nil {
 		return 0
 	}
@@ -61,7 +61,11 @@ func Main(args []string, stderr io.Writer, configure Configure) int {
 	}
 	var u *usageError
 	if errors.As(err, &u) {
-		fmt.Fprintln(stderr, "Run 'intentd --help' for usage.")
+		path := "intentd"
+		if ran != nil {
+			path = ran.CommandPath()
+		}
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", path)
 		return exitUsage
 	}
 	return exitFailure
@@ -129,6 +133,8 @@ argument.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: cliflag.Explain(err)} })
 	cmd.SetVersionTemplate("intentd {{.Version}}\n")
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	cmd.AddCommand(newGatewayCommand(stderr))
 	f := cmd.Flags()
 	f.String(configFlag, "", "YAML file of flag settings, keys named as the flags (the command line and the environment win over it)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
@@ -336,7 +342,10 @@ func underGoRun(exe string) bool {
 // fromEnv sets every flag not given on the command line from its INTENTD_*
 // variable. --help and --version are requests, not settings: an
 // INTENTD_VERSION an image sets for its own bookkeeping is no flag value.
-func fromEnv(fs *pflag.FlagSet) error {
+func fromEnv(fs *pflag.FlagSet) error { return fromEnvNamed(fs, envName) }
+
+// fromEnvNamed is fromEnv with the variables named by envName.
+func fromEnvNamed(fs *pflag.FlagSet, envName func(string) string) error {
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Name == "help" || f.Name == "version" {

@@ -64,6 +64,13 @@ func otlpFromOTel(fs *pflag.FlagSet) error {
 // twice, or a bad value is an error naming the file and the key: a typo
 // must not leave a setting silently at its default.
 func fromFile(fs *pflag.FlagSet, path string) error {
+	return fromFileWith(fs, path, "intentd's flag names, e.g. etcd-endpoints", nil)
+}
+
+// fromFileWith is fromFile for a command whose file also holds keys that
+// are no flag: extra reads each (its value as JSON); keys says in words
+// what the keys are, for the error of an unknown one.
+func fromFileWith(fs *pflag.FlagSet, path, keysAre string, extra map[string]func(json.RawMessage) error) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--%s: %w", configFlag, err)
@@ -87,9 +94,15 @@ func fromFile(fs *pflag.FlagSet, path string) error {
 	slices.Sort(names) // the first error is the same from run to run
 	for _, k := range names {
 		where := fmt.Sprintf("--%s %s: key %q", configFlag, path, k)
+		if read, ok := extra[k]; ok {
+			if err := read(keys[k]); err != nil {
+				return fmt.Errorf("--%s %s: %v", configFlag, path, err)
+			}
+			continue
+		}
 		f := fs.Lookup(k)
 		if f == nil || k == configFlag || k == "help" {
-			return fmt.Errorf("%s: unknown key; the keys are intentd's flag names, e.g. etcd-endpoints", where)
+			return fmt.Errorf("%s: unknown key; the keys are %s", where, keysAre)
 		}
 		v, err := flagValue(keys[k])
 		if err != nil {

@@ -46,6 +46,8 @@ type Config struct {
 	// Provider, when set, receives the spans instead of an OTLP exporter
 	// (a program that embeds intentd and has its own, or a test).
 	Provider trace.TracerProvider
+	// ServiceName is reported as service.name; empty: intentd.
+	ServiceName string
 }
 
 // ParseEndpoint checks an OTLP endpoint URL: http or https, with a host.
@@ -90,8 +92,12 @@ func Start(ctx context.Context, cfg Config) (*Tracing, error) {
 	if bi, ok := debug.ReadBuildInfo(); ok && version == "" {
 		version = bi.Main.Version
 	}
+	name := cfg.ServiceName
+	if name == "" {
+		name = "intentd"
+	}
 	res := resource.NewSchemaless(
-		attribute.String("service.name", "intentd"),
+		attribute.String("service.name", name),
 		attribute.String("service.version", version),
 	)
 	tp := sdktrace.NewTracerProvider(
