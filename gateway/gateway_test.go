@@ -15,10 +15,11 @@ import (
 
 const op = "create-pickup"
 
-// The seed's paused worker: A submits... no: A is about to submit, pauses
-// past its lease; B takes over under a higher token and submits; A resumes
-// and its call is refused at the gateway with intentd's STALE_TOKEN
-// statement, kept in the history as evidence. The courier saw one request.
+// The seed's paused worker: A holds the intent and is about to submit,
+// but pauses past its lease; B takes over under a higher token and
+// submits; A resumes and its call is refused at the gateway with intentd's
+// STALE_TOKEN statement, kept in the history as evidence. The courier saw
+// one request.
 func TestPausedWorkerIsRefusedAtTheGateway(t *testing.T) {
 	w := newWorld(t, nil)
 	w.register("parcel-1")
