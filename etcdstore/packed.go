@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -27,20 +28,38 @@ import (
 // retention.
 
 // spotOps reads tenant's key's spots: its tombstone of an earlier version,
-// and the chunk that covers its hash (the first chunk whose upper bound is
-// not below it).
-func (s *Store) spotOps(tenant, key string) []clientv3.Op {
+// and the chunk that covers its hash, the first chunk whose upper bound is
+// not below it: a range from its hash, limit 1. etcd counts every key of a
+// range, limit or not, so the range ends, when bounded is set and the
+// store knows the chunks there, after the chunk it knows to cover the hash
+// and the one after (which a merge would make the covering one). A
+// bounded read that finds no chunk knew wrong (errStaleBound): read again
+// without the bound.
+// It returns whether it bounded the range.
+func (s *Store) spotOps(tenant, key string, bounded bool) ([]clientv3.Op, bool) {
 	h := tombstones.HashOf(tenant, key)
+	end := s.keys.chunksEnd()
+	hi, ok := s.chunks.rangeEnd(h)
+	if ok && bounded {
+		end = s.keys.chunk(hi) + "\x00"
+	}
 	return []clientv3.Op{
 		clientv3.OpGet(s.keys.tombstone(tenant, key)),
-		clientv3.OpGet(s.keys.chunk(h), clientv3.WithRange(s.keys.chunksEnd()), clientv3.WithLimit(1)),
-	}
+		clientv3.OpGet(s.keys.chunk(h), clientv3.WithRange(end), clientv3.WithLimit(1)),
+	}, ok && bounded
 }
 
+// errStaleBound is a bounded read of a spot that found no chunk: what the
+// store knew of the chunks there was out of date.
+var errStaleBound = errors.New("etcdstore: the chunks were not where the store knew them")
+
 // decodeSpot is the tombstone of tenant's key (nil: none) and its spot,
-// from the answers to spotOps.
-func (s *Store) decodeSpot(tenant, key string, old, chunk *pb.RangeResponse) (*machine.Tombstone, machine.TombstoneSpot, error) {
+// from the answers to spotOps (bounded: as it said).
+func (s *Store) decodeSpot(tenant, key string, bounded bool, old, chunk *pb.RangeResponse) (*machine.Tombstone, machine.TombstoneSpot, error) {
 	h := tombstones.HashOf(tenant, key)
+	if bounded && len(chunk.GetKvs()) == 0 {
+		return nil, machine.TombstoneSpot{}, errStaleBound
+	}
 	c, spot, err := s.chunkSpot(chunk)
 	if err == nil && !c.Covers(h) {
 		err = fmt.Errorf("%w: tombstone chunk %s does not cover %s", errCorrupt, spot.Place, h)
@@ -68,13 +87,23 @@ func (s *Store) chunkSpot(r *pb.RangeResponse) (tombstones.Chunk, machine.Tombst
 	spot := machine.TombstoneSpot{Place: s.keys.chunk(tombstones.Last)}
 	c := tombstones.Chunk{Hi: tombstones.Last}
 	if kvs := r.GetKvs(); len(kvs) > 0 {
-		var err error
-		if c, err = s.chunkOf(kvs[0].Key, kvs[0].Value); err != nil {
-			return c, spot, err
+		hi, err := tombstones.ParseHash(strings.TrimPrefix(string(kvs[0].Key), s.keys.chunks()))
+		if err == nil {
+			c, err = tombstones.ReadChunk(hi, kvs[0].Value)
+		}
+		if err != nil {
+			return c, spot, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, kvs[0].Key, err)
 		}
 		spot = machine.TombstoneSpot{Place: string(kvs[0].Key), Rev: kvs[0].ModRevision, Value: kvs[0].Value}
 	}
-	s.chunks.observe(c, spot.Rev)
+	// Each version of a chunk is checked whole once, when the store first
+	// reads it (a binary search of entries out of order could miss one).
+	if !s.chunks.knows(c, spot.Rev) {
+		if err := c.Check(); err != nil {
+			return c, spot, fmt.Errorf("%w: tombstone chunk %s: %v", errCorrupt, spot.Place, err)
+		}
+		s.chunks.observe(c, spot.Rev)
+	}
 	return c, spot, nil
 }
 
@@ -215,7 +244,8 @@ func (s *Store) removeDue(ctx context.Context, page []dueEntry, now time.Time) (
 // not to cover, those past what one transaction holds, and all of them
 // when a compare failed.
 func (s *Store) removeTogether(ctx context.Context, group []dueEntry, now time.Time) (int, []dueEntry, error) {
-	ops := []clientv3.Op{s.spotOps(group[0].tenant, group[0].key)[1]}
+	spotOps, bounded := s.spotOps(group[0].tenant, group[0].key, true)
+	ops := []clientv3.Op{spotOps[1]}
 	for _, e := range group {
 		ops = append(ops, clientv3.OpGet(s.keys.intent(e.tenant, e.key)))
 	}
@@ -225,7 +255,11 @@ func (s *Store) removeTogether(ctx context.Context, group []dueEntry, now time.T
 	if err != nil {
 		return 0, nil, classify(err, false).err
 	}
-	c, spot, err := s.chunkSpot(read.Responses[0].GetResponseRange())
+	chunk := read.Responses[0].GetResponseRange()
+	if bounded && len(chunk.GetKvs()) == 0 {
+		return 0, group, nil // the chunks moved: one by one, each read unbounded if need be
+	}
+	c, spot, err := s.chunkSpot(chunk)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -492,6 +526,14 @@ func (m *chunkMap) observe(c tombstones.Chunk, rev int64) {
 	m.known = slices.Replace(m.known, from, to, knownChunk{lo: c.Lo, hi: c.Hi, rev: rev, filter: tombstones.NewFilter(c)})
 }
 
+// knows reports whether the map holds c's version of rev.
+func (m *chunkMap) knows(c tombstones.Chunk, rev int64) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i := sort.Search(len(m.known), func(i int) bool { return !before(m.known[i].hi, c.Hi) })
+	return i < len(m.known) && m.known[i].hi == c.Hi && m.known[i].lo == c.Lo && m.known[i].rev == rev
+}
+
 // certify returns where a write relies on h having no tombstone: the upper
 // bound of the known chunk that covers h and the mod revision at which
 // its filter rules h out. It reports false when the map cannot tell: no
@@ -510,6 +552,23 @@ func (m *chunkMap) certify(h tombstones.Hash) (tombstones.Hash, int64, bool) {
 		return tombstones.Hash{}, 0, false
 	}
 	return k.hi, k.rev, true
+}
+
+// rangeEnd is where a read of the chunk that covers h may end: the upper
+// bound of the chunk after the known one that covers h (or of that one,
+// when the map does not know the next, or it is the last). False when no
+// known chunk covers h, or the map knows that there is no chunk at all.
+func (m *chunkMap) rangeEnd(h tombstones.Hash) (tombstones.Hash, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	i := sort.Search(len(m.known), func(i int) bool { return !before(m.known[i].hi, h) })
+	if i == len(m.known) || m.known[i].rev == 0 || !(m.known[i].lo == tombstones.Hash{} || before(m.known[i].lo, h)) {
+		return tombstones.Hash{}, false
+	}
+	if i+1 < len(m.known) && m.known[i+1].lo == m.known[i].hi {
+		return m.known[i+1].hi, true
+	}
+	return m.known[i].hi, true
 }
 
 // rangeOf is the upper bound of the known chunk that covers h, whatever its

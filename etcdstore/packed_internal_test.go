@@ -581,3 +581,53 @@ func TestDueRemovalsShareChunkRewrites(t *testing.T) {
 		}
 	}
 }
+
+// A replica reads a key's chunk in a range that ends where it knows the
+// chunks to end (etcd counts every key of a range). When the chunks moved
+// since (merged by another replica's walk), the bounded read finds none,
+// and the replica reads again without the bound: every answer stays
+// exact.
+func TestStaleChunkBoundsReadAgain(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
+	s := packedStore(t, cli, c)
+	ctx := context.Background()
+	today := tombstones.Today(c.Now())
+	until := c.Now().Add(48 * time.Hour)
+	many := tombstones.NewSet()
+	for i := range 8 * tombstones.MaxEntries {
+		many.Add(tombstones.NewEntry("default", fmt.Sprintf("many-%d", i), intent.StateCompleted, c.Now(), until), today)
+	}
+	if err := StoreTombstones(ctx, cli, s.keys.prefix, many); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LearnTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Elsewhere, the chunks are replaced by one holding other keys (as a
+	// walk would merge them once their entries expired).
+	few := tombstones.NewSet()
+	for i := range 10 {
+		few.Add(tombstones.NewEntry("default", fmt.Sprintf("few-%d", i), intent.StateFailed, c.Now(), until), today)
+	}
+	if _, err := cli.Delete(ctx, s.keys.chunks(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if err := StoreTombstones(ctx, cli, s.keys.prefix, few); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		var exp *intent.ExpiredError
+		if _, err := s.Get(ctx, "default", fmt.Sprintf("few-%d", i)); !errors.As(err, &exp) || exp.State != intent.StateFailed {
+			t.Fatalf("Get(few-%d) = %v, want EXPIRED, FAILED", i, err)
+		}
+	}
+	for i := range 50 {
+		if _, err := s.Get(ctx, "default", fmt.Sprintf("many-%d", i)); !errors.Is(err, intent.ErrNotFound) {
+			t.Fatalf("Get(many-%d) = %v, want NOT_FOUND: its tombstone is gone", i, err)
+		}
+	}
+	if chunks, _ := s.chunks.usage(); chunks != 1 {
+		t.Errorf("the store knows %d chunks, want the one there is", chunks)
+	}
+}

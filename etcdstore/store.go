@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -166,16 +167,29 @@ func (s *Store) read(ctx context.Context, tenant, key string, others []string, s
 // exists, else the tombstone's spots too (packed.go), at the same
 // revision. Both branches only read: etcd serves it as a read.
 func (s *Store) readView(ctx context.Context, tenant, key string, spot bool, others []string, sessionIDs []string) (*machine.View, error) {
+	v, err := s.readOnce(ctx, tenant, key, spot, true, others, sessionIDs)
+	if errors.Is(err, errStaleBound) {
+		return s.readOnce(ctx, tenant, key, spot, false, others, sessionIDs)
+	}
+	return v, err
+}
+
+// readOnce is readView, the chunks' ranges bounded by what the store knows
+// of them when bounded is set (spotOps).
+func (s *Store) readOnce(ctx context.Context, tenant, key string, spot, bounded bool, others []string, sessionIDs []string) (*machine.View, error) {
 	rec := clientv3.OpGet(s.keys.intent(tenant, key))
 	common := make([]clientv3.Op, 0, 3*len(others)+len(sessionIDs))
-	for _, k := range others {
-		common = append(common, clientv3.OpGet(s.keys.intent(tenant, k)))
-		common = append(common, s.spotOps(tenant, k)...)
+	otherBounds := make([]bool, len(others))
+	for i, k := range others {
+		ops, b := s.spotOps(tenant, k, bounded)
+		common = append(append(common, clientv3.OpGet(s.keys.intent(tenant, k))), ops...)
+		otherBounds[i] = b
 	}
 	for _, id := range sessionIDs {
 		common = append(common, clientv3.OpGet(s.keys.session(tenant, id)))
 	}
-	withSpot := append(append([]clientv3.Op{rec}, s.spotOps(tenant, key)...), common...)
+	keyOps, keyBound := s.spotOps(tenant, key, bounded)
+	withSpot := append(append([]clientv3.Op{rec}, keyOps...), common...)
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
@@ -210,18 +224,18 @@ func (s *Store) readView(ctx context.Context, tenant, key string, spot bool, oth
 	}
 	if spot || !resp.Succeeded {
 		var sp machine.TombstoneSpot
-		if v.Tomb, sp, err = s.decodeSpot(tenant, key, next(), next()); err != nil {
+		if v.Tomb, sp, err = s.decodeSpot(tenant, key, keyBound, next(), next()); err != nil {
 			return nil, err
 		}
 		v.Spots[key] = sp
 	}
-	for _, k := range others {
+	for i, k := range others {
 		var o machine.Other
 		if o.Rec, _, err = decodeAt(tenant, k, first(next())); err != nil {
 			return nil, err
 		}
 		var sp machine.TombstoneSpot
-		if o.Tomb, sp, err = s.decodeSpot(tenant, k, next(), next()); err != nil {
+		if o.Tomb, sp, err = s.decodeSpot(tenant, k, otherBounds[i], next(), next()); err != nil {
 			return nil, err
 		}
 		v.Spots[k] = sp

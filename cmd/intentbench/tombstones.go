@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,8 +76,9 @@ type tombStore struct {
 	inUse0, inUse1 int64
 }
 
-// tombFlags are the flags every tombstones-workload intentd runs with: a
-// janitor that removes the 1s intent quickly.
+// tombFlags are the flags a tombstones-workload intentd first runs with: a
+// janitor that removes the 1s intent quickly. Restarted, it runs with its
+// defaults (and its profiles served, for a GC before memory is read).
 var tombFlags = []string{"--janitor-interval", "200ms"}
 
 func (b *bench) runTombstones(ctx context.Context) error {
@@ -220,13 +223,18 @@ func (b *bench) prepareTombstones(ctx context.Context, st *tombStore, n int, nam
 	return err
 }
 
-// restartForMemory restarts st's intentd on its data directory, makes a
-// few calls (Register of tombstoned key), lets it settle, and reads its
+// restartForMemory restarts st's intentd on its data directory (its
+// defaults, its profiles served), makes a few calls (Register of a
+// tombstoned key), lets it settle (what starting etcd on the database
+// read and dropped is collected and, mostly, given back), and reads its
 // memory and Go heap.
 func (b *bench) restartForMemory(ctx context.Context, st *tombStore, tombstoned string) (mem, int64, error) {
 	st.s.close()
-	var err error
-	if st.s, err = b.startIntentdBin(ctx, st.name, st.bin, nil, tombFlags...); err != nil {
+	pprof, err := freeAddr()
+	if err != nil {
+		return mem{}, 0, err
+	}
+	if st.s, err = b.startIntentdBin(ctx, st.name, st.bin, nil, "--pprof-listen", pprof); err != nil {
 		return mem{}, 0, err
 	}
 	for range 200 {
@@ -234,10 +242,20 @@ func (b *bench) restartForMemory(ctx context.Context, st *tombStore, tombstoned 
 			return mem{}, 0, fmt.Errorf("register %s after a restart: %v, want INTENT_EXPIRED", tombstoned, err)
 		}
 	}
-	select {
-	case <-ctx.Done():
-		return mem{}, 0, ctx.Err()
-	case <-time.After(5 * time.Second):
+	for range 3 {
+		// A collection now (a heap profile after a GC), then time for
+		// the scavenger to hand freed pages back.
+		resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + pprof + "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return mem{}, 0, fmt.Errorf("forcing a collection: %w", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		select {
+		case <-ctx.Done():
+			return mem{}, 0, ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
 	}
 	return st.s.proc.memory(), st.s.heap(), nil
 }

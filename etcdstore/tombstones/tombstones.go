@@ -182,9 +182,24 @@ type Chunk struct {
 	entries []byte
 }
 
-// ParseChunk reads the value of the chunk whose upper bound is hi. It
-// keeps value (the entries are read from it when asked for).
+// ParseChunk reads the value of the chunk whose upper bound is hi, and
+// checks it whole (Check). It keeps value (the entries are read from it
+// when asked for).
 func ParseChunk(hi Hash, value []byte) (Chunk, error) {
+	c, err := ReadChunk(hi, value)
+	if err == nil {
+		err = c.Check()
+	}
+	if err != nil {
+		return Chunk{}, err
+	}
+	return c, nil
+}
+
+// ReadChunk is ParseChunk without the check of the entries, which costs as
+// much as the lookup it would precede: for a value checked once already
+// (a store checks each version of a chunk the first time it reads it).
+func ReadChunk(hi Hash, value []byte) (Chunk, error) {
 	if len(value) < chunkHeader || value[0] != formatChunk || (len(value)-chunkHeader)%EntrySize != 0 {
 		return Chunk{}, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(value))
 	}
@@ -192,15 +207,21 @@ func ParseChunk(hi Hash, value []byte) (Chunk, error) {
 	if c.Lo.compare(c.Hi) > 0 {
 		return Chunk{}, fmt.Errorf("%w: lower bound %s above upper bound %s", ErrCorrupt, c.Lo, c.Hi)
 	}
+	return c, nil
+}
+
+// Check reports whether the chunk's entries are in order, distinct and
+// within its range.
+func (c Chunk) Check() error {
 	for i := 1; i < c.Len(); i++ {
 		if bytes.Compare(c.hashAt(i-1), c.hashAt(i)) >= 0 {
-			return Chunk{}, fmt.Errorf("%w: entries out of order at %d", ErrCorrupt, i)
+			return fmt.Errorf("%w: entries out of order at %d", ErrCorrupt, i)
 		}
 	}
 	if n := c.Len(); n > 0 && (!c.Covers(Hash(c.hashAt(0))) || !c.Covers(Hash(c.hashAt(n-1)))) {
-		return Chunk{}, fmt.Errorf("%w: entries outside (%s, %s]", ErrCorrupt, c.Lo, c.Hi)
+		return fmt.Errorf("%w: entries outside (%s, %s]", ErrCorrupt, c.Lo, c.Hi)
 	}
-	return c, nil
+	return nil
 }
 
 // NewChunk is the chunk (lo, hi] holding entries, which must be sorted by
