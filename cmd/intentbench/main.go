@@ -32,7 +32,11 @@
 //     minutes): Register and Acquire of tombstoned keys, and Acquire with
 //     register of fresh ones, with --tombstones stored, against the same
 //     in an earlier version's intentd (--tombstone-baseline); what the
-//     tombstones cost intentd's RSS and etcd's database (tombstones.go).
+//     tombstones cost intentd's RSS and etcd's database (tombstones.go);
+//   - gateway (not in the default run): a worker's cycle through the
+//     fencing gateway (intentd gateway) to a trivial upstream, against
+//     intentd's cycle, at each --levels concurrency; its figures on a line
+//     of their own, GATEWAY ... (gateway.go).
 //
 // CPU time per operation of each server process comes from
 // /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per
@@ -70,7 +74,7 @@ import (
 // only when --workloads names them, after those.
 var (
 	workloads         = []string{"replay", "cycle", "contention", "heartbeat", "scale"}
-	optionalWorkloads = []string{"tombstones"}
+	optionalWorkloads = []string{"tombstones", "gateway"}
 )
 
 // config is the run's settings, from the flags.
@@ -133,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.payload, "payload", 300, "bytes of params and of result per intent (the raw peer writes as many)")
 	fs.StringVar(&c.payloadText, "payload-text", "random", "what the payloads hold: random (letters and digits, as ids and tokens: they hardly compress) or repeat (one letter over and over: compresses to nothing)")
 	all := append(slices.Clone(workloads), optionalWorkloads...)
-	list := fs.String("workloads", strings.Join(workloads, ","), "workloads to run, comma-separated: "+strings.Join(all, ", ")+" (the last only when named)")
+	list := fs.String("workloads", strings.Join(workloads, ","), "workloads to run, comma-separated: "+strings.Join(all, ", ")+" ("+strings.Join(optionalWorkloads, " and ")+" only when named)")
 	fs.IntVar(&c.contentionWorkers, "contention-workers", 64, "workers in the contention workload")
 	fs.IntVar(&c.contentionIntents, "contention-intents", 8, "intents they contend for at a time")
 	fs.IntVar(&c.hbWorkers, "heartbeat-workers", 50, "workers in the heartbeat workload, one session each")
@@ -302,7 +306,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			}()
 		}
 	}
-	if cfg.runs("replay") || cfg.runs("cycle") || cfg.runs("contention") || cfg.runs("heartbeat") {
+	if cfg.runs("replay") || cfg.runs("cycle") || cfg.runs("contention") || cfg.runs("heartbeat") || cfg.runs("gateway") {
 		if err := b.runMain(ctx); err != nil {
 			if seeding != nil {
 				if p := <-seeding; p.stores != nil {
@@ -390,6 +394,11 @@ func (b *bench) runMain(ctx context.Context) error {
 	}
 	if b.cfg.runs("contention") {
 		if err := b.runContention(ctx, in); err != nil {
+			return err
+		}
+	}
+	if b.cfg.runs("gateway") {
+		if err := b.runGateway(ctx, in); err != nil {
 			return err
 		}
 	}

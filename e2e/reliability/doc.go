@@ -59,6 +59,7 @@
 //	   TestStalledEtcdLeaderKeepsServing    leader SIGSTOPped 10s under back-to-back load: from 3s in, at least half the rate before, p99 cycle under the request timeout
 //	   TestStalledEtcdFollowerKeepsServing  the same with a follower SIGSTOPped
 //	   TestBlackholedEtcdMemberKeepsServing the same with the leader's client link black-holed (packets dropped, no reset)
+//	   TestGatewayUnderFaults        load through two fencing gateways (intentd gateway) to a courier without idempotency: etcd leader killed, a gateway SIGKILLed mid-call, the other restarted; one pickup per intent
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
 // The scenarios' files are named by fault family: members_test.go (etcd
@@ -66,7 +67,8 @@
 // etcd cut, half-open, slow), replicas_test.go (intentd processes killed),
 // clock_test.go, storage_test.go (compaction, quota, snapshot restore),
 // leases_test.go, stalls_test.go, workers_test.go (worker processes killed
-// and paused) and soak_test.go.
+// and paused), gateway_test.go (the fencing gateway's processes) and
+// soak_test.go.
 //
 // The latest figures, and what this package cannot prove, are in
 // RELIABILITY.md beside it.
