@@ -107,7 +107,7 @@ func (r Rules) BeginSubmission(v *View, c BeginCall, now time.Time) Decision {
 			// Kept as evidence, like a report on an intent that waits
 			// for review.
 			e := evidence(v, ev)
-			e.Err = d.Err
+			e.Err = &intent.TransitionError{Key: st.Key, State: rec.State, Call: "BeginSubmission", Intent: v.shown(), Evidence: true}
 			return e
 		}
 		return d
