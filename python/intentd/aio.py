@@ -36,7 +36,7 @@ import functools
 import inspect
 import time
 import weakref
-from typing import Any, AsyncIterator, Callable, Optional, Sequence, Set, Tuple
+from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Set, Tuple
 
 import grpc
 import grpc.aio
@@ -47,6 +47,18 @@ from .client import Calls, Retrying, watch_ended
 from .errors import IntentdError, SessionLost, from_rpc_error
 from .run import Op, Outcome, plan
 from .session import Leases
+
+
+def _channel_options(options: Sequence[Tuple[str, Any]]) -> List[Tuple[str, Any]]:
+    """The channel options: the caller's, and gRPC's own retries off unless
+    the caller says otherwise. Every call is retried by this library
+    (:class:`intentd.client.Retrying`: every intentd call recognizes its own
+    earlier effect), so gRPC's retry machinery would only cost each call
+    CPU (docs/PERFORMANCE.md, "The Python library")."""
+    out = list(options)
+    if not any(name == "grpc.enable_retries" for name, _ in out):
+        out.append(("grpc.enable_retries", 0))
+    return out
 
 
 class AsyncClient(Calls):
@@ -60,7 +72,9 @@ class AsyncClient(Calls):
     Args:
         target: ``host:port`` of intentd.
         credentials: ``grpc.ChannelCredentials`` for TLS (default: plaintext).
-        options: gRPC channel options.
+        options: gRPC channel options; gRPC's own retries are off unless
+            they name ``grpc.enable_retries`` (this client retries every
+            call itself).
         interceptors: ``grpc.aio`` client interceptors.
         channel_factory: makes a ``grpc.aio.Channel`` instead of the three
             above; called once per event loop the client is used on.
@@ -86,13 +100,21 @@ class AsyncClient(Calls):
     ) -> None:
         self.target = target
         self._credentials = credentials
-        self._options = list(options)
+        self._options = _channel_options(options)
         self._interceptors = list(interceptors) if interceptors else None
         self._channel_factory = channel_factory
         # One channel and stub per event loop, dropped with the loop.
         self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tuple[grpc.aio.Channel, Any]]" = weakref.WeakKeyDictionary()
         self._last: Tuple[Any, Any] = (None, None)  # the last loop's (weak reference, stub): most calls come from it
         self._configure(tenant, token, metadata, call_timeout, retry_timeout, backoff, report_timeout)
+        # grpc.aio turns a tuple into its Metadata on every call; one built
+        # once costs less (docs/PERFORMANCE.md, "The Python library"). An
+        # interceptor may change the metadata it is handed, so a channel
+        # with interceptors (or from a factory, which may have them) gets
+        # the tuple, and grpc.aio's copy of it, as before.
+        self._call_metadata: Any = self._metadata or None
+        if self._metadata and channel_factory is None and not self._interceptors:
+            self._call_metadata = grpc.aio.Metadata(*self._metadata)
 
     def _new_channel(self) -> grpc.aio.Channel:
         if self._channel_factory is not None:
@@ -137,7 +159,7 @@ class AsyncClient(Calls):
         retrying = Retrying(self, timeout)
         while True:
             try:
-                resp = await rpc(request, timeout=retrying.attempt_timeout(), metadata=self._metadata)
+                resp = await rpc(request, timeout=retrying.attempt_timeout(), metadata=self._call_metadata)
                 return then(resp) if then is not None else resp
             except grpc.RpcError as e:
                 wait = retrying.after(e)
@@ -152,7 +174,7 @@ class AsyncClient(Calls):
 
     async def watch(self, request: intent_pb2.WatchRequest, *, timeout: Optional[float] = None) -> AsyncIterator[intent_pb2.WatchResponse]:
         """As :meth:`intentd.Client.watch`, as an async iterator."""
-        call = self.rpc.Watch(self._watch_request(request), timeout=timeout, metadata=self._metadata)
+        call = self.rpc.Watch(self._watch_request(request), timeout=timeout, metadata=self._call_metadata)
         try:
             async for ev in call:
                 yield ev
@@ -219,7 +241,7 @@ class AsyncSession(Leases):
         if timeout <= 0:
             return
         try:
-            await self.client.rpc.Heartbeat(req, timeout=timeout, metadata=self.client._metadata)
+            await self.client.rpc.Heartbeat(req, timeout=timeout, metadata=self.client._call_metadata)
         except grpc.RpcError as e:
             self._answered(sent, from_rpc_error(e))
             return

@@ -5,6 +5,10 @@ client across repeated asyncio.run calls."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
+import tempfile
 import unittest
 import uuid
 
@@ -268,6 +272,56 @@ class RepeatedLoopsTest(unittest.TestCase):
             self.assertEqual(asyncio.run(once()), "OUTCOME_COMPLETED")
         self.assertEqual(len(keys), 3)
         asyncio.run(client.close())
+
+
+class CallSettingsTest(unittest.TestCase):
+    """What every call of an AsyncClient carries: the bearer token and the
+    caller's metadata (built into grpc.aio's Metadata once, not per call),
+    and the channel options (gRPC's own retries off unless the caller
+    names them)."""
+
+    def test_token_and_metadata_on_every_call(self) -> None:
+        token = "aio-" + uuid.uuid4().hex
+        with tempfile.TemporaryDirectory() as d:
+            tokens = os.path.join(d, "tokens.json")
+            with open(tokens, "w") as f:
+                json.dump({"principals": [{"name": "aio-worker", "tenants": ["*"], "roles": ["admin"],
+                                           "token_sha256": [hashlib.sha256(token.encode()).hexdigest()]}]}, f)
+            guarded = Intentd("--tokens-file", tokens)
+            try:
+                async def calls(client: intentd.aio.AsyncClient) -> str:
+                    key = fresh_key("aio-token")
+                    async with await client.open_session("aio-token", ttl=3) as s:
+                        out = await s.run(intentd.Task(key=key, execute=lambda att: intent_pb2.Result(),
+                                                       register=intentd.Client.register_request(key, {"n": 1})))
+                    return out.name
+
+                trace = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+                with_token = intentd.aio.AsyncClient(guarded.address, token=token, metadata=[("traceparent", trace)])
+                self.assertIsInstance(with_token._call_metadata, grpc.aio.Metadata)
+                for _ in range(2):  # the same Metadata on every call, and on a second loop's channel
+                    self.assertEqual(asyncio.run(calls(with_token)), "OUTCOME_COMPLETED")
+                self.assertEqual(list(with_token._call_metadata), [("traceparent", trace), ("authorization", "Bearer " + token)])
+
+                async def refused() -> None:
+                    async with intentd.aio.AsyncClient(guarded.address) as client:
+                        await client.derive_key("buy-item", {"item": "desk lamp"})
+
+                with self.assertRaises(intentd.IntentdError):
+                    asyncio.run(refused())
+            finally:
+                guarded.stop()
+
+    def test_grpc_retries_off_unless_named(self) -> None:
+        self.assertIn(("grpc.enable_retries", 0), intentd.aio.AsyncClient(server.address)._options)
+        own = intentd.aio.AsyncClient(server.address, options=[("grpc.enable_retries", 1), ("grpc.keepalive_time_ms", 20000)])
+        self.assertEqual(own._options, [("grpc.enable_retries", 1), ("grpc.keepalive_time_ms", 20000)])
+
+        async def works() -> str:
+            async with intentd.aio.AsyncClient(server.address) as client:
+                return (await client.derive_key("buy-item", {"item": "desk lamp"})).key
+
+        self.assertEqual(len(asyncio.run(works())), 64)
 
 
 if __name__ == "__main__":
