@@ -218,10 +218,10 @@
 //   - Acquire with register writes at once, without reading, when the
 //     store can tell that the key has no tombstone: it keeps, for each
 //     chunk it read or wrote, its range, its mod revision and a Bloom filter
-//     of its hashes (about a byte a tombstone), and a key whose chunk is
+//     of its hashes (six bits a tombstone), and a key whose chunk is
 //     known and whose hash the filter rules out is registered under the
 //     guard of that chunk at that revision. Otherwise (the chunk not known
-//     yet, a false positive, about 2 %) it reads first, as Register does;
+//     yet, a false positive, about 6 %) it reads first, as Register does;
 //     a chunk changed since fails the guard, and the loop reads. Every
 //     replica learns every chunk when RunJanitor starts (LearnTombstones).
 //

@@ -352,6 +352,7 @@ func (s *Store) LearnTombstones(ctx context.Context) error {
 			s.chunks.observe(c, kv.ModRevision)
 		}
 		if !resp.More {
+			s.chunks.trim()
 			return nil
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
@@ -581,6 +582,14 @@ func (m *chunkMap) rangeOf(h tombstones.Hash) (tombstones.Hash, bool) {
 		return tombstones.Hash{}, false
 	}
 	return m.known[i].hi, true
+}
+
+// trim gives back what growing the map left unused (learning every chunk
+// grows it an append at a time).
+func (m *chunkMap) trim() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.known = slices.Clone(m.known)
 }
 
 // usage is how many chunks the map knows, and their filters' bytes.

@@ -391,16 +391,16 @@ func (s *Set) Find(h Hash) (Entry, bool) { return s.chunks[s.covering(h)].Find(h
 func (s *Set) Chunks() []Chunk { return s.chunks }
 
 // Filter is a Bloom filter of a chunk's hashes: a hash it rules out is
-// certainly not in the chunk; one it does not is in it, or, for about 2 %
-// of the others (FilterBits bits per entry, 5 probes), a false positive.
+// certainly not in the chunk; one it does not is in it, or, for about 6 %
+// of the others (FilterBits bits per entry, 4 probes), a false positive.
 // A store keeps one per chunk it read, to register a new key without
 // reading its chunk first.
 type Filter struct{ bits []uint64 }
 
 // FilterBits is a filter's bits per entry.
-const FilterBits = 8
+const FilterBits = 6
 
-const filterProbes = 5
+const filterProbes = 4
 
 // NewFilter is the filter of c's hashes.
 func NewFilter(c Chunk) Filter {
