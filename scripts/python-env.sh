@@ -42,6 +42,10 @@ PYDANTIC_AI_VERSION=2.78.0
 OPENTELEMETRY_PROTO_VERSION=1.45.2
 # The build backend of the wheel.
 SETUPTOOLS_VERSION=84.2.1
+# What the benchmarks (python/bench) compare with and profile with: another
+# event loop, and a sampling profiler.
+UVLOOP_VERSION=0.23.0
+PY_SPY_VERSION=0.4.3
 
 pins() {
   case "$1" in
@@ -57,6 +61,9 @@ pins() {
       pins pb7
       printf '%s\n' "openai-agents==$OPENAI_AGENTS_VERSION" "langchain==$LANGCHAIN_VERSION" \
         "langgraph==$LANGGRAPH_VERSION" "pydantic-ai-slim==$PYDANTIC_AI_VERSION" ;;
+    bench) # pb7, uvloop and py-spy: python/bench/calls.py's uvloop row, profiles of bench/cycle.py
+      pins pb7
+      printf '%s\n' "uvloop==$UVLOOP_VERSION" "py-spy==$PY_SPY_VERSION" ;;
     coinstall) # what an agent host installs beside intentd: resolved, not pinned (the wheel is added by the caller)
       printf '%s\n' "opentelemetry-proto==$OPENTELEMETRY_PROTO_VERSION" "openai-agents==$OPENAI_AGENTS_VERSION" \
         "langgraph==$LANGGRAPH_VERSION" "pydantic-ai-slim==$PYDANTIC_AI_VERSION" ;;
@@ -64,7 +71,7 @@ pins() {
   esac
 }
 
-names() { echo "gen build pb6 pb7 frameworks"; }
+names() { echo "gen build pb6 pb7 frameworks bench"; }
 
 case "${1:-}" in
   --names) names; exit 0 ;;

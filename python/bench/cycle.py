@@ -18,13 +18,14 @@ already opened.
 
 It prints, per round and as medians: cycles/s, median and mean latency
 and client CPU per cycle of each Python measurement and Go's rate;
-intentd's CPU per cycle; how many cycles intentd was working on at a time (its mean handling
-time of Acquire and Complete, from its metrics, times the rate); and how
-long the client's event-loop thread waited for a CPU while it had work
-(Linux schedstat). The last line is RESULT with the two ratios issue 28's
-targets name, each the median of the rounds' ratios — the median cycle of
-the asyncio session at one worker against the thread session's, and the
-asyncio tasks' cycles/s against intentbench's — and the load average
+intentd's CPU per cycle; how many cycles intentd was working on at a time
+(its mean handling time of Acquire and Complete, from its metrics, times
+the rate); and how long the client's event-loop thread ran and how long
+it waited for a CPU while it had work (Linux schedstat). The last line is
+RESULT with the two ratios issue 28's targets name, each the median of
+the rounds' ratios — the median cycle of the asyncio session at one worker
+against the thread session's, and the asyncio tasks' cycles/s against
+intentbench's — and the load average
 (docs/PERFORMANCE.md, "The Python library").
 """
 
@@ -103,9 +104,12 @@ class Figures(NamedTuple):
     in_flight: float
     """cycles intentd worked on at a time: its mean handling time of Acquire
     and Complete, times the rate"""
+    busy: float
+    """seconds per second the client's event-loop (or calling) thread ran
+    on a CPU (nan where schedstat is not there)"""
     waited: float
-    """seconds per second the client's event-loop (or calling) thread was
-    runnable and waiting for a CPU (nan where schedstat is not there)"""
+    """seconds per second it was runnable and waiting for a CPU: busy +
+    waited near 1 is a loop thread with no time to spare"""
 
 
 class Server:
@@ -157,28 +161,29 @@ class Server:
         self.proc.stop()
 
 
-def waited(tid: Optional[int] = None) -> float:
-    """Seconds the thread (default: this one) has spent runnable and
-    waiting for a CPU (Linux schedstat; nan elsewhere)."""
+def schedstat() -> Tuple[float, float]:
+    """Seconds this thread has run on a CPU, and spent runnable waiting for
+    one (Linux schedstat; nan elsewhere)."""
     try:
-        with open(f"/proc/self/task/{tid or threading.get_native_id()}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return float("nan")
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return float("nan"), float("nan")
 
 
 class Snapshot(NamedTuple):
     """What a measurement compares before and after."""
 
     counters: Tuple[float, float, float]
-    waited: float
+    sched: Tuple[float, float]
     server_cpu: float
     cpu: float
     at: float
 
 
 def snapshot(server: Server) -> Snapshot:
-    return Snapshot(server.counters(), waited(), server.cpu(), time.process_time(), time.monotonic())
+    return Snapshot(server.counters(), schedstat(), server.cpu(), time.process_time(), time.monotonic())
 
 
 def figures(a: Snapshot, b: Snapshot, lats: List[float]) -> Figures:
@@ -188,7 +193,7 @@ def figures(a: Snapshot, b: Snapshot, lats: List[float]) -> Figures:
     calls = b.counters[1] - a.counters[1]
     per_cycle = 2 * (b.counters[0] - a.counters[0]) / calls if calls > 0 else float("nan")
     return Figures(rate, 1000 * statistics.median(lats), 1000 * statistics.fmean(lats), 1e6 * (b.cpu - a.cpu) / n, 1e6 * (b.server_cpu - a.server_cpu) / n,
-                   rate * per_cycle, (b.waited - a.waited) / elapsed)
+                   rate * per_cycle, (b.sched[0] - a.sched[0]) / elapsed, (b.sched[1] - a.sched[1]) / elapsed)
 
 
 def warm_up(seconds: float) -> float:
@@ -266,7 +271,8 @@ def go_measure(server: Server, bench: str, seconds: float, tasks: int) -> Figure
             break
     cycles = s1[2] - s0[2]
     per_cycle = 2 * (s1[0] - s0[0]) / (s1[1] - s0[1]) if s1[1] > s0[1] else float("nan")
-    return Figures(rate, float("nan"), float("nan"), float("nan"), 1e6 * (c1 - c0) / cycles if cycles else float("nan"), rate * per_cycle, float("nan"))
+    return Figures(rate, float("nan"), float("nan"), float("nan"), 1e6 * (c1 - c0) / cycles if cycles else float("nan"), rate * per_cycle,
+                   float("nan"), float("nan"))
 
 
 def ratios(thread1: Sequence[Figures], async1: Sequence[Figures], asyncn: Sequence[Figures], go: Sequence[Figures]) -> Tuple[List[float], List[float]]:
@@ -291,10 +297,10 @@ def row(name: str, f: Figures) -> str:
     def num(x: float, fmt: str) -> str:
         return format(x, fmt) if x == x else "–"
     return (f"{name:22}{num(f.rate, '10.0f')}{num(f.p50, '9.2f'):>9}{num(f.mean, '9.2f'):>9}{num(f.cpu, '12.0f'):>12}{num(f.server_cpu, '14.0f'):>14}"
-            f"{num(f.in_flight, '11.1f'):>11}{num(f.waited, '10.2f'):>10}")
+            f"{num(f.in_flight, '11.1f'):>11}{num(f.busy, '7.2f'):>7}{num(f.waited, '8.2f'):>8}")
 
 
-HEADER = f"{'':22}{'cycles/s':>10}{'p50 ms':>9}{'mean ms':>9}{'client µs':>12}{'intentd µs':>14}{'in flight':>11}{'waited':>10}"
+HEADER = f"{'':22}{'cycles/s':>10}{'p50 ms':>9}{'mean ms':>9}{'client µs':>12}{'intentd µs':>14}{'in flight':>11}{'busy':>7}{'waited':>8}"
 
 
 def main() -> None:
@@ -336,7 +342,7 @@ def main() -> None:
     print(f"\ncycle (Acquire with register + Complete, {PAYLOAD} B payloads), median of {args.rounds} rounds of {args.duration}s; "
           f"load average {min(loads):.1f}–{max(loads):.1f}")
     print("(client µs: this process's CPU per cycle; intentd µs: intentd's; in flight: cycles intentd worked on at a time;")
-    print(" waited: seconds per second the client's loop thread was runnable but had no CPU)")
+    print(" busy, waited: seconds per second the client's loop thread ran, and was runnable but had no CPU)")
     print(HEADER)
     for name, fs in rows.items():
         print(row(name, Figures(*(statistics.median(f[i] for f in fs) for i in range(len(Figures._fields))))))
