@@ -2,6 +2,8 @@ package etcdstore
 
 import (
 	"math/bits"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/intentd/intentd/intent"
@@ -29,6 +31,7 @@ func (s *Store) CacheUsage() CacheUsage {
 
 // cached is a record and the mod revision it was read or written at.
 type cached struct {
+	// rec is the record as read; nil once the entry is compact (head).
 	rec *machine.Record
 	rev int64
 	// memo goes with a final record's answers replayed from this version
@@ -36,8 +39,44 @@ type cached struct {
 	// gets a new entry and so a new memo.
 	memo *intent.Memo
 	// replayed is set once the memo was handed out with a replay: from
-	// then on the entry counts what the memo may hold (cachedBytes).
+	// then on the entry counts what the memo may hold (memoBytes).
 	replayed bool
+	// head is what a compact entry keeps of its final record.
+	head *finalHead
+}
+
+// A final record's replays are answered from its entry, and what their
+// caller derives from it (the gRPC server: its converted answer) is kept
+// in the entry's memo. Once the process has found a memo holding that
+// (its caller keeps answers: answersKept), a final record's entry is made
+// compact on the record's first replay: the record goes (the first replay
+// still hands it out whole, for its caller to derive from), and the entry
+// keeps the record's head and the memo, what the memo holds counted
+// against the cache's budget (memoBytes). Later replays answer with an
+// intent of the head's fields alone (tenant, key, state, fingerprint,
+// revision, completion and retention times) and the memo, from which
+// their caller answers; should the memo be empty then, the replay reads
+// the record (replayRead). Until then, and in a process whose stores'
+// callers keep nothing in memos, entries keep whole records, and replay
+// them whole.
+
+// answersKept is set once a store of the process found a memo handed out
+// with a replay holding what its caller derived from it (the gRPC server
+// does on every replay's first).
+var answersKept atomic.Bool
+
+// finalHead is what a compact entry keeps of its final record: what
+// machine.ReplayFinal decides on, and what an answer from it carries
+// besides what the memo holds.
+type finalHead struct {
+	state       intent.State
+	fingerprint string
+	// completedAt and retainUntil are Unix nanoseconds, read back in UTC,
+	// as a record stores its times (0: none).
+	completedAt, retainUntil int64
+	// memo is what the memo's content is counted at (memoBytes of the
+	// record).
+	memo int64
 }
 
 func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
@@ -61,17 +100,49 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 
 // replayedFrom counts, against the record cache's budget, what the memo
 // handed out with a replay may come to hold, the first time it is handed
-// out (the version's entry, if still the one cached). Callers that read
-// the entry skip it once the entry says it was replayed: a replay then
-// takes the cache's lock once.
+// out (the version's entry, if still the one cached), and makes the entry
+// compact if callers keep answers (answersKept). Callers that read the
+// entry skip it once the entry says it was replayed: a replay then takes
+// the cache's lock once.
 func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
+	compact := answersKept.Load()
 	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
 		if c.memo != memo || c.replayed {
 			return c, false
 		}
 		c.replayed = true
+		if compact {
+			c.compact()
+		}
 		return c, true
 	})
+}
+
+// settle is a later replay's look at a replayed entry still whole: once
+// its memo holds what the caller derived, the process knows its callers
+// keep answers, and the entry is made compact.
+func (s *Store) settle(tenant, key string, c cached) {
+	if c.rec == nil || c.memo.Load() == nil {
+		return
+	}
+	if !answersKept.Load() {
+		answersKept.Store(true)
+	}
+	s.records.Update(cacheKey(tenant, key), func(e cached) (cached, bool) {
+		if e.memo != c.memo || e.rec == nil {
+			return e, false
+		}
+		e.compact()
+		return e, true
+	})
+}
+
+// compact drops c's record for its head.
+func (c *cached) compact() {
+	r := c.rec
+	c.head = &finalHead{state: r.State, fingerprint: r.Fingerprint, completedAt: unixNano(r.CompletedAt),
+		retainUntil: unixNano(r.RetainUntil), memo: memoBytes(r)}
+	c.rec = nil
 }
 
 // cachedEntry is the remembered version of a record, if any, with that
@@ -81,9 +152,44 @@ func (s *Store) cachedEntry(tenant, key string) (cached, bool) {
 }
 
 // view is a view of the entry's version of the record under key: not
-// fresh (see machine.View).
+// fresh (see machine.View); nil for a compact entry, which holds too
+// little of its record to decide anything but a replay on.
 func (c cached) view(key string) *machine.View {
+	if c.rec == nil {
+		return nil
+	}
 	return &machine.View{Key: key, Rec: c.rec, Rev: c.rev}
+}
+
+// replayView is the view a replay of tenant's key is decided on: the
+// entry's record, or for a compact entry its head, when its memo holds
+// what the caller derived from the record (nil otherwise: the replay then
+// reads the record).
+func (c cached) replayView(tenant, key string) *machine.View {
+	if c.rec != nil {
+		return c.view(key)
+	}
+	h := c.head
+	if h == nil || c.memo.Load() == nil {
+		return nil
+	}
+	return &machine.View{Key: key, Rev: c.rev, Rec: &machine.Record{Tenant: tenant, Key: key, State: h.state,
+		Fingerprint: h.fingerprint, CompletedAt: fromUnixNano(h.completedAt), RetainUntil: fromUnixNano(h.retainUntil)}}
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
 }
 
 // The store's caches are bounded in bytes (Config.CacheBytes), each entry
@@ -92,10 +198,11 @@ func (c cached) view(key string) *machine.View {
 // counts each allocation (a struct, a string's or slice's bytes) rounded
 // up as Go's allocator rounds it (alloc), and a map as the groups of slots
 // Go's maps allocate. TestCacheEstimateIsTheHeapARecordHolds
-// measures it against the heap that decoded records occupy: whatever a
-// cached entry comes to hold (a new field of machine.Record, the converted
-// answer in its memo, counted from the first replay on) must be counted
-// here.
+// measures it against the heap that decoded records occupy, and
+// TestCacheBytesPerReplayedIntent in package server against the heap that
+// replayed intents' entries occupy: whatever a cached entry comes to hold
+// (a new field of machine.Record, the converted answer in its memo,
+// counted from the first replay on) must be counted here.
 
 // sessionCacheShare is the part of Config.CacheBytes the session cache
 // gets; the records get the rest. A worker holds one session entry, much
@@ -135,29 +242,59 @@ func alloc(n int) int64 {
 }
 
 // cachedBytes estimates a record cache entry besides the cache's own
-// (bytelru.EntryOverhead): its key's bytes, the value and its record.
+// (bytelru.EntryOverhead): its key's bytes, the value and its record (or
+// once compact its head), and once replayed what its memo may hold.
 func cachedBytes(key string, c cached) int64 {
 	n := alloc(len(key)) + int64(unsafe.Sizeof(c)) + recordBytes(c.rec)
 	if c.memo != nil {
 		n += alloc(int(unsafe.Sizeof(*c.memo)))
 	}
-	if c.replayed {
+	switch h := c.head; {
+	case h != nil:
+		n += headSize + alloc(len(h.fingerprint)) + h.memo
+	case c.replayed:
 		n += memoBytes(c.rec)
 	}
 	return n
 }
 
-// memoBytes is what a replayed final record's memo may hold: the server's
-// converted answer (intent.MemoBytes).
+var headSize = alloc(int(unsafe.Sizeof(finalHead{})))
+
+// memoBytes is what a replayed final record's memo may hold: the gRPC
+// server's converted answer (an AcquireResponse: the intent without its
+// history, params and identity as Structs, the result's payload, which the
+// statement shares, and a statement of a few hundred bytes) and what its
+// codec keeps of it (server/kept.go: an entry of its table and a cleanup
+// of the memo). A Struct takes its text and some 70 bytes for each value,
+// field and container (jsonValues). TestCacheBytesPerReplayedIntent in
+// package server holds the estimate to the heap.
 func memoBytes(r *machine.Record) int64 {
-	payload := 0
+	n := 1800 + len(r.Params) + 70*jsonValues(r.Params) + len(r.Identity) + 70*jsonValues(r.Identity) +
+		2*(len(r.Key)+len(r.Action)+len(r.Summary)) + len(r.ParentKey) + len(r.ParamsVersion) + len(r.Fingerprint)
 	if r.Result != nil {
-		payload = len(r.Result.Payload)
+		n += len(r.Result.Payload)
+		for k, v := range r.Result.ExternalRefs {
+			n += 2 * (len(k) + len(v) + 48)
+		}
 	}
-	// The identity is converted to a Struct as the params are; action and
-	// summary cost less than that per byte, and counting them with the
-	// params keeps the estimate above, never below, what they hold.
-	return intent.MemoBytes(len(r.Params)+len(r.Identity)+len(r.Action)+len(r.Summary), payload)
+	for k, v := range r.Labels {
+		n += len(k) + len(v) + 48
+	}
+	return int64(n)
+}
+
+// jsonValues counts the bytes of JSON text that begin or separate values
+// (':', ',', '[', '{'): at least its values, fields and containers, more
+// when its strings hold them too.
+func jsonValues(b []byte) int {
+	n := 0
+	for _, c := range b {
+		switch c {
+		case ':', ',', '[', '{':
+			n++
+		}
+	}
+	return n
 }
 
 // recordBytes estimates the heap a decoded record occupies.

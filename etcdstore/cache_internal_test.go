@@ -100,51 +100,68 @@ func TestRecordCacheStaysWithinItsBytes(t *testing.T) {
 	}
 }
 
-// A final record's entry counts, from its first replay on, what its memo
-// may hold (the server's converted answer): replaying every cached record
-// makes room for those answers by forgetting records.
-func TestReplayedRecordsCountTheirMemo(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.CacheBytes = 1 << 20
-	s, err := New(etcdtest.Start(t).Client(t), cfg)
-	if err != nil {
-		t.Fatal(err)
+// A final record's entry becomes compact on its first replay, once
+// answers are kept: its record goes, its head stays and what its memo
+// will hold (the server's converted answer) is counted: replaying every
+// cached record leaves room for more of them than whole records with
+// their answers took, within the same budget.
+func TestReplayedRecordsBecomeCompact(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("answers kept %v", keep), func(t *testing.T) {
+			keepingAnswers(t, keep)
+			cfg := DefaultConfig()
+			cfg.CacheBytes = 1 << 20
+			s, err := New(etcdtest.Start(t).Client(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc := typicalCompleted
+			b := readGolden(t, tc.name, ".pb2")
+			const n = 2000
+			for i := range n {
+				key := fmt.Sprintf("key-%06d", i)
+				rec, err := decodeRecord(tc.stored.Tenant, key, b, int64(1000+i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.remember(rec.Tenant, key, rec, int64(1000+i))
+			}
+			held, bytes := s.records.Len(), s.records.Bytes()
+			for i := n - held; i < n; i++ {
+				key := fmt.Sprintf("key-%06d", i)
+				if c, ok := s.cachedEntry(tc.stored.Tenant, key); ok {
+					s.replayedFrom(tc.stored.Tenant, key, c.memo)
+					s.replayedFrom(tc.stored.Tenant, key, c.memo) // once
+					if after, _ := s.cachedEntry(tc.stored.Tenant, key); !after.replayed || (after.rec == nil) != keep || (after.view(key) == nil) != keep {
+						t.Fatalf("%s after its replay: replayed %v, whole %v; want compact (and no view to write from) %v", key, after.replayed, after.rec != nil, keep)
+					}
+				}
+			}
+			rec, err := decodeRecord(tc.stored.Tenant, "key-000000", b, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perEntry, replayed := bytes/int64(held), s.records.Bytes()/int64(s.records.Len())
+			t.Logf("%d records held (%d KiB, %d B each); after replaying them %d held (%d KiB, %d B each); memo %d B", held, bytes>>10, perEntry, s.records.Len(), s.records.Bytes()>>10, replayed, memoBytes(rec))
+			if got := s.records.Bytes(); got > cfg.CacheBytes-cfg.CacheBytes/sessionCacheShare {
+				t.Errorf("record cache holds %d bytes, over its budget", got)
+			}
+			if keep && replayed >= perEntry+memoBytes(rec) {
+				t.Errorf("a compact entry counts %d bytes, a whole one and its answer %d: want fewer", replayed, perEntry+memoBytes(rec))
+			}
+			if !keep && replayed < perEntry+memoBytes(rec) {
+				t.Errorf("a whole replayed entry counts %d bytes, want its record's and its answer's %d", replayed, perEntry+memoBytes(rec))
+			}
+		})
 	}
-	tc := typicalCompleted
-	b := readGolden(t, tc.name, ".pb2")
-	const n = 2000
-	for i := range n {
-		key := fmt.Sprintf("key-%06d", i)
-		rec, err := decodeRecord(tc.stored.Tenant, key, b, int64(1000+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.remember(rec.Tenant, key, rec, int64(1000+i))
-	}
-	held, bytes := s.records.Len(), s.records.Bytes()
-	var replayed int
-	for i := n - held; i < n; i++ {
-		key := fmt.Sprintf("key-%06d", i)
-		if c, ok := s.cachedEntry(tc.stored.Tenant, key); ok {
-			s.replayedFrom(tc.stored.Tenant, key, c.memo)
-			s.replayedFrom(tc.stored.Tenant, key, c.memo) // counted once
-			replayed++
-		}
-	}
-	rec, err := decodeRecord(tc.stored.Tenant, "k", b, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	perMemo := memoBytes(rec)
-	t.Logf("%d records held (%d KiB); after %d replays %d held (%d KiB); %d bytes per memo", held, bytes>>10, replayed, s.records.Len(), s.records.Bytes()>>10, perMemo)
-	if got := s.records.Bytes(); got > cfg.CacheBytes-cfg.CacheBytes/sessionCacheShare {
-		t.Errorf("record cache holds %d bytes, over its budget", got)
-	}
-	// Each replayed entry grew by perMemo: fewer fit.
-	perEntry := bytes / int64(held)
-	if want := int(int64(held) * perEntry / (perEntry + perMemo)); s.records.Len() > want+1 {
-		t.Errorf("after replaying every cached record: %d held, want at most %d (each now counts its memo)", s.records.Len(), want+1)
-	}
+}
+
+// keepingAnswers sets whether the process's stores have found answers kept
+// in memos, for the test, as it was after it.
+func keepingAnswers(t *testing.T, keep bool) {
+	was := answersKept.Load()
+	answersKept.Store(keep)
+	t.Cleanup(func() { answersKept.Store(was) })
 }
 
 func heapInUse() int64 {
@@ -154,9 +171,14 @@ func heapInUse() int64 {
 	return int64(m.HeapAlloc)
 }
 
-// A replay through Acquire charges its entry for the memo the first time
-// it hands the memo out, and leaves the entry as it is on later replays.
-func TestAcquireReplayChargesTheMemoOnce(t *testing.T) {
+// A store keeps whole records, and replays them whole from memory, until
+// it finds a replay's memo holding what its caller derived: that entry is
+// then made compact, and from then on an entry is made compact on its
+// first replay. A compact entry answers with its head and the memo, or,
+// while the memo is empty, from a read of the record; a report finds no
+// view in it to write from.
+func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
+	keepingAnswers(t, false)
 	cli := etcdtest.Start(t).Client(t)
 	s, err := New(cli, DefaultConfig())
 	if err != nil {
@@ -167,27 +189,73 @@ func TestAcquireReplayChargesTheMemoOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const key = "replayed-once"
-	happyPath(t, s, cli, key, sess.ID)
-	c, ok := s.cachedEntry("default", key)
-	if !ok || c.memo == nil || c.replayed {
-		t.Fatalf("after Complete: entry %+v, cached %v; want a final entry with a memo, not replayed", c, ok)
-	}
-	before := s.records.Bytes()
-	replay := func() *intent.Acquisition {
-		a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again", ExpectedFingerprint: c.rec.Fingerprint})
-		if err != nil || a.Outcome != intent.OutcomeCompleted || a.Memo != c.memo {
-			t.Fatalf("replay: %+v, %v; want COMPLETED with the entry's memo", a, err)
+	replay := func(key, what string) *intent.Acquisition {
+		t.Helper()
+		c, _ := s.cachedEntry("default", key)
+		a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again"})
+		if err != nil || a.Outcome != intent.OutcomeCompleted || a.Memo == nil || a.Memo != c.memo || a.Intent.Revision != c.rev {
+			t.Fatalf("%s: %+v, %v; want COMPLETED with the entry's memo and revision", what, a, err)
 		}
 		return a
 	}
-	replay()
-	charged := s.records.Bytes()
-	if after, _ := s.cachedEntry("default", key); !after.replayed || charged <= before {
-		t.Errorf("after the first replay: replayed %v, cache %d bytes (was %d); want the memo charged", after.replayed, charged, before)
+	entry := func(key string) cached {
+		c, ok := s.cachedEntry("default", key)
+		if !ok {
+			t.Fatalf("%s is not cached", key)
+		}
+		return c
 	}
-	replay()
-	if again := s.records.Bytes(); again != charged {
-		t.Errorf("after a second replay the cache holds %d bytes, want %d as after the first", again, charged)
+	const first = "replayed-first"
+	happyPath(t, s, cli, first, sess.ID)
+	whole := entry(first).rec
+	before := s.records.Bytes()
+	for i := range 3 {
+		if a := replay(first, "replay, nothing kept"); string(a.Intent.Params) != string(whole.Params) || a.Intent.Result == nil {
+			t.Errorf("replay %d: params %s, result %v; want the whole record's", i, a.Intent.Params, a.Intent.Result)
+		}
+	}
+	charged := s.records.Bytes()
+	if c := entry(first); !c.replayed || c.rec == nil || c.head != nil || charged != before+memoBytes(whole) || s.Stats().Replays != 3 {
+		t.Errorf("after replays whose memo stayed empty: replayed %v, whole %v, head %+v, cache %d bytes (was %d), %d from memory; want the whole record, its memo charged once, replays from memory",
+			c.replayed, c.rec != nil, c.head, charged, before, s.Stats().Replays)
+	}
+
+	entry(first).memo.Store("an answer") // as the gRPC server keeps its answer
+	a := replay(first, "replay once the memo holds the answer")
+	c := entry(first)
+	if c.rec != nil || c.head == nil || c.head.memo != memoBytes(whole) || !answersKept.Load() {
+		t.Fatalf("after a replay found the memo kept: whole %v, head %+v, answers kept %v; want compact", c.rec != nil, c.head, answersKept.Load())
+	}
+	if want := charged - recordBytes(whole) + headSize + alloc(len(whole.Fingerprint)); s.records.Bytes() != want {
+		t.Errorf("compact entry: cache %d bytes, want %d", s.records.Bytes(), want)
+	}
+	if a.Intent.Fingerprint != whole.Fingerprint || !a.Intent.CompletedAt.Equal(whole.CompletedAt) || !a.Intent.RetainUntil.Equal(whole.RetainUntil) || a.Intent.State != whole.State {
+		t.Errorf("replay: intent %+v, want the record's state, fingerprint and times", a.Intent)
+	}
+	compact := s.records.Bytes()
+	if a := replay(first, "replay of the compact entry"); a.Intent.Params != nil || a.Intent.Result != nil || s.records.Bytes() != compact {
+		t.Errorf("replay of a compact entry: params %s, result %v, cache %d bytes (was %d); want its head, nothing counted again", a.Intent.Params, a.Intent.Result, s.records.Bytes(), compact)
+	}
+	if _, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: first, SessionID: sess.ID, RequestID: "x", ExpectedFingerprint: "other"}); err == nil {
+		t.Error("a compact entry replayed to another fingerprint")
+	}
+	if _, err := s.Report(ctx, intent.Report{Tenant: "default", Key: first, Kind: intent.ReportComplete, Token: 1}); err == nil {
+		t.Error("a stale report on a compact entry succeeded")
+	}
+
+	// Answers are kept: the next final record is compact on its first
+	// replay, and read while its memo is empty.
+	const second = "replayed-second"
+	happyPath(t, s, cli, second, sess.ID)
+	whole = entry(second).rec
+	if a := replay(second, "first replay"); string(a.Intent.Params) != string(whole.Params) {
+		t.Errorf("first replay: params %s, want the whole record's", a.Intent.Params)
+	}
+	if c := entry(second); c.rec != nil || c.head == nil {
+		t.Fatalf("after its first replay: whole %v, head %+v; want compact", c.rec != nil, c.head)
+	}
+	replays := s.Stats().Replays
+	if a := replay(second, "replay before the memo holds anything"); string(a.Intent.Params) != string(whole.Params) || s.Stats().Replays != replays {
+		t.Errorf("replay of a compact entry with an empty memo: params %s, %d from memory (was %d); want the record read, whole", a.Intent.Params, s.Stats().Replays, replays)
 	}
 }

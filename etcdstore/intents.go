@@ -74,8 +74,9 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	entry, known := s.cachedEntry(req.Tenant, req.Key)
 	// A final record is replayed from memory, unless etcd went back: then
 	// nothing is answered, not even from memory.
-	if known && s.floor.refused.Load() == nil {
-		if d, ok := machine.ReplayFinal(entry.view(req.Key), fp, s.cfg.Now()); ok {
+	// A compact entry answers with its record's head and its memo.
+	if v := entry.replayView(req.Tenant, req.Key); v != nil && s.floor.refused.Load() == nil {
+		if d, ok := machine.ReplayFinal(v, fp, s.cfg.Now()); ok {
 			if d.Err != nil {
 				return nil, d.Err
 			}
@@ -84,11 +85,13 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			out.Memo = entry.memo
 			if !entry.replayed {
 				s.replayedFrom(req.Tenant, req.Key, entry.memo)
+			} else if entry.rec != nil {
+				s.settle(req.Tenant, req.Key, entry)
 			}
 			return out, nil
 		}
 	}
-	if !known && s.floor.refused.Load() == nil && s.hints().seen(s.cfg.Prefix, req.Tenant, req.Key) {
+	if (!known || entry.rec == nil) && s.floor.refused.Load() == nil && s.hints().seen(s.cfg.Prefix, req.Tenant, req.Key) {
 		// Final once, and no longer in memory: replayed from one read of
 		// the record, where registering it would be a write that fails.
 		if out, ok, err := s.replayRead(ctx, req.Tenant, req.Key, fp); ok {

@@ -97,9 +97,10 @@ func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
 }
 
 // The codec sends a kept replay answer as the bytes of a fresh conversion
-// (deterministic: maps in key order), an answer kept in no memo (a replay
-// that read etcd) as the same bytes, and forgets a kept encoding once its
-// memo is gone.
+// (deterministic: maps in key order), whether it encodes it again (its
+// earlier encoding collected) or sends the encoding in use, an answer kept
+// in no memo (a replay that read etcd) as the same bytes, and forgets a
+// kept answer once its memo is gone.
 func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
 	fresh := completedAcquisition()
 	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(acquireResponse(fresh))
@@ -118,14 +119,21 @@ func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
 
 	a := completedAcquisition()
 	a.Memo = new(intent.Memo)
-	kept := acquireResponse(a)
+	first := acquireResponse(a)
+	if !kept(first) {
+		t.Fatal("a replay answer converted into a memo is not kept")
+	}
 	for i := range 3 {
 		if got := send(acquireResponse(a)); !bytes.Equal(got, want) {
 			t.Errorf("replay %d sent %q, want the fresh conversion's %q", i, got, want)
 		}
+		runtime.GC() // the kept encoding goes: the next replay encodes again
+		if got := send(acquireResponse(a)); !bytes.Equal(got, want) {
+			t.Errorf("replay %d, encoded again, sent %q, want %q", i, got, want)
+		}
 	}
-	if _, ok := keptBytes(acquireResponse(fresh)); ok {
-		t.Error("an answer kept in no memo has a kept encoding")
+	if kept(acquireResponse(fresh)) {
+		t.Error("an answer kept in no memo is kept")
 	}
 	for i := range 3 {
 		if got := send(acquireResponse(fresh)); !bytes.Equal(got, want) {
@@ -137,11 +145,11 @@ func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		runtime.GC()
-		if _, ok := keptBytes(kept); !ok {
+		if !kept(first) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the kept encoding outlived its memo by 10s")
+			t.Fatal("the kept answer outlived its memo by 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
