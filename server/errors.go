@@ -147,8 +147,13 @@ func toStatus(log *slog.Logger, err error) error {
 			map[string]string{"state": trans.State.String()},
 			refusal(intentv1.StatementStatus_STATEMENT_STATUS_REFUSED, fmt.Sprintf("refused: %s is not allowed on intent %s in state %s", trans.Call, intentName(trans.Key, trans.Intent), trans.State), trans.Intent, 0, trans.Evidence))
 	case errors.As(err, &expired):
-		return withDetails(intentv1.ErrorReason_ERROR_REASON_INTENT_EXPIRED, err.Error(),
-			map[string]string{"final_state": expired.State.String(), "fingerprint": expired.Fingerprint})
+		// A packed tombstone keeps no fingerprint (docs/DESIGN.md,
+		// "Tombstones"): then the metadata has no fingerprint key.
+		meta := map[string]string{"final_state": expired.State.String()}
+		if expired.Fingerprint != "" {
+			meta["fingerprint"] = expired.Fingerprint
+		}
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_INTENT_EXPIRED, err.Error(), meta)
 	case errors.As(err, &compact):
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_REVISION_COMPACTED, err.Error(),
 			map[string]string{"compact_revision": strconv.FormatInt(compact.Compacted, 10)})

@@ -417,7 +417,7 @@ func TestRetentionExpiry(t *testing.T) {
 
 	const key, waiting = "expiring", "still-pending"
 	f.register(waiting, lamp(2))
-	p := completed(f, key)
+	completed(f, key)
 	done := f.get(key)
 	if done.GetRetainUntil() == nil || !done.GetRetainUntil().AsTime().Equal(clock.Now().Add(time.Hour)) {
 		t.Errorf("retain_until = %v, want completion time + 1h = %v", done.GetRetainUntil().AsTime(), clock.Now().Add(time.Hour))
@@ -452,7 +452,9 @@ func TestRetentionExpiry(t *testing.T) {
 		t.Errorf("Watch event = %v %s %v, want TYPE_DELETED %s COMPLETED", ev.GetType(), ev.GetIntent().GetKey(), ev.GetIntent().GetState(), key)
 	}
 
-	meta := map[string]string{"final_state": "COMPLETED", "fingerprint": p.fingerprint}
+	// A tombstone says how the intent ended; packed, it keeps no
+	// fingerprint, and the metadata then has no fingerprint key.
+	meta := map[string]string{"final_state": "COMPLETED"}
 	calls := []struct {
 		name string
 		call func() error
@@ -473,6 +475,9 @@ func TestRetentionExpiry(t *testing.T) {
 				if got := d.info.GetMetadata()[k]; got != want {
 					t.Errorf("ErrorInfo.metadata[%s] = %q, want %q", k, got, want)
 				}
+			}
+			if fp, ok := d.info.GetMetadata()["fingerprint"]; ok {
+				t.Errorf("ErrorInfo.metadata[fingerprint] = %q, want no such key: a packed tombstone keeps none", fp)
 			}
 		})
 	}

@@ -260,7 +260,8 @@ const (
 	// UNAVAILABLE: etcd did not answer in time. Retrying the same call is safe.
 	ErrorReason_ERROR_REASON_STORE_UNAVAILABLE ErrorReason = 8
 	// FAILED_PRECONDITION: the record outlived its retention (metadata
-	// final_state, fingerprint). A new approval is needed.
+	// final_state; fingerprint only from a tombstone an earlier version
+	// wrote: packed tombstones keep none). A new approval is needed.
 	ErrorReason_ERROR_REASON_INTENT_EXPIRED ErrorReason = 9
 	// FAILED_PRECONDITION: a reviewer call on a live-leased intent without
 	// force. Wait for the lease to end, or force.

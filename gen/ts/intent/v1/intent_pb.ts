@@ -2870,7 +2870,8 @@ export enum ErrorReason {
 
   /**
    * FAILED_PRECONDITION: the record outlived its retention (metadata
-   * final_state, fingerprint). A new approval is needed.
+   * final_state; fingerprint only from a tombstone an earlier version
+   * wrote: packed tombstones keep none). A new approval is needed.
    *
    * @generated from enum value: ERROR_REASON_INTENT_EXPIRED = 9;
    */
