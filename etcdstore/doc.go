@@ -209,9 +209,13 @@
 //     rewrites the chunk with the entry added and those past their day
 //     dropped; a chunk past tombstones.MaxEntries splits at the median, the
 //     left half under a new key (its last hash as bound). Its walk over the
-//     chunks (a bounded number a pass, from where the last pass stopped)
-//     drops what is past its day and merges a chunk left with fewer than
-//     tombstones.MinEntries into its right neighbour. Group commit never
+//     chunks goes by what it knows of them (each one's size and earliest
+//     day, in memory), so that it reads only the chunks it rewrites, a
+//     bounded number a pass: it drops what is past its day and merges a
+//     chunk left with fewer than tombstones.MinEntries into its right
+//     neighbour. Records due together whose entries go into one known chunk
+//     are removed together, in one transaction that compares each record and
+//     the chunk, rewritten once. Group commit never
 //     puts two writes of one chunk in one batch (a member's compares and
 //     writes are its reads and writes): the second compares the revision
 //     the first replaced, fails, and decides again on a fresh read.

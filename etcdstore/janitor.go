@@ -264,6 +264,7 @@ func (s *Store) RunJanitor(ctx context.Context, cli *clientv3.Client, id string,
 			_ = s.backoff(ctx, attempt, nil)
 		}
 	}()
+	elected := 0
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		sess, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(ctx))
 		if err != nil {
@@ -273,6 +274,14 @@ func (s *Store) RunJanitor(ctx context.Context, cli *clientv3.Client, id string,
 		el := concurrency.NewElection(sess, s.keys.election())
 		if err := el.Campaign(ctx, id); err == nil {
 			attempt = 0
+			// The walk over the chunks goes by what this replica knows of
+			// them: all of them once it has learnt them; anew after
+			// another replica swept meanwhile.
+			if elected++; elected == 1 {
+				<-learnt
+			} else {
+				_ = s.LearnTombstones(ctx)
+			}
 			s.sweepWhileLeader(ctx, sess, interval, report)
 			rctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 			_ = el.Resign(rctx)

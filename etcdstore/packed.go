@@ -359,69 +359,66 @@ func (s *Store) LearnTombstones(ctx context.Context) error {
 	}
 }
 
-// chunksPerSweep bounds the chunks one janitor pass reads: the walk over
-// every chunk is spread over passes (a cursor), since an entry may be
-// dropped a day after its end anyway.
-const chunksPerSweep = 64
+// rewritesPerSweep bounds the chunks one janitor pass rewrites: an entry
+// may stay a day past its end anyway.
+const rewritesPerSweep = 16
 
-// sweepChunks continues the janitor's walk over the chunks, from where the
-// previous pass ended: a chunk holding entries past their retention is
-// rewritten without them, and a chunk (not the last) with fewer than
-// tombstones.MinEntries left is merged into its right neighbour (split
-// again, evenly, when the two are too many for one). Each rewrite compares
-// the chunks it replaces, so that it never undoes a removal's write; one
-// that loses waits for the next pass. It returns the entries dropped.
+// sweepChunks continues the janitor's walk over the chunks the store knows
+// (LearnTombstones; the janitor writes every chunk there is, and learns
+// what it writes), from where the previous pass ended, in memory: a chunk
+// holding entries past their day is read and rewritten without them, and a
+// chunk (not the last) with fewer than tombstones.MinEntries left is
+// merged into its right neighbour (split again, evenly, when the two are
+// too many for one). A chunk that needs neither is not read. Each rewrite
+// compares the chunks it replaces, so that it never undoes a removal's
+// write; one that loses waits for the next pass. It returns the entries
+// dropped.
 func (s *Store) sweepChunks(ctx context.Context, now time.Time) (int, error) {
 	today := tombstones.Today(now)
-	dropped, seen := 0, 0
 	s.walk.Lock()
 	defer s.walk.Unlock()
-	for seen < chunksPerSweep {
-		start := s.keys.chunks()
-		if s.walk.after != "" {
-			start = s.walk.after + "\x00"
+	due, next := s.chunks.due(s.walk.after, today, rewritesPerSweep)
+	s.walk.after = next
+	dropped := 0
+	for _, k := range due {
+		keys := []string{s.keys.chunk(k.hi)}
+		if k.merge {
+			keys = append(keys, s.keys.chunk(k.next))
 		}
-		// One more than it walks: the neighbour a small chunk merges into.
-		resp, err := s.get(ctx, start, 0, clientv3.WithRange(s.keys.chunksEnd()), clientv3.WithLimit(17))
+		ops := make([]clientv3.Op, len(keys))
+		for i, key := range keys {
+			ops[i] = clientv3.OpGet(key)
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		read, err := s.kv.Txn(rctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return dropped, classify(err, false).err
+		}
+		var run []tombstones.Chunk
+		var kvs []*mvccpb.KeyValue
+		for _, r := range read.Responses {
+			got := r.GetResponseRange().GetKvs()
+			if len(got) == 0 {
+				break // gone since: the map learns it from its next read
+			}
+			c, err := s.chunkOf(got[0].Key, got[0].Value)
+			if err != nil {
+				return dropped, err
+			}
+			if len(run) > 0 && c.Lo != run[len(run)-1].Hi {
+				break // not the neighbour any more
+			}
+			run, kvs = append(run, c), append(kvs, got[0])
+		}
+		if len(run) == 0 || len(run) < len(keys) && run[0].Expiring(today) == 0 {
+			continue
+		}
+		d, err := s.rechunk(ctx, run, kvs, today)
 		if err != nil {
 			return dropped, err
 		}
-		kvs, n := resp.Kvs, len(resp.Kvs)
-		if resp.More {
-			n-- // the last one only as a neighbour: the next read starts there
-		}
-		for i := 0; i < n; i++ {
-			c, err := s.chunkOf(kvs[i].Key, kvs[i].Value)
-			if err != nil {
-				return dropped, err
-			}
-			run, read := []tombstones.Chunk{c}, kvs[i:i+1]
-			expiring := c.Expiring(today)
-			// Every chunk but the last has a right neighbour: read
-			// with it, since the last read was not walked.
-			if c.Hi != tombstones.Last && c.Len()-expiring < tombstones.MinEntries {
-				next, err := s.chunkOf(kvs[i+1].Key, kvs[i+1].Value)
-				if err != nil {
-					return dropped, err
-				}
-				run, read = append(run, next), kvs[i:i+2]
-				i++
-			}
-			s.walk.after = string(read[len(read)-1].Key)
-			seen += len(read)
-			if expiring == 0 && len(run) == 1 {
-				continue
-			}
-			d, err := s.rechunk(ctx, run, read, today)
-			if err != nil {
-				return dropped, err
-			}
-			dropped += d
-		}
-		if !resp.More {
-			s.walk.after = "" // walked to the end: from the start next pass
-			return dropped, nil
-		}
+		dropped += d
 	}
 	return dropped, nil
 }
@@ -477,10 +474,10 @@ func (s *Store) rechunk(ctx context.Context, run []tombstones.Chunk, kvs []*mvcc
 }
 
 // walkCursor is where the janitor's walk over the chunks is: after the
-// chunk of that etcd key ("": from the first).
+// chunk of that upper bound (the zero hash: from the first).
 type walkCursor struct {
 	sync.Mutex
-	after string
+	after tombstones.Hash
 }
 
 // chunkMap is what the store knows of the tombstone chunks, so that a new
@@ -502,6 +499,10 @@ type knownChunk struct {
 	// tombstone yet: the whole range, the last chunk absent).
 	rev    int64
 	filter tombstones.Filter
+	// entries is how many it holds, firstDay the earliest UntilDay among
+	// them (what the janitor's walk looks at).
+	entries  int32
+	firstDay uint16
 }
 
 func before(a, b tombstones.Hash) bool { return bytes.Compare(a[:], b[:]) < 0 }
@@ -524,7 +525,49 @@ func (m *chunkMap) observe(c tombstones.Chunk, rev int64) {
 			return // known newer, or known already
 		}
 	}
-	m.known = slices.Replace(m.known, from, to, knownChunk{lo: c.Lo, hi: c.Hi, rev: rev, filter: tombstones.NewFilter(c)})
+	k := knownChunk{lo: c.Lo, hi: c.Hi, rev: rev, filter: tombstones.NewFilter(c), entries: int32(c.Len()), firstDay: c.FirstDay()}
+	m.known = slices.Replace(m.known, from, to, k)
+}
+
+// dueChunk is a chunk the janitor's walk rewrites: by its upper bound,
+// with its right neighbour's when it is to be merged into it.
+type dueChunk struct {
+	hi, next tombstones.Hash
+	merge    bool
+}
+
+// due returns up to limit known chunks after the one of upper bound after
+// that hold entries expired on day today, or (but the last) fewer than
+// tombstones.MinEntries, and where to go on from; it looks at a bounded
+// number of chunks, at most each once, going on from the first after the
+// last.
+func (m *chunkMap) due(after tombstones.Hash, today uint16, limit int) ([]dueChunk, tombstones.Hash) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	const looks = 4096
+	var out []dueChunk
+	i := sort.Search(len(m.known), func(i int) bool { return before(after, m.known[i].hi) })
+	for n := 0; n < min(looks, len(m.known)) && len(out) < limit; n, i = n+1, i+1 {
+		if i == len(m.known) {
+			i = 0
+		}
+		k := &m.known[i]
+		after = k.hi
+		if k.rev == 0 {
+			continue
+		}
+		small := k.hi != tombstones.Last && k.entries < tombstones.MinEntries
+		if small && i+1 < len(m.known) && m.known[i+1].lo == k.hi {
+			out = append(out, dueChunk{hi: k.hi, next: m.known[i+1].hi, merge: true})
+			i, n = i+1, n+1 // the neighbour goes with it
+			after = m.known[i].hi
+			continue
+		}
+		if k.entries > 0 && k.firstDay <= today {
+			out = append(out, dueChunk{hi: k.hi})
+		}
+	}
+	return out, after
 }
 
 // knows reports whether the map holds c's version of rev.

@@ -388,9 +388,10 @@ func TestRacingRemovalsLoseNoTombstone(t *testing.T) {
 }
 
 // The janitor's walk drops entries past their day and merges a chunk with
-// fewer than MinEntries left into its right neighbour; a pass reads a
-// bounded number of chunks, the next goes on from there; what is left is
-// exactly the entries not due, in chunks covering every hash.
+// fewer than MinEntries left into its right neighbour; a pass rewrites a
+// bounded number of chunks, the next goes on from there, and a pass with
+// nothing due reads nothing; what is left is exactly the entries not due,
+// in chunks covering every hash.
 func TestChunkWalkDropsExpiredAndMerges(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
 	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
@@ -414,18 +415,34 @@ func TestChunkWalkDropsExpiredAndMerges(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(packedChunks(t, cli, s.keys))
-	if before <= 2*chunksPerSweep {
+	if before <= 2*rewritesPerSweep {
 		t.Fatalf("%d chunks: want more than two passes' worth", before)
 	}
-	if _, err := s.sweepChunks(ctx, c.Now()); err != nil { // nothing due
+	if err := s.LearnTombstones(ctx); err != nil {
 		t.Fatal(err)
+	}
+	rev := func() int64 {
+		resp, err := cli.Get(ctx, "probe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	rev0 := rev()
+	for range 3 {
+		if _, err := s.sweepChunks(ctx, c.Now()); err != nil { // nothing due
+			t.Fatal(err)
+		}
+	}
+	if rev() != rev0 {
+		t.Errorf("passes with nothing due wrote %d revisions", rev()-rev0)
 	}
 	if got := packedEntries(t, cli, s.keys); got != len(keys) {
 		t.Fatalf("%d entries after a pass with nothing due, want %d", got, len(keys))
 	}
 	c.Advance(11 * 24 * time.Hour)
 	dropped := 0
-	for pass := 0; pass < 3*before/chunksPerSweep+3; pass++ {
+	for pass := 0; pass < 3*before/rewritesPerSweep+3; pass++ {
 		d, err := s.sweepChunks(ctx, c.Now())
 		if err != nil {
 			t.Fatal(err)

@@ -269,6 +269,16 @@ func (c Chunk) Expiring(today uint16) int {
 	return n
 }
 
+// FirstDay is the earliest UntilDay of the chunk's entries (the last day
+// there is when it holds none).
+func (c Chunk) FirstDay() uint16 {
+	first := uint16(math.MaxUint16)
+	for i := range c.Len() {
+		first = min(first, binary.BigEndian.Uint16(c.entries[(i+1)*EntrySize-2:]))
+	}
+	return first
+}
+
 // Covers reports whether h is in the chunk's range.
 func (c Chunk) Covers(h Hash) bool {
 	return (c.Lo == Hash{} || h.compare(c.Lo) > 0) && h.compare(c.Hi) <= 0
