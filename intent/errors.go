@@ -56,9 +56,13 @@ var (
 
 // ExpiredError describes the tombstone of a removed intent.
 type ExpiredError struct {
-	Key         string
-	State       State // the final state the intent had
+	Key   string
+	State State // the final state the intent had
+	// Fingerprint is the intent's, for a tombstone an earlier version
+	// wrote; empty for a packed one, which does not keep it.
 	Fingerprint string
+	// CompletedAt is when the intent became final (to the second for a
+	// packed tombstone).
 	CompletedAt time.Time
 }
 
