@@ -52,7 +52,8 @@ type cached struct {
 // compact on the record's first replay: the record goes (the first replay
 // still hands it out whole, for its caller to derive from), and the entry
 // keeps the record's head and the memo, what the memo holds counted
-// against the cache's budget (memoBytes). Later replays answer with an
+// against the cache's budget (memoBytes), cached apart from whole records
+// (compactKey). Later replays answer with an
 // intent of the head's fields alone (tenant, key, state, fingerprint,
 // revision, completion and retention times) and the memo, from which
 // their caller answers; should the memo be empty then, the replay reads
@@ -106,16 +107,18 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 // the cache's lock once.
 func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
 	compact := answersKept.Load()
+	var whole cached
 	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
-		if c.memo != memo || c.replayed {
+		if c.memo != memo || c.replayed || c.rec == nil {
 			return c, false
 		}
 		c.replayed = true
-		if compact {
-			c.compact()
-		}
-		return c, true
+		whole = c
+		return c, !compact
 	})
+	if compact && whole.rec != nil {
+		s.compact(tenant, key, whole)
+	}
 }
 
 // settle is a later replay's look at a replayed entry still whole: once
@@ -128,32 +131,50 @@ func (s *Store) settle(tenant, key string, c cached) {
 	if !answersKept.Load() {
 		answersKept.Store(true)
 	}
-	s.records.Update(cacheKey(tenant, key), func(e cached) (cached, bool) {
-		if e.memo != c.memo || e.rec == nil {
-			return e, false
-		}
-		e.compact()
-		return e, true
-	})
+	s.compact(tenant, key, c)
 }
 
-// compact drops c's record for its head.
-func (c *cached) compact() {
+// compact replaces the whole entry c of tenant's key by a compact one,
+// under compactKey: its record's head, its memo. Should another version's
+// entry have replaced c in between, it goes too: that costs a read, never
+// a wrong answer.
+func (s *Store) compact(tenant, key string, c cached) {
 	r := c.rec
-	c.head = &finalHead{state: r.State, fingerprint: r.Fingerprint, completedAt: unixNano(r.CompletedAt),
-		retainUntil: unixNano(r.RetainUntil), memo: memoBytes(r)}
-	c.rec = nil
+	s.records.Remove(cacheKey(tenant, key))
+	ck := compactKey(tenant, key)
+	if old, ok := s.records.Get(ck); ok && old.rev > c.rev {
+		return
+	}
+	s.records.Add(ck, cached{rev: c.rev, memo: c.memo, replayed: true, head: &finalHead{state: r.State, fingerprint: r.Fingerprint,
+		completedAt: unixNano(r.CompletedAt), retainUntil: unixNano(r.RetainUntil), memo: memoBytes(r)}})
+}
+
+// compactKey is where a compact entry of tenant's key is cached: apart
+// from the entries of whole records (cacheKey), so that what decides on a
+// cached record (a report, a heartbeat, a submission) never finds one. No
+// tenant begins with byte 1.
+func compactKey(tenant, key string) string { return "\x01" + tenant + "\x00" + key }
+
+// replayEntry is the entry a replay of tenant's key is answered from: the
+// whole record's, if cached, else a compact one.
+func (s *Store) replayEntry(tenant, key string) (cached, bool) {
+	if c, ok := s.records.Get(cacheKey(tenant, key)); ok {
+		return c, true
+	}
+	return s.records.Get(compactKey(tenant, key))
 }
 
 // cachedEntry is the remembered version of a record, if any, with that
-// version's memo and whether a replay has handed it out yet.
+// version's memo and whether a replay has handed it out yet; never a
+// compact entry (replayEntry).
 func (s *Store) cachedEntry(tenant, key string) (cached, bool) {
 	return s.records.Get(cacheKey(tenant, key))
 }
 
 // view is a view of the entry's version of the record under key: not
 // fresh (see machine.View); nil for a compact entry, which holds too
-// little of its record to decide anything but a replay on.
+// little of its record to decide anything but a replay on (and is cached
+// apart: compactKey).
 func (c cached) view(key string) *machine.View {
 	if c.rec == nil {
 		return nil

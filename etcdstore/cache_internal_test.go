@@ -132,8 +132,9 @@ func TestReplayedRecordsBecomeCompact(t *testing.T) {
 				if c, ok := s.cachedEntry(tc.stored.Tenant, key); ok {
 					s.replayedFrom(tc.stored.Tenant, key, c.memo)
 					s.replayedFrom(tc.stored.Tenant, key, c.memo) // once
-					if after, _ := s.cachedEntry(tc.stored.Tenant, key); !after.replayed || (after.rec == nil) != keep || (after.view(key) == nil) != keep {
-						t.Fatalf("%s after its replay: replayed %v, whole %v; want compact (and no view to write from) %v", key, after.replayed, after.rec != nil, keep)
+					after, _ := s.replayEntry(tc.stored.Tenant, key)
+					if _, whole := s.cachedEntry(tc.stored.Tenant, key); !after.replayed || (after.rec == nil) != keep || (after.view(key) == nil) != keep || whole == keep {
+						t.Fatalf("%s after its replay: replayed %v, whole %v, found by what decides on records %v; want compact (no view to write from, cached apart) %v", key, after.replayed, after.rec != nil, whole, keep)
 					}
 				}
 			}
@@ -191,7 +192,7 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 	}
 	replay := func(key, what string) *intent.Acquisition {
 		t.Helper()
-		c, _ := s.cachedEntry("default", key)
+		c, _ := s.replayEntry("default", key)
 		a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again"})
 		if err != nil || a.Outcome != intent.OutcomeCompleted || a.Memo == nil || a.Memo != c.memo || a.Intent.Revision != c.rev {
 			t.Fatalf("%s: %+v, %v; want COMPLETED with the entry's memo and revision", what, a, err)
@@ -199,7 +200,7 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 		return a
 	}
 	entry := func(key string) cached {
-		c, ok := s.cachedEntry("default", key)
+		c, ok := s.replayEntry("default", key)
 		if !ok {
 			t.Fatalf("%s is not cached", key)
 		}
@@ -239,6 +240,22 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 	if _, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: first, SessionID: sess.ID, RequestID: "x", ExpectedFingerprint: "other"}); err == nil {
 		t.Error("a compact entry replayed to another fingerprint")
 	}
+	// What decides on a cached record (a report, a heartbeat, a
+	// submission) never finds a compact entry: a heartbeat naming the
+	// completed intent's lease answers as a store that never cached it.
+	if _, ok := s.cachedEntry("default", first); ok {
+		t.Error("a compact entry is found by what decides on cached records")
+	}
+	fresh, err := New(cli, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := []intent.HeldLease{{Key: first, Token: whole.Lease.Token}}
+	_, got := s.Heartbeat(ctx, "default", sess.ID, held)
+	_, want := fresh.Heartbeat(ctx, "default", sess.ID, held)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("heartbeat naming a compact entry's lease: %v, want %v as without a cache", got, want)
+	}
 	if _, err := s.Report(ctx, intent.Report{Tenant: "default", Key: first, Kind: intent.ReportComplete, Token: 1}); err == nil {
 		t.Error("a stale report on a compact entry succeeded")
 	}
@@ -255,7 +272,11 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 		t.Fatalf("after its first replay: whole %v, head %+v; want compact", c.rec != nil, c.head)
 	}
 	replays := s.Stats().Replays
-	if a := replay(second, "replay before the memo holds anything"); string(a.Intent.Params) != string(whole.Params) || s.Stats().Replays != replays {
-		t.Errorf("replay of a compact entry with an empty memo: params %s, %d from memory (was %d); want the record read, whole", a.Intent.Params, s.Stats().Replays, replays)
+	a, err = s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: second, SessionID: sess.ID, RequestID: "again"})
+	if err != nil || a.Outcome != intent.OutcomeCompleted || string(a.Intent.Params) != string(whole.Params) || s.Stats().Replays != replays {
+		t.Errorf("replay of a compact entry with an empty memo: %+v, %v, %d from memory (was %d); want the record read, whole", a, err, s.Stats().Replays, replays)
+	}
+	if c := entry(second); c.rec != nil || c.head == nil || a.Memo != c.memo {
+		t.Errorf("after the read: whole %v, head %+v, memo %p (answer's %p); want compact again, with the memo handed out", c.rec != nil, c.head, c.memo, a.Memo)
 	}
 }

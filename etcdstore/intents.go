@@ -71,7 +71,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			return nil, err
 		}
 	}
-	entry, known := s.cachedEntry(req.Tenant, req.Key)
+	entry, known := s.replayEntry(req.Tenant, req.Key)
 	// A final record is replayed from memory, unless etcd went back: then
 	// nothing is answered, not even from memory.
 	// A compact entry answers with its record's head and its memo.

@@ -54,7 +54,7 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 		Register: &intent.Registration{Tenant: "default", Key: key, Params: params, RequestID: "reg-" + key}}
 
 	for round := range 3 {
-		s.records.Remove(cacheKey("default", key)) // forgotten, as a full cache forgets
+		forget(s, "default", key) // as a full cache forgets
 		stats, reads0, writes0 := s.Stats(), reads.Load(), writes.Load()
 		a, err := s.Acquire(ctx, retry)
 		if err != nil {
@@ -70,7 +70,7 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 		if got := s.Stats(); got.Conflicts != stats.Conflicts || got.Replays != stats.Replays {
 			t.Errorf("round %d: conflicts %d → %d, replays from memory %d → %d; want both unchanged", round, stats.Conflicts, got.Conflicts, stats.Replays, got.Replays)
 		}
-		e, ok := s.cachedEntry("default", key)
+		e, ok := s.replayEntry("default", key)
 		if !ok || a.Memo == nil || a.Memo != e.memo || !e.replayed {
 			t.Errorf("round %d: memo %p, cached %v (memo %p, replayed %v); want the record remembered again, its memo handed out and charged", round, a.Memo, ok, e.memo, e.replayed)
 		}
@@ -84,7 +84,7 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 	// Another fingerprint is refused as from memory.
 	other := retry
 	other.Register = &intent.Registration{Tenant: "default", Key: key, Params: []byte(`{"other":true}`), RequestID: "reg-other"}
-	s.records.Remove(cacheKey("default", key))
+	forget(s, "default", key)
 	if _, err := s.Acquire(ctx, other); !isFingerprintMismatch(err) {
 		t.Errorf("other params out of the cache: %v, want a fingerprint mismatch", err)
 	}
@@ -101,6 +101,12 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 	if err != nil || a.Outcome != intent.OutcomeExecute || a.Lease == nil {
 		t.Errorf("Acquire of a PENDING intent hinted final: %+v, %v; want EXECUTE", a, err)
 	}
+}
+
+// forget drops whatever s's cache holds of tenant's key.
+func forget(s *Store, tenant, key string) {
+	s.records.Remove(cacheKey(tenant, key))
+	s.records.Remove(compactKey(tenant, key))
 }
 
 func isFingerprintMismatch(err error) bool {
