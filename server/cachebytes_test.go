@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/etcdstore"
@@ -54,7 +55,9 @@ func TestCacheBytesPerReplayedIntent(t *testing.T) {
 			_, writer := serveStore(t, e, etcdstore.DefaultConfig())
 			f := newFx(t, writer)
 			const n = 1000
-			session := f.session("w")
+			// Sessions of the longest TTL: the test sends no heartbeat, and
+			// a thousand cycles on a loaded machine outlast the default 10s.
+			session := longSession(t, f, "w")
 			keys := make([]string, n)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("sized-%05d", i)
@@ -73,7 +76,7 @@ func TestCacheBytesPerReplayedIntent(t *testing.T) {
 			defer cancel()
 			rf := newFx(t, reader)
 			rf.ctx = ctx
-			mine := rf.session("replayer")
+			mine := longSession(t, rf, "replayer")
 			replayAll := func() {
 				for _, k := range keys {
 					resp, err := reader.Acquire(ctx, &intentv1.AcquireRequest{Key: k, SessionId: mine, RequestId: "p-" + k,
@@ -113,4 +116,14 @@ func heapAfterGC() int64 {
 	}
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// longSession opens a session of the longest TTL the API allows (5m).
+func longSession(t *testing.T, f *fx, worker string) string {
+	t.Helper()
+	resp, err := f.c.OpenSession(f.ctx, &intentv1.OpenSessionRequest{Worker: worker, Ttl: durationpb.New(5 * time.Minute)})
+	if err != nil {
+		t.Fatalf("OpenSession(%q): %v", worker, err)
+	}
+	return resp.GetSessionId()
 }
