@@ -297,7 +297,7 @@ func TestRacingRemovalsLoseNoTombstone(t *testing.T) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				keys[i] = fmt.Sprintf("race-%d", i)
-				finish(t, a, "default", keys[i], intent.StateCompleted)
+				finish(t, a, "default", keys[i], intent.StateCancelled) // the cheapest to end
 			}
 		})
 	}
@@ -544,7 +544,7 @@ func TestDueRemovalsShareChunkRewrites(t *testing.T) {
 	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
 	s := packedStore(t, cli, c)
 	ctx := context.Background()
-	const n = 600
+	const n = 400
 	ended := map[string]*intent.Intent{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -553,7 +553,7 @@ func TestDueRemovalsShareChunkRewrites(t *testing.T) {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
 				key := fmt.Sprintf("backlog-%d", i)
-				in := finish(t, s, "default", key, []intent.State{intent.StateCompleted, intent.StateFailed}[i%2])
+				in := finish(t, s, "default", key, []intent.State{intent.StateCancelled, intent.StateCompleted, intent.StateCancelled, intent.StateFailed}[i%4])
 				mu.Lock()
 				ended[key] = in
 				mu.Unlock()
