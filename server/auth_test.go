@@ -880,7 +880,13 @@ func TestNoisyTenantCannotStarveAnother(t *testing.T) {
 		}
 		wg.Go(func() {
 			ctx := asMember(context.Background(), m)
-			for time.Since(start) < window {
+			// At least the window, and on a loaded machine (slow calls)
+			// on until noisy has asked twice what it may, up to 5s.
+			enough := func() bool {
+				el := time.Since(start)
+				return el >= 5*time.Second || (el >= window && attempts.Load() >= 2*int64(tenantBurst+tenantRate*el.Seconds()+1))
+			}
+			for !enough() {
 				attempts.Add(1)
 				_, err := c.Get(ctx, &intentv1.GetRequest{Key: "n"})
 				if limit, ok := rateLimited(err); ok {
@@ -920,8 +926,8 @@ func TestNoisyTenantCannotStarveAnother(t *testing.T) {
 		t.Errorf("%d noisy calls failed neither NOT_FOUND nor RATE_LIMITED with a retry delay, first: %v", len(odd), odd[0])
 	}
 	budget := int64(tenantBurst + tenantRate*elapsed.Seconds() + 1)
-	if got := attempts.Load(); got < 5*budget {
-		t.Errorf("noisy made %d calls in %v, want at least 5 times its budget of %d to test anything", got, elapsed, budget)
+	if got := attempts.Load(); got < 2*budget {
+		t.Errorf("noisy made %d calls in %v, want at least twice its budget of %d to test anything", got, elapsed, budget)
 	}
 	if got := passed.Load(); got > budget {
 		t.Errorf("%d of noisy's calls got through in %v, want at most its budget of %d", got, elapsed, budget)
