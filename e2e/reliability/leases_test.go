@@ -169,7 +169,9 @@ func TestManyLeasesExpireAtOnce(t *testing.T) {
 	for s := range sessions {
 		c := recordedClient(t, e, crashLink.Addr())
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			// A session's 50 leases took more than 30s when the whole
+			// suite ran at a load average of 19 on two cores.
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			sess, err := c.OpenSession(ctx, fmt.Sprintf("doomed-%d", s), 2*time.Second)
 			if err != nil {
