@@ -69,7 +69,7 @@ e2e_log="$(mktemp)"
 (cd e2e && go test -race -count=1 -timeout 20m ./...) >"$e2e_log" 2>&1 &
 e2e_pid=$!
 product_status=0
-go test -race -count=1 -timeout 15m ./... || product_status=$?
+go test -race -count=1 -timeout 30m ./... || product_status=$?
 e2e_status=0
 wait "$e2e_pid" || e2e_status=$?
 step "e2e module: the black-box suites against the built binaries"
