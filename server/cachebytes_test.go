@@ -54,6 +54,11 @@ func TestCacheBytesPerReplayedIntent(t *testing.T) {
 			e := etcdtest.Start(t)
 			_, writer := serveStore(t, e, etcdstore.DefaultConfig())
 			f := newFx(t, writer)
+			// A thousand cycles and three thousand replays under the race
+			// detector on a loaded machine outlast newFx's 30s.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			f.ctx = ctx
 			const n = 1000
 			// Sessions of the longest TTL: the test sends no heartbeat, and
 			// a thousand cycles on a loaded machine outlast the default 10s.
@@ -72,8 +77,6 @@ func TestCacheBytesPerReplayedIntent(t *testing.T) {
 			// Another intentd's store, whose cache never held them: what it
 			// holds after replaying them is theirs alone.
 			store, reader := serveStore(t, e, etcdstore.DefaultConfig())
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
 			rf := newFx(t, reader)
 			rf.ctx = ctx
 			mine := longSession(t, rf, "replayer")
