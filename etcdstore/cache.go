@@ -2,7 +2,6 @@ package etcdstore
 
 import (
 	"math/bits"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -47,24 +46,19 @@ type cached struct {
 
 // A final record's replays are answered from its entry, and what their
 // caller derives from it (the gRPC server: its converted answer) is kept
-// in the entry's memo. Once the process has found a memo holding that
+// in the entry's memo. Once the store has found a memo holding that
 // (its caller keeps answers: answersKept), a final record's entry is made
 // compact on the record's first replay: the record goes (the first replay
 // still hands it out whole, for its caller to derive from), and the entry
 // keeps the record's head and the memo, what the memo holds counted
-// against the cache's budget (memoBytes), cached apart from whole records
-// (compactKey). Later replays answer with an
+// against the cache's budget (memoBytes, until the memo says: memoSizer),
+// cached apart from whole records (compactKey). Later replays answer with an
 // intent of the head's fields alone (tenant, key, state, fingerprint,
 // revision, completion and retention times) and the memo, from which
 // their caller answers; should the memo be empty then, the replay reads
-// the record (replayRead). Until then, and in a process whose stores'
+// the record (replayRead). Until then, and in a store whose
 // callers keep nothing in memos, entries keep whole records, and replay
 // them whole.
-
-// answersKept is set once a store of the process found a memo handed out
-// with a replay holding what its caller derived from it (the gRPC server
-// does on every replay's first).
-var answersKept atomic.Bool
 
 // finalHead is what a compact entry keeps of its final record: what
 // machine.ReplayFinal decides on, and what an answer from it carries
@@ -75,15 +69,20 @@ type finalHead struct {
 	// completedAt and retainUntil are Unix nanoseconds, read back in UTC,
 	// as a record stores its times (0: none).
 	completedAt, retainUntil int64
-	// memo is what the memo's content is counted at (memoBytes of the
-	// record).
-	memo int64
+	// memo is what the memo's content is counted at: memoBytes of the
+	// record, until the content says what it holds (exact: memoSizer).
+	memo  int64
+	exact bool
 }
+
+// memoSizer is what a memo's content may say of itself: the heap it
+// holds (the gRPC server's kept answer does).
+type memoSizer interface{ HeapBytes() int64 }
 
 func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
 
 // remember caches the newest version seen of a record, and notes a final
-// one in the process's hints (finalHints), which outlast the cache.
+// one in the store's hints (finalHints), which outlast the cache.
 func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 	if rec.State.Final() {
 		s.hints().note(s.cfg.Prefix, tenant, key)
@@ -106,7 +105,7 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 // entry skip it once the entry says it was replayed: a replay then takes
 // the cache's lock once.
 func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
-	compact := answersKept.Load()
+	compact := s.answersKept.Load()
 	var whole cached
 	s.records.Update(cacheKey(tenant, key), func(c cached) (cached, bool) {
 		if c.memo != memo || c.replayed || c.rec == nil {
@@ -121,17 +120,39 @@ func (s *Store) replayedFrom(tenant, key string, memo *intent.Memo) {
 	}
 }
 
-// settle is a later replay's look at a replayed entry still whole: once
-// its memo holds what the caller derived, the process knows its callers
-// keep answers, and the entry is made compact.
+// settle is a later replay's look at a replayed entry: once its memo
+// holds what the caller derived, the store knows its callers keep
+// answers, a whole entry is made compact, and a compact one counts what
+// its memo says it holds (memoSizer), once.
 func (s *Store) settle(tenant, key string, c cached) {
-	if c.rec == nil || c.memo.Load() == nil {
+	if c.head != nil && c.head.exact {
 		return
 	}
-	if !answersKept.Load() {
-		answersKept.Store(true)
+	v := c.memo.Load()
+	if v == nil {
+		return
 	}
-	s.compact(tenant, key, c)
+	if !s.answersKept.Load() {
+		s.answersKept.Store(true)
+	}
+	if c.rec != nil {
+		s.compact(tenant, key, c)
+		return
+	}
+	m, ok := v.(memoSizer)
+	if !ok {
+		return
+	}
+	n := alloc(int(m.HeapBytes()))
+	s.records.Update(compactKey(tenant, key), func(e cached) (cached, bool) {
+		if e.memo != c.memo || e.head == nil || e.head.exact {
+			return e, false
+		}
+		h := *e.head // replaced, never changed: readers of the entry share it
+		h.memo, h.exact = n, true
+		e.head = &h
+		return e, true
+	})
 }
 
 // compact replaces the whole entry c of tenant's key by a compact one,
@@ -281,14 +302,14 @@ func cachedBytes(key string, c cached) int64 {
 
 var headSize = alloc(int(unsafe.Sizeof(finalHead{})))
 
-// memoBytes is what a replayed final record's memo may hold: the gRPC
-// server's converted answer (an AcquireResponse: the intent without its
-// history, params and identity as Structs, the result's payload, which the
-// statement shares, and a statement of a few hundred bytes) and what its
-// codec keeps of it (server/kept.go: an entry of its table and a cleanup
-// of the memo). A Struct takes its text and some 70 bytes for each value,
-// field and container (jsonValues). TestCacheBytesPerReplayedIntent in
-// package server holds the estimate to the heap.
+// memoBytes is what a replayed final record's memo may hold until it says
+// (memoSizer): no more than the gRPC server's converted answer (an
+// AcquireResponse: the intent without its history, params and identity as
+// Structs, the result's payload, which the statement shares, and a
+// statement of a few hundred bytes), which a Struct's text and some 70
+// bytes for each value, field and container (jsonValues) take; the server
+// keeps the answer's encoding, smaller. TestCacheBytesPerReplayedIntent in
+// package server holds the count to the heap.
 func memoBytes(r *machine.Record) int64 {
 	n := 1800 + len(r.Params) + 70*jsonValues(r.Params) + len(r.Identity) + 70*jsonValues(r.Identity) +
 		2*(len(r.Key)+len(r.Action)+len(r.Summary)) + len(r.ParentKey) + len(r.ParamsVersion) + len(r.Fingerprint)

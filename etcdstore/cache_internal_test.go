@@ -108,13 +108,13 @@ func TestRecordCacheStaysWithinItsBytes(t *testing.T) {
 func TestReplayedRecordsBecomeCompact(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("answers kept %v", keep), func(t *testing.T) {
-			keepingAnswers(t, keep)
 			cfg := DefaultConfig()
 			cfg.CacheBytes = 1 << 20
 			s, err := New(etcdtest.Start(t).Client(t), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
+			keepingAnswers(s, keep)
 			tc := typicalCompleted
 			b := readGolden(t, tc.name, ".pb2")
 			const n = 2000
@@ -157,13 +157,8 @@ func TestReplayedRecordsBecomeCompact(t *testing.T) {
 	}
 }
 
-// keepingAnswers sets whether the process's stores have found answers kept
-// in memos, for the test, as it was after it.
-func keepingAnswers(t *testing.T, keep bool) {
-	was := answersKept.Load()
-	answersKept.Store(keep)
-	t.Cleanup(func() { answersKept.Store(was) })
-}
+// keepingAnswers sets whether s has found answers kept in memos.
+func keepingAnswers(s *Store, keep bool) { s.answersKept.Store(keep) }
 
 func heapInUse() int64 {
 	runtime.GC()
@@ -179,7 +174,6 @@ func heapInUse() int64 {
 // while the memo is empty, from a read of the record; a report finds no
 // view in it to write from.
 func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
-	keepingAnswers(t, false)
 	cli := etcdtest.Start(t).Client(t)
 	s, err := New(cli, DefaultConfig())
 	if err != nil {
@@ -224,8 +218,8 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 	entry(first).memo.Store("an answer") // as the gRPC server keeps its answer
 	a := replay(first, "replay once the memo holds the answer")
 	c := entry(first)
-	if c.rec != nil || c.head == nil || c.head.memo != memoBytes(whole) || !answersKept.Load() {
-		t.Fatalf("after a replay found the memo kept: whole %v, head %+v, answers kept %v; want compact", c.rec != nil, c.head, answersKept.Load())
+	if c.rec != nil || c.head == nil || c.head.memo != memoBytes(whole) || !s.answersKept.Load() {
+		t.Fatalf("after a replay found the memo kept: whole %v, head %+v, answers kept %v; want compact", c.rec != nil, c.head, s.answersKept.Load())
 	}
 	if want := charged - recordBytes(whole) + headSize + alloc(len(whole.Fingerprint)); s.records.Bytes() != want {
 		t.Errorf("compact entry: cache %d bytes, want %d", s.records.Bytes(), want)
@@ -279,4 +273,24 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 	if c := entry(second); c.rec != nil || c.head == nil || a.Memo != c.memo {
 		t.Errorf("after the read: whole %v, head %+v, memo %p (answer's %p); want compact again, with the memo handed out", c.rec != nil, c.head, c.memo, a.Memo)
 	}
+
+	// A memo that says what it holds is counted at that, once.
+	estimated := s.records.Bytes()
+	a.Memo.Store(sizedMemo(1000))
+	replay(second, "replay once the memo says what it holds")
+	c = entry(second)
+	if c.head == nil || !c.head.exact || c.head.memo != alloc(1000) || s.records.Bytes() != estimated-memoBytes(whole)+alloc(1000) {
+		t.Errorf("after the memo said it holds 1,000 bytes: head %+v, cache %d bytes (was %d); want the memo counted at them", c.head, s.records.Bytes(), estimated)
+	}
+	exact := s.records.Bytes()
+	replay(second, "a later replay")
+	if s.records.Bytes() != exact {
+		t.Errorf("a later replay moved the cache from %d to %d bytes", exact, s.records.Bytes())
+	}
 }
+
+// sizedMemo stands for what the gRPC server keeps in a memo: it says how
+// much it holds.
+type sizedMemo int64
+
+func (m sizedMemo) HeapBytes() int64 { return int64(m) }

@@ -3,11 +3,10 @@ package etcdstore
 import (
 	"hash/maphash"
 	"math/bits"
-	"sync"
 	"sync/atomic"
 )
 
-// finalHints remembers, in 4 bytes each, which intents this process has
+// finalHints remembers, in 4 bytes each, which intents this store has
 // seen final, long after their records left the record cache: a hint,
 // never an answer. An Acquire of an intent the cache does not hold but the
 // hints name reads the record alone and replays it (replayRead), where it
@@ -16,9 +15,8 @@ import (
 // (its slot's fingerprint another intent's, or the record gone since)
 // costs one read: the replay falls back to the whole path.
 //
-// The table is one per process, shared by its stores (a daemon has one),
-// and made the first time a store needs it, sized from that store's
-// Config.CacheBytes (finalHintSlots). Its slots are buckets of 4 32-bit
+// The table is the store's, sized from its Config.CacheBytes
+// (finalHintSlots). Its slots are buckets of 4 32-bit
 // fingerprints, a key's in the freer of two buckets (so that a table
 // filled to half its slots forgets almost nothing), set and read with
 // atomic operations: two calls that race over a slot may lose a hint,
@@ -32,11 +30,6 @@ type finalHints struct {
 // finalHintWays is a bucket's slots.
 const finalHintWays = 4
 
-var (
-	finalsOnce sync.Once
-	finals     *finalHints
-)
-
 // finalHintSlots is the table's slots for a store of cacheBytes: one per
 // 128 bytes of the cache (4 bytes each: a 32nd of the cache's budget, and
 // many times the final records the cache itself holds), at least 64 Ki
@@ -46,11 +39,8 @@ func finalHintSlots(cacheBytes int64) int {
 	return 1 << (bits.Len64(uint64(n)) - 1)
 }
 
-// hints is the process's table, made for this store's cache if none is.
-func (s *Store) hints() *finalHints {
-	finalsOnce.Do(func() { finals = newFinalHints(finalHintSlots(s.cfg.CacheBytes)) })
-	return finals
-}
+// hints is the store's table of intents seen final.
+func (s *Store) hints() *finalHints { return s.finals }
 
 // newFinalHints is an empty table of n slots, a power of two.
 func newFinalHints(n int) *finalHints {

@@ -85,7 +85,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 			out.Memo = entry.memo
 			if !entry.replayed {
 				s.replayedFrom(req.Tenant, req.Key, entry.memo)
-			} else if entry.rec != nil {
+			} else {
 				s.settle(req.Tenant, req.Key, entry)
 			}
 			return out, nil

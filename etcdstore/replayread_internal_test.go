@@ -32,7 +32,7 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keepingAnswers(t, true)
+	keepingAnswers(s, true)
 	ctx := context.Background()
 	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
 	if err != nil {

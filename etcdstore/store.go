@@ -51,6 +51,17 @@ type Store struct {
 	// walk where the janitor's walk over them is (packed.go).
 	chunks chunkMap
 	walk   walkCursor
+	// answersKept is set once this store found a memo handed out with a
+	// replay holding what its caller derived from it (the gRPC server does
+	// on every replay's first): see cache.go. finals is the table of
+	// intents seen final (finalhints.go).
+	answersKept atomic.Bool
+	finals      *finalHints
+	// archive is the cold tier, if one is configured (archive.go);
+	// formats decides which storage formats the store writes
+	// (formatgate.go).
+	archive archiveTier
+	formats formatGate
 }
 
 // stats counts what the store did, for metrics.
@@ -133,7 +144,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	}
 	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions,
 		rules:  machine.Rules{DefaultRetention: cfg.DefaultRetention, TombstoneRetention: cfg.TombstoneRetention, MaxAttempts: cfg.MaxAttempts},
-		tracer: newTracer(cfg.TracerProvider)}
+		tracer: newTracer(cfg.TracerProvider), finals: newFinalHints(finalHintSlots(cfg.CacheBytes))}
 	s.floor.wentBack = make(chan struct{})
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}

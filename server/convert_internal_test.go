@@ -97,10 +97,11 @@ func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
 }
 
 // The codec sends a kept replay answer as the bytes of a fresh conversion
-// (deterministic: maps in key order), whether it encodes it again (its
-// earlier encoding collected) or sends the encoding in use, an answer kept
+// (deterministic: maps in key order), whether the replay decoded it from
+// the kept bytes or shares a message another replay uses, an answer kept
 // in no memo (a replay that read etcd) as the same bytes, and forgets a
-// kept answer once its memo is gone.
+// message's bytes once the message is garbage: the memo holds the bytes
+// alone.
 func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
 	fresh := completedAcquisition()
 	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(acquireResponse(fresh))
@@ -116,24 +117,32 @@ func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
 		defer b.Free()
 		return b.Materialize()
 	}
+	settledHeap()
+	entries := keptEntries()
 
 	a := completedAcquisition()
 	a.Memo = new(intent.Memo)
 	first := acquireResponse(a)
-	if !kept(first) {
-		t.Fatal("a replay answer converted into a memo is not kept")
-	}
 	for i := range 3 {
-		if got := send(acquireResponse(a)); !bytes.Equal(got, want) {
+		r := acquireResponse(a)
+		if r != first {
+			t.Errorf("replay %d: message %p, want the one in use %p", i, r, first)
+		}
+		if got := send(r); !bytes.Equal(got, want) {
 			t.Errorf("replay %d sent %q, want the fresh conversion's %q", i, got, want)
 		}
-		runtime.GC() // the kept encoding goes: the next replay encodes again
-		if got := send(acquireResponse(a)); !bytes.Equal(got, want) {
-			t.Errorf("replay %d, encoded again, sent %q, want %q", i, got, want)
-		}
 	}
-	if kept(acquireResponse(fresh)) {
-		t.Error("an answer kept in no memo is kept")
+	first = nil // no replay uses it any more
+	settledHeap()
+	decoded := acquireResponse(a)
+	if _, ok := keptBytes(decoded); !ok {
+		t.Error("an answer decoded from the kept bytes has no kept encoding")
+	}
+	if got := send(decoded); !bytes.Equal(got, want) {
+		t.Errorf("an answer decoded from the kept bytes sent %q, want %q", got, want)
+	}
+	if _, ok := keptBytes(acquireResponse(fresh)); ok {
+		t.Error("an answer kept in no memo has a kept encoding")
 	}
 	for i := range 3 {
 		if got := send(acquireResponse(fresh)); !bytes.Equal(got, want) {
@@ -141,15 +150,16 @@ func TestKeptReplayAnswerIsSentAsEncoded(t *testing.T) {
 		}
 	}
 
+	decoded = nil
 	a.Memo = nil // the store forgot the version
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		runtime.GC()
-		if !kept(first) {
+		if keptEntries() <= entries {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the kept answer outlived its memo by 10s")
+			t.Fatalf("%d kept encodings outlived their messages by 10s (%d before)", keptEntries(), entries)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -149,14 +149,14 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 
 // acquireResponse is Acquire's answer on the wire. A replay of a final
 // record is converted once per version of that record and kept in the
-// version's memo (intent.Memo), encoded too (see keep): converting the
+// version's memo (intent.Memo) as its encoding (see keep): converting the
 // record (its params above all) and encoding the answer were the largest
-// part of a replay's own work. The kept answer is shared by every later
-// replay of that version, so nothing may modify an AcquireResponse once
-// returned.
+// part of a replay's own work. The answer decoded from it is shared by the
+// replays of that version while in use (keptResponse), so nothing may
+// modify an AcquireResponse once returned.
 func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
 	if a.Memo != nil {
-		if r, ok := a.Memo.Load().(*intentv1.AcquireResponse); ok {
+		if r, ok := keptResponse(a.Memo); ok {
 			return r
 		}
 	}
