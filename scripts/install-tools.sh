@@ -101,6 +101,8 @@ if [[ -n "$missing" ]]; then
   fi
 fi
 
+./scripts/install-postgres.sh # Debian's PostgreSQL server, for the archive's tests (internal/testing/pgtest)
+
 # Node packages for the TypeScript stubs and the Node suite, exactly as
 # typescript/package-lock.json pins them, with the machine's Node.js: 20 or
 # newer (a newer major used to be refused, failing the whole test command).
