@@ -1,0 +1,345 @@
+package mcpguard_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/intentd/intentd/mcpguard"
+)
+
+// unique is a fresh order id for one test.
+func unique(t testing.TB, what string) string {
+	return fmt.Sprintf("%s-%s-%d", what, strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+}
+
+// TestRepeatIsOneEffect: the same call, sent again under another request
+// id, by the same client or another, refunds once; every repeat answers
+// the recorded result and says that nothing was done.
+func TestRepeatIsOneEffect(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	g := newGuard(t, "repeat", &mcpguard.Downstream{URL: url}, 0)
+	a, b := connect(t, g), connect(t, g)
+	order := unique(t, "ord")
+
+	first := refund(t, a, "c-1", order, 40)
+	if first.IsError || outcome(first) != "executed" {
+		t.Fatalf("first call: %s %q", outcome(first), text(first))
+	}
+	key, _ := first.Meta[mcpguard.MetaKey].(string)
+	for i, cs := range []*mcp.ClientSession{a, b, a} {
+		again := refund(t, cs, "c-1", order, 40)
+		if again.IsError || outcome(again) != "replayed" || again.Meta[mcpguard.MetaKey] != key {
+			t.Fatalf("repeat %d: %s %v %q", i, outcome(again), again.Meta, text(again))
+		}
+		if !strings.Contains(text(again), "already_completed") || !strings.Contains(text(again), "action_taken: none") || !strings.Contains(text(again), "RF-") {
+			t.Errorf("repeat %d says %q; want the recorded refund and the statement", i, text(again))
+		}
+	}
+	if n := r.effectsFor(order); n != 1 {
+		t.Fatalf("%d refunds of %s, want 1", n, order)
+	}
+	// The reference the downstream got is the operation key, not the model's.
+	if e := r.effects(); e[len(e)-1].Reference != key+":create_refund" {
+		t.Errorf("the downstream got reference %q, want %s:create_refund", e[len(e)-1].Reference, key)
+	}
+}
+
+// TestIdentityAndTerms: another customer (the host's _meta) is another
+// intent; other terms for the same identity are refused with nothing sent;
+// a missing _meta is refused with nothing sent.
+func TestIdentityAndTerms(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	g := newGuard(t, "terms", &mcpguard.Downstream{URL: url}, 0)
+	cs := connect(t, g)
+	order := unique(t, "ord")
+
+	if res := refund(t, cs, "c-1", order, 40); outcome(res) != "executed" {
+		t.Fatalf("first: %s %q", outcome(res), text(res))
+	}
+	tests := []struct {
+		name     string
+		meta     mcp.Meta
+		amount   float64
+		outcome  string
+		says     string
+		refunded int
+	}{
+		{"other terms", mcp.Meta{"customer": "c-1"}, 400, "refused", "FINGERPRINT_MISMATCH", 1},
+		{"no customer from the host", nil, 40, "refused", `_meta "customer"`, 1},
+		{"another customer", mcp.Meta{"customer": "c-2"}, 40, "executed", "RF-", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_refund", Meta: tt.meta,
+				Arguments: map[string]any{"order_id": order, "amount": tt.amount, "currency": "EUR"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if outcome(res) != tt.outcome || !strings.Contains(text(res), tt.says) {
+				t.Errorf("%s %q; want %s saying %q", outcome(res), text(res), tt.outcome, tt.says)
+			}
+			if n := r.effectsFor(order); n != tt.refunded {
+				t.Errorf("%d refunds, want %d", n, tt.refunded)
+			}
+		})
+	}
+}
+
+// TestPassThrough: unguarded tools and prompts reach the downstream as they
+// are; the guard's own tools are listed read-only; the operation key's
+// argument is the guard's and hidden from the model.
+func TestPassThrough(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "pass", &mcpguard.Downstream{URL: url}, 0))
+	ctx := context.Background()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text(res) != "hello" || res.Meta[mcpguard.MetaOutcome] != nil {
+		t.Fatalf("echo: %v %q %v", err, text(res), res.Meta)
+	}
+	tools := map[string]*mcp.Tool{}
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools[tool.Name] = tool
+	}
+	for _, name := range []string{"create_refund", "send_payout", "find_refund", "echo", mcpguard.StatusTool, mcpguard.CompletedTool} {
+		if tools[name] == nil {
+			t.Errorf("tools/list lacks %s", name)
+		}
+	}
+	for _, name := range []string{mcpguard.StatusTool, mcpguard.CompletedTool} {
+		if a := tools[name].Annotations; a == nil || !a.ReadOnlyHint {
+			t.Errorf("%s is not annotated read-only", name)
+		}
+	}
+	if s := fmt.Sprint(tools["create_refund"].InputSchema); strings.Contains(s, "reference") || !strings.Contains(s, "order_id") {
+		t.Errorf("create_refund's schema through the guard: %s; want order_id and no reference", s)
+	}
+	p, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "refund-policy"})
+	if err != nil || len(p.Messages) != 1 {
+		t.Fatalf("prompts/get through the guard: %v %v", err, p)
+	}
+}
+
+// TestLostAnswerIsLookedUp: the downstream is killed right after the
+// refund (a stdio server, started again by the next call): the intent is
+// UNKNOWN, nothing is sent again, and the next call settles it with the
+// lookup tool and answers the refund it found.
+func TestLostAnswerIsLookedUp(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	g := newGuard(t, "lost", stdioDownstream(t, dir), 0)
+	cs := connect(t, g)
+	order := unique(t, "ord")
+	if err := os.WriteFile(filepath.Join(dir, "crash-next"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first := refund(t, cs, "c-1", order, 40)
+	if !first.IsError || !strings.Contains(text(first), "do not retry") {
+		t.Fatalf("the call whose answer was lost: %s %q", outcome(first), text(first))
+	}
+	st := status(t, cs, first.Meta[mcpguard.MetaKey].(string))
+	if st["status"] != "unknown" {
+		t.Fatalf("intent_status after the lost answer: %v", st)
+	}
+	second := refund(t, cs, "c-1", order, 40)
+	if second.IsError || outcome(second) != "looked_up" || !strings.Contains(text(second), "RF-") {
+		t.Fatalf("the next call: %s %q", outcome(second), text(second))
+	}
+	third := refund(t, cs, "c-1", order, 40)
+	if outcome(third) != "replayed" {
+		t.Errorf("then: %s %q", outcome(third), text(third))
+	}
+	if n := r.effectsFor(order); n != 1 {
+		t.Fatalf("%d refunds, want 1", n)
+	}
+}
+
+// TestLostAnswerWithoutLookupGoesToReview: a payout whose answer times
+// out (no lookup configured) is never sent again: the intent waits for a
+// person, and every call says so.
+func TestLostAnswerWithoutLookupGoesToReview(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "review", &mcpguard.Downstream{URL: url}, 0))
+	order := unique(t, "ord")
+	if err := os.WriteFile(filepath.Join(dir, "crash-next"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "send_payout", Arguments: map[string]any{"order_id": order, "amount": 12.5, "currency": "EUR"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || outcome(res) != "under_review" || !strings.Contains(text(res), "do not retry") {
+			t.Fatalf("call %d: %s %q", i, outcome(res), text(res))
+		}
+	}
+	if n := r.effectsFor(order); n != 1 {
+		t.Fatalf("%d payouts, want 1", n)
+	}
+}
+
+// TestConcurrentClientsOneEffect: two hosts send the same refund at once
+// through one guard, and through two guards: one refund; the one that did
+// not run it answers the recorded refund or that it is in progress.
+func TestConcurrentClientsOneEffect(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	url, _ := r.serveHTTP(t)
+	g1 := newGuard(t, "race", &mcpguard.Downstream{URL: url}, 0)
+	g2 := newGuard(t, "race", &mcpguard.Downstream{URL: url}, 0)
+	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte("300ms"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		a, b *mcpguard.Guard
+	}{{"one guard", g1, g1}, {"two guards", g1, g2}} {
+		t.Run(tt.name, func(t *testing.T) {
+			order := unique(t, "ord")
+			clients := []*mcp.ClientSession{connect(t, tt.a), connect(t, tt.b), connect(t, tt.a), connect(t, tt.b)}
+			answers := make([]*mcp.CallToolResult, len(clients))
+			var wg sync.WaitGroup
+			for i, cs := range clients {
+				wg.Go(func() { answers[i] = refund(t, cs, "c-9", order, 19.99) })
+			}
+			wg.Wait()
+			executed := 0
+			for i, a := range answers {
+				switch outcome(a) {
+				case "executed":
+					executed++
+				case "replayed", "in_progress":
+				default:
+					t.Errorf("client %d: %s %q", i, outcome(a), text(a))
+				}
+			}
+			if executed != 1 || r.effectsFor(order) != 1 {
+				t.Fatalf("%d calls executed, %d refunds; want 1 and 1", executed, r.effectsFor(order))
+			}
+		})
+	}
+}
+
+// TestGuardRestartedMidCall: the guard process is killed while the
+// downstream refunds; a new guard process answers the next call: it waits
+// out the dead guard's lease, looks the refund up, and never refunds again.
+func TestGuardRestartedMidCall(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	downURL, _ := r.serveHTTP(t)
+	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte("1500ms"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	order := unique(t, "ord")
+	url1, cmd1 := guardChild(t, "restart", downURL, 2*time.Second)
+	cs1 := connectHTTP(t, url1)
+	go func() { // the host's call, cut when the guard dies
+		_, _ = cs1.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_refund", Meta: mcp.Meta{"customer": "c-5"},
+			Arguments: map[string]any{"order_id": order, "amount": 5, "currency": "EUR"}})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for r.effectsFor(order) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd1.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Join(dir, "slow"))
+	url2, _ := guardChild(t, "restart", downURL, 2*time.Second)
+	cs2 := connectHTTP(t, url2)
+	var res *mcp.CallToolResult
+	for time.Now().Before(deadline) { // in progress until the dead guard's lease lapses
+		if res = refund(t, cs2, "c-5", order, 5); outcome(res) != "in_progress" {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if outcome(res) != "looked_up" || !strings.Contains(text(res), "RF-") {
+		t.Fatalf("the new guard answered %s %q", outcome(res), text(res))
+	}
+	if n := r.effectsFor(order); n != 1 {
+		t.Fatalf("%d refunds, want 1", n)
+	}
+}
+
+// TestToolErrors: a downstream error answer releases a refund (nothing
+// happened: the model may call again), and fails a payout for good
+// (on-tool-error: fail).
+func TestToolErrors(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "errors", &mcpguard.Downstream{URL: url}, 0))
+	ctx := context.Background()
+	order := unique(t, "ord")
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_refund", Meta: mcp.Meta{"customer": "c-1"}, Arguments: map[string]any{"order_id": order, "amount": 1, "currency": "DECLINE"}})
+	if err != nil || outcome(res) != "not_done" || !strings.Contains(text(res), "currency not accepted") || !strings.Contains(text(res), "may call it again") {
+		t.Fatalf("refund declined: %v %s %q", err, outcome(res), text(res))
+	}
+	for i := range 2 {
+		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "send_payout", Arguments: map[string]any{"order_id": order, "amount": 1, "currency": "DECLINE"}})
+		if err != nil || outcome(res) != "failed" || !strings.Contains(text(res), "do not retry") {
+			t.Fatalf("payout declined (%d): %v %s %q", i, err, outcome(res), text(res))
+		}
+	}
+}
+
+// TestStatusTools: intent_status and list_completed answer what the guard
+// carried out, in statements.
+func TestStatusTools(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	name := fmt.Sprintf("status-%d", time.Now().UnixNano())
+	cs := connect(t, newGuard(t, name, &mcpguard.Downstream{URL: url}, 0))
+	order := unique(t, "ord")
+	res := refund(t, cs, "c-1", order, 40)
+	key := res.Meta[mcpguard.MetaKey].(string)
+	if st := status(t, cs, key); st["status"] != "completed" || !strings.Contains(st["text"].(string), "do not request it again") {
+		t.Errorf("intent_status: %v", st)
+	}
+	got, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.StatusTool, Meta: mcp.Meta{"customer": "c-1"},
+		Arguments: map[string]any{"tool": "create_refund", "arguments": map[string]any{"order_id": order}}})
+	if err != nil || got.StructuredContent.(map[string]any)["key"] != key {
+		t.Errorf("intent_status by tool and arguments: %v %v", err, got.StructuredContent)
+	}
+	if st := status(t, cs, "no-such-key"); st["status"] != "not_found" {
+		t.Errorf("intent_status of an unknown key: %v", st)
+	}
+	list, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.CompletedTool, Arguments: map[string]any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := list.StructuredContent.(map[string]any)["completed"].([]any)
+	if len(done) != 1 || done[0].(map[string]any)["key"] != key || done[0].(map[string]any)["external_refs"].(map[string]any)["refund_id"] == nil {
+		t.Errorf("list_completed: %v", list.StructuredContent)
+	}
+}
+
+// status calls intent_status with key.
+func status(t testing.TB, cs *mcp.ClientSession, key string) map[string]any {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.StatusTool, Arguments: map[string]any{"key": key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := res.StructuredContent.(map[string]any)
+	return m
+}
