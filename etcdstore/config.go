@@ -58,7 +58,21 @@ type Config struct {
 	// transaction of the group commit carried (1 when a write went alone;
 	// see group.go). It runs on the hot path: keep it cheap.
 	ObserveBatch func(transitions int)
+	// Archive is the cold tier final intents move to (archive.go); nil:
+	// none, and etcd keeps every intent for its whole retention and every
+	// tombstone, as without one. Every replica of an installation must be
+	// given the same archive, or none.
+	Archive Archive
+	// ArchiveAfter is how long a final intent stays in etcd after it
+	// became final before the janitor moves it to the archive.
+	ArchiveAfter time.Duration
 }
+
+// DefaultArchiveAfter is the default of Config.ArchiveAfter: retries of a
+// finished intent come within minutes, and are replayed from etcd (or
+// from memory); an hour of final records is what etcd keeps besides the
+// live ones.
+const DefaultArchiveAfter = time.Hour
 
 // DefaultCacheBytes is the default of Config.CacheBytes: thousands of
 // completed intents of the benchmark's size, fewer once replayed (a
@@ -90,6 +104,7 @@ func DefaultConfig() Config {
 		MaxRetention:       365 * 24 * time.Hour,
 		TombstoneRetention: 2 * 365 * 24 * time.Hour,
 		MaxAttempts:        DefaultMaxAttempts,
+		ArchiveAfter:       DefaultArchiveAfter,
 		Now:                time.Now,
 		Logger:             slog.Default(),
 	}
@@ -135,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxAttempts < 1 || c.MaxAttempts > intent.MaxAttemptsLimit {
 		bad("MaxAttempts", strconv.Itoa(c.MaxAttempts), fmt.Sprintf("want 1 to %d", intent.MaxAttemptsLimit))
+	}
+	if c.Archive != nil && c.ArchiveAfter <= 0 {
+		bad("ArchiveAfter", c.ArchiveAfter.String(), "must be positive")
 	}
 	if c.Now == nil {
 		bad("Now", "", "must be set")

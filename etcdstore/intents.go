@@ -28,10 +28,11 @@ func (s *Store) Register(ctx context.Context, reg intent.Registration) (in *inte
 		return s.read(ctx, reg.Tenant, reg.Key, parentOf(&reg))
 	}
 	call := machine.RegisterCall{Reg: &reg, Fingerprint: fp, Principal: intent.PrincipalFrom(ctx)}
+	ctx, done := s.archiveScope(ctx)
 	a, err := s.transition(ctx, reg.Tenant, reg.Key, nil, load, func(v *machine.View) machine.Decision {
 		return s.rules.Register(v, call, s.cfg.Now())
 	})
-	if err != nil {
+	if err = done(err); err != nil {
 		return nil, false, err
 	}
 	return a.Intent, a.Created, nil
@@ -102,14 +103,23 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	if err != nil {
 		return nil, err
 	}
+	ctx, done := s.archiveScope(ctx)
 	var start *machine.View
 	if req.Register != nil && !known {
 		// Optimistically assume a new intent: register and acquire in one
 		// write, no read, when the store can tell that the key has no
 		// tombstone without reading (certifiedSpot; else it reads first).
-		// The guards send us to a fresh read otherwise.
+		// The guards send us to a fresh read otherwise. With an archive,
+		// the archive is asked first, after the spot was taken: a move
+		// before the spot's revision wrote the archive before, one after
+		// it rewrote the chunk and fails the guard (see the package doc,
+		// "Archive").
 		if spot, ok := s.certifiedSpot(req.Tenant, req.Key); ok {
-			start = &machine.View{Key: req.Key, Sessions: map[string]int64{sess.id: sess.rev}, Spots: map[string]machine.TombstoneSpot{req.Key: spot}}
+			if held, err := s.archiveHolds(ctx, req.Tenant, req.Key); err != nil {
+				return nil, done(err)
+			} else if !held {
+				start = &machine.View{Key: req.Key, Sessions: map[string]int64{sess.id: sess.rev}, Spots: map[string]machine.TombstoneSpot{req.Key: spot}}
+			}
 		}
 	}
 	load := func(ctx context.Context) (*machine.View, error) {
@@ -119,6 +129,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 	a, err := s.transition(ctx, req.Tenant, req.Key, start, load, func(v *machine.View) machine.Decision {
 		return s.rules.Acquire(v, call, s.cfg.Now())
 	})
+	err = done(err)
 	if errors.Is(err, intent.ErrSessionNotFound) {
 		s.sessions.Remove(sess.id) // etcd says it is gone
 	}
@@ -188,10 +199,13 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	}
 	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, r.Tenant, r.Key, others) }
 	call := machine.ReportCall{Report: &r, Principal: intent.PrincipalFrom(ctx)}
-	a, err := s.transition(ctx, r.Tenant, r.Key, start, load, func(v *machine.View) machine.Decision {
-		return s.rules.Report(v, call, s.cfg.Now())
-	})
-	if err != nil {
+	var decide decideFunc = func(v *machine.View) machine.Decision { return s.rules.Report(v, call, s.cfg.Now()) }
+	if s.archive.on() {
+		decide = frozen(decide) // a late report's evidence is not written to an archived record
+	}
+	ctx, done := s.archiveScope(ctx)
+	a, err := s.transition(ctx, r.Tenant, r.Key, start, load, decide)
+	if err = done(err); err != nil {
 		return nil, err
 	}
 	return &intent.ReportOutcome{Intent: a.Intent, Replayed: a.Replayed}, nil
@@ -203,7 +217,7 @@ const maxChildren = 100
 // Get reads an intent linearizably, history and children included.
 func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, error) {
 	v, err := s.readWithHolder(ctx, tenant, key, nil)
-	if errors.Is(err, errCorrupt) {
+	if errors.Is(err, errCorrupt) || errors.Is(err, intent.ErrArchiveUnavailable) {
 		return nil, err
 	}
 	if err != nil {
@@ -234,7 +248,13 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 	if err != nil {
 		return nil, err
 	}
-	if len(entries) == 0 {
+	var moved []archivedChild
+	if s.archive.on() {
+		if moved, err = s.archivedChildren(ctx, tenant, key); err != nil {
+			return nil, err
+		}
+	}
+	if len(entries) == 0 && len(moved) == 0 {
 		return nil, nil
 	}
 	ops := make([]clientv3.Op, len(entries))
@@ -247,7 +267,7 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	out := make([]intent.Child, 0, len(ops))
+	out := make([]archivedChild, 0, len(ops)+len(moved))
 	for i, r := range resp.Responses {
 		st := intent.State(0)
 		if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
@@ -256,8 +276,8 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 			}
 		}
 		if st != 0 {
-			out = append(out, intent.Child{Key: keys[i], State: st})
+			out = append(out, archivedChild{order: entries[i].order, child: intent.Child{Key: keys[i], State: st}})
 		}
 	}
-	return out, nil
+	return mergeChildren(out, moved, maxChildren), nil
 }

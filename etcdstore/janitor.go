@@ -20,6 +20,10 @@ type SweepReport struct {
 	// leaves a tombstone); TombstonesRemoved, tombstones past theirs.
 	Removed           int
 	TombstonesRemoved int
+	// Archived counts final records moved to the archive (with an archive
+	// configured: records past their retention move too, and the archive
+	// keeps their tombstones, so Removed stays zero).
+	Archived int
 	// Overdue counts intents registered longer than the default retention
 	// ago and still not final. They are never removed, only reported: they
 	// need a worker or a human.
@@ -30,7 +34,8 @@ type SweepReport struct {
 const sweepBatch = 256
 
 // Sweep makes one janitor pass: it marks lapsed leases UNKNOWN, removes
-// final records past their retention (leaving tombstones), removes
+// final records past their retention (leaving tombstones), or with an
+// archive moves final records to it (archiver.go), removes
 // tombstones past theirs, and counts overdue unfinished intents. Every
 // change is a compare-and-swap, so a pass racing another (or a worker) does
 // no harm; RunJanitor makes sure one replica sweeps at a time anyway.
@@ -42,7 +47,11 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 		return r, err
 	}
 	dropped := s.stats.tombstonesDropped.Load()
-	r.Removed, err = s.sweepRetained(ctx, now)
+	if s.archive.on() {
+		r.Archived, err = s.sweepArchive(ctx, now)
+	} else {
+		r.Removed, err = s.sweepRetained(ctx, now)
+	}
 	// Removals also drop expired entries from the chunks they rewrite.
 	r.TombstonesRemoved += int(s.stats.tombstonesDropped.Load() - dropped)
 	if err != nil {
@@ -147,6 +156,25 @@ func (s *Store) sweepRetained(ctx context.Context, now time.Time) (int, error) {
 // tenant and key of the record or tombstone it names.
 type dueEntry struct{ entry, tenant, key string }
 
+// parseDue is the entry of the end-of-retention index r whose etcd key is
+// key: <prefix><until, 8 bytes><tenant>/<key> or <prefix><until, 20
+// digits>/<tenant>/<key>.
+func parseDue(r indexRange, key string) (dueEntry, bool) {
+	rest := key[len(r.prefix):]
+	if r.layout == layoutCompact && len(rest) > 8 {
+		rest = rest[8:]
+	} else if _, after, ok := strings.Cut(rest, "/"); ok && r.layout == layoutDecimal {
+		rest = after
+	} else {
+		return dueEntry{}, false
+	}
+	tenant, k, ok := strings.Cut(rest, "/")
+	if !ok {
+		return dueEntry{}, false
+	}
+	return dueEntry{key, tenant, k}, true
+}
+
 // sweepDue calls each for every entry of the end-of-retention index r due
 // at now, <prefix><until, 8 bytes><tenant>/<key> or <prefix><until, 20
 // digits>/<tenant>/<key>, and counts those it reports done.
@@ -180,23 +208,7 @@ func (s *Store) sweepDuePages(ctx context.Context, r indexRange, now time.Time, 
 		if err != nil {
 			return n, err
 		}
-		page := make([]dueEntry, 0, len(resp.Kvs))
-		for _, kv := range resp.Kvs {
-			rest := string(kv.Key[len(r.prefix):])
-			if r.layout == layoutCompact && len(rest) > 8 {
-				rest = rest[8:]
-			} else if _, after, ok := strings.Cut(rest, "/"); ok && r.layout == layoutDecimal {
-				rest = after
-			} else {
-				continue
-			}
-			tenant, key, ok := strings.Cut(rest, "/")
-			if !ok {
-				continue
-			}
-			page = append(page, dueEntry{string(kv.Key), tenant, key})
-		}
-		done, err := each(page)
+		done, err := each(dueEntries(r, resp.Kvs))
 		n += done
 		if err != nil {
 			return n, err
@@ -282,6 +294,10 @@ func (s *Store) RunJanitor(ctx context.Context, cli *clientv3.Client, id string,
 			} else {
 				_ = s.LearnTombstones(ctx)
 			}
+			// The archiver's backfill walks the retention index once
+			// more: another replica may have finalized records meanwhile
+			// that only it finds (see archiver.go).
+			s.archive.backfill.restart()
 			s.sweepWhileLeader(ctx, sess, interval, report)
 			rctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 			_ = el.Resign(rctx)

@@ -88,6 +88,9 @@ func matches(r *machine.Record, f *intent.Filter) bool {
 type scanned struct {
 	order string
 	key   string
+	// archived is set for a record the archive holds (List merges them
+	// in, archive.go): it is not read from etcd.
+	archived bool
 }
 
 // List returns one page of a tenant's intents matching the filter, oldest
@@ -140,9 +143,27 @@ func (s *Store) List(ctx context.Context, q intent.ListQuery) (*intent.Page, err
 		if err != nil {
 			return nil, err
 		}
+		var moved []*cached
+		if s.archive.on() {
+			// The archive's next records too, merged by position: one
+			// cursor across both tiers (archive.go).
+			var done bool
+			if cands, moved, done, err = s.mergeArchived(ctx, q, cands, after, size); err != nil {
+				return nil, err
+			}
+			exhausted = exhausted && done
+			if len(cands) == 0 && !exhausted {
+				break // nothing to consume: a short page, and a token
+			}
+		}
 		recs, err := s.readRecords(ctx, q.Tenant, cands, rev)
 		if err != nil {
 			return nil, err
+		}
+		for i, m := range moved {
+			if m != nil {
+				recs[i] = m
+			}
 		}
 		for i, c := range cands {
 			if len(page.Intents) == size {
@@ -244,7 +265,10 @@ func (s *Store) readRecords(ctx context.Context, tenant string, cands []scanned,
 	}
 	ops := make([]clientv3.Op, len(cands))
 	for i, c := range cands {
-		ops[i] = clientv3.OpGet(s.keys.intent(tenant, c.key), clientv3.WithRev(rev))
+		ops[i] = clientv3.OpGet(s.keys.intent(tenant, c.key), clientv3.WithRev(rev), clientv3.WithCountOnly())
+		if !c.archived {
+			ops[i] = clientv3.OpGet(s.keys.intent(tenant, c.key), clientv3.WithRev(rev))
+		}
 	}
 	resp, err := s.readTxn(ctx, rev, ops)
 	if err != nil {
@@ -361,6 +385,12 @@ func (s *Store) Watch(ctx context.Context, q intent.WatchQuery, send func(intent
 			}
 		}
 		for _, ev := range resp.Events {
+			if ev.Type == mvccpb.DELETE && s.archive.on() {
+				// With an archive, a record leaves etcd only by its move
+				// to the archive (archiver.go), which is no transition:
+				// watchers see nothing of it.
+				continue
+			}
 			e, ok, err := watchEvent(q.Tenant, string(ev.Kv.Key[len(records):]), ev, &filter)
 			if err != nil {
 				return err

@@ -145,6 +145,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	s := &Store{cfg: cfg, keys: keys{cfg.Prefix}, leases: leases, watcher: watcher, records: records, sessions: sessions,
 		rules:  machine.Rules{DefaultRetention: cfg.DefaultRetention, TombstoneRetention: cfg.TombstoneRetention, MaxAttempts: cfg.MaxAttempts},
 		tracer: newTracer(cfg.TracerProvider), finals: newFinalHints(finalHintSlots(cfg.CacheBytes))}
+	s.archive.a, s.archive.after = cfg.Archive, cfg.ArchiveAfter
 	s.floor.wentBack = make(chan struct{})
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
@@ -170,7 +171,8 @@ func (s *Store) read(ctx context.Context, tenant, key string, others []string, s
 
 // readView is read; with spot set, it reads the key's tombstone spot even
 // when its record exists (the janitor's removal writes the tombstone
-// there).
+// there). With an archive, a key etcd holds neither a record nor a
+// tombstone of is looked up in the archive (unless spot is set).
 //
 // A record and its tombstone are never both there, and a read of an
 // existing intent needs no tombstone: so the read is a transaction whose
@@ -180,7 +182,15 @@ func (s *Store) read(ctx context.Context, tenant, key string, others []string, s
 func (s *Store) readView(ctx context.Context, tenant, key string, spot bool, others []string, sessionIDs []string) (*machine.View, error) {
 	v, err := s.readOnce(ctx, tenant, key, spot, true, others, sessionIDs)
 	if errors.Is(err, errStaleBound) {
-		return s.readOnce(ctx, tenant, key, spot, false, others, sessionIDs)
+		v, err = s.readOnce(ctx, tenant, key, spot, false, others, sessionIDs)
+	}
+	if err == nil && !spot && v.Rec == nil && v.Tomb == nil && s.archive.on() {
+		// etcd does not hold the key: the archive may (archive.go).
+		// Asked after the read, it holds every record moved before it
+		// (see the package doc, "Archive").
+		if err := s.fromArchive(ctx, tenant, key, v); err != nil {
+			return nil, err
+		}
 	}
 	return v, err
 }

@@ -52,6 +52,12 @@ var (
 	// ErrCompacted: a listing or watch asked for a revision etcd compacted
 	// away; see CompactedError. Re-list from the first page.
 	ErrCompacted = errors.New("intent: revision compacted")
+	// ErrArchiveUnavailable: the call had to ask the archive (the cold
+	// tier of final intents) and could not: the key is not in etcd, and
+	// only the archive can tell whether it was finished before. Nothing
+	// was written. The store's error also matches ErrUnavailable: retrying
+	// the same call is safe, and calls on live intents keep working.
+	ErrArchiveUnavailable = errors.New("intent: archive unavailable")
 )
 
 // ExpiredError describes the tombstone of a removed intent.
