@@ -316,7 +316,9 @@ type Acquisition struct {
 
 // Memo keeps what a caller derives from one version of a final record,
 // so that the next replay of that version need not derive it again: the
-// gRPC server keeps its converted answer here. A store hands out one Memo
+// gRPC server keeps its answer's encoding here. What is kept may say the
+// heap it holds (a HeapBytes() int64 method), which a store counts
+// against its cache. A store hands out one Memo
 // per version it remembers, and a new one with every newer version, so
 // what is kept can never outlive the version it was derived from. A final
 // record's version never changes, and a replay's answer (outcome,

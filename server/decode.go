@@ -44,8 +44,9 @@ type frame struct {
 }
 
 // requestCodec is grpc-go's proto codec, except that it hands a *frame the
-// bytes as they came, and sends a kept replay answer as it was encoded
-// when it was kept (keptEncoding).
+// bytes as they came, sends a kept replay answer as its kept bytes, and
+// encodes every other Acquire answer deterministically (keptEncoding), so
+// that a replay read from etcd sends what a replay from memory sends.
 type requestCodec struct {
 	encoding.CodecV2
 }
