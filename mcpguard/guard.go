@@ -143,7 +143,6 @@ func New(ctx context.Context, cfg Config, conn grpc.ClientConnInterface, opts ..
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "intentd-mcp-guard", Version: "1"}, &mcp.ServerOptions{
 		Instructions: s.InitializeResult().Instructions,
 		Capabilities: caps,
-		Logger:       cfg.Logger,
 	})
 	g.server.AddReceivingMiddleware(g.passThrough)
 	g.addOwnTools()
