@@ -135,6 +135,7 @@ argument.`,
 	cmd.SetVersionTemplate("intentd {{.Version}}\n")
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.AddCommand(newGatewayCommand(stderr))
+	cmd.AddCommand(newMCPGuardCommand(stderr))
 	f := cmd.Flags()
 	f.String(configFlag, "", "YAML file of flag settings, keys named as the flags (the command line and the environment win over it)")
 	f.StringVar(&cfg.Listen, "listen", cfg.Listen, "gRPC listen address")
