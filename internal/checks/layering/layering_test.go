@@ -168,7 +168,21 @@ var rules = []rule{
 			_, mine := local(p)
 			return mine && !under(p, "etcdstore") && !isMain(p) && !under(p, "internal/run/daemon") && !under(p, "internal/run/intentdcmd") && !under(p, "internal/testing/intentdtest")
 		},
-		forbid: pkgUnder("etcdstore"),
+		// The archive keeps tombstones in package etcdstore/tombstones'
+		// format, and nothing else of etcdstore.
+		forbid: func(_ graph, q string) bool { return under(q, "etcdstore") && !under(q, "etcdstore/tombstones") },
+	},
+	{
+		name:   "the archive depends on intent, etcdstore/tombstones and PostgreSQL's client only: no etcd, no server, no gRPC",
+		covers: within("archive"),
+		forbid: anyOf(pathPrefix("go.etcd.io"), pathPrefix("google.golang.org/grpc"), pkgUnder("server"), pkgUnder("gen"),
+			pkgUnder("client"), pkgUnder("internal/run"), pkgUnder("access"),
+			func(_ graph, q string) bool { return under(q, "etcdstore") && !under(q, "etcdstore/tombstones") }),
+	},
+	{
+		name:   "etcdstore/tombstones depends on intent and the standard library only",
+		covers: within("etcdstore/tombstones"),
+		forbid: func(g graph, q string) bool { return nonStandard(g, q) && !under(q, "intent") && !under(q, "fencing") },
 	},
 	{
 		name: "internal/ holds four floors: core, run, testing and checks",
