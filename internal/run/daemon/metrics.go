@@ -45,6 +45,8 @@ type metrics struct {
 	// dbSize, dbInUse and dbQuota are the fullest etcd member's database
 	// (see dbStatus).
 	dbSize, dbInUse, dbQuota prometheus.Gauge
+	// formats answers GET /formats (formats.go), once the replica joined.
+	formats http.Handler
 }
 
 // newMetrics builds intentd's own metrics; exportStore and
@@ -235,6 +237,9 @@ func (m *metrics) serve(ctx context.Context, addr string, ready *readiness, revi
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", ready.readyz)
+	if m.formats != nil {
+		mux.Handle("GET /formats", m.formats)
+	}
 	if review != nil {
 		mountConsole(mux, review)
 	}

@@ -74,6 +74,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return err
 	}
+	// Before anything serves: a build too old for the cluster's storage
+	// format version refuses here, and the store's format gate is current
+	// before its first write.
+	id := replicaID()
+	formats, err := joinFormats(ctx, store, id, cfg)
+	if err != nil {
+		return err
+	}
+	m.exportFormats(store, formats)
+	m.formats = formatsHandler(store, formats.Replica)
 	activity := console.NewActivity(scfg.Now)
 	api, err := newAPI(cfg, store, m, tr, activity, log)
 	if err != nil {
@@ -105,7 +115,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 			reload(ctx, api.tokens, api.certs, cfg.ReloadInterval, log)
 			return nil
 		},
-		janitor(store, cli, lis.Addr().String(), cfg.JanitorInterval, m, log),
+		// Its election carries the replica's id, which tells an
+		// announced replica from one of a release before format versions.
+		janitor(store, cli, id, cfg.JanitorInterval, m, log),
 		serveGRPC(api.srv, lis, cfg.ShutdownTimeout, log),
 		// Before the in-process server its pages call.
 		serveConsole(cfg.ConsoleListen, review, log),
@@ -114,13 +126,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		// after the last call has been answered, so that the file holds
 		// every revision a client was told.
 		floorComponent(floor, api.serving, cfg, log),
+		// After the servers too: the announcement is revoked once this
+		// replica writes nothing more.
+		formatsComponent(formats, api.serving, cfg, log),
 		// The metrics listener outlives gRPC: probes read /readyz 503
 		// while in-flight calls finish.
 		serveMetrics(m, cfg.MetricsListen, api.serving, consoleBesideMetrics(cfg, review), log),
 		servePprof(cfg.PprofListen, log),
 	)
 	log.Info("intentd serving", "grpc", lis.Addr().String(), "etcd", endpoints, "embedded", cfg.Embedded(), "data_dir", cfg.DataDir,
-		"installation", floor.Installation(), "revision", store.HighestRevision())
+		"installation", floor.Installation(), "revision", store.HighestRevision(),
+		"replica", id, "storage_format_written", store.WritesFormat(), "storage_format_readable", store.ReadsFormat())
 	if ready != nil {
 		ready(lis.Addr().String())
 	}
