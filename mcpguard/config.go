@@ -28,15 +28,10 @@ type Downstream struct {
 	// Headers are sent with every request to URL (the downstream's own
 	// credentials, which the MCP client never sees).
 	Headers map[string]string
-	// ProtocolVersion is the MCP protocol version the guard asks for
-	// (default DefaultProtocolVersion, the initialize handshake's newest,
-	// which stateful and stateless servers both speak).
+	// ProtocolVersion, when set, is the MCP protocol version the guard asks
+	// for; empty: the newest both the SDK and the downstream speak.
 	ProtocolVersion string
 }
-
-// DefaultProtocolVersion is the protocol version the guard asks a
-// downstream for unless configured otherwise.
-const DefaultProtocolVersion = "2025-11-25"
 
 // Tool is how one downstream tool is guarded.
 type Tool struct {

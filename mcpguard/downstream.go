@@ -59,7 +59,7 @@ func (d *downstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	s, err := c.Connect(cctx, t, &mcp.ClientSessionOptions{ProtocolVersion: d.cfg.protocolVersion()})
+	s, err := c.Connect(cctx, t, &mcp.ClientSessionOptions{ProtocolVersion: d.cfg.ProtocolVersion})
 	if err != nil {
 		return nil, fmt.Errorf("downstream %s: %w", d.name(), err)
 	}
@@ -69,15 +69,6 @@ func (d *downstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 		d.drop(s)
 	}()
 	return s, nil
-}
-
-// protocolVersion is the MCP protocol version the guard asks the
-// downstream for.
-func (d *Downstream) protocolVersion() string {
-	if d.ProtocolVersion != "" {
-		return d.ProtocolVersion
-	}
-	return DefaultProtocolVersion
 }
 
 func (d *downstream) name() string {

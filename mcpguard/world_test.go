@@ -64,6 +64,7 @@ type refunds struct {
 	dir  string
 	exit func()
 	mu   sync.Mutex
+	n    int // refunds made, once counted from the file
 }
 
 type refundArgs struct {
@@ -136,7 +137,11 @@ func (r *refunds) server() *mcp.Server {
 func (r *refunds) record(tool string, a refundArgs) refundOut {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := refundOut{RefundID: fmt.Sprintf("RF-%d", len(r.effects())+1), OrderID: a.OrderID, Reference: a.Reference}
+	if r.n == 0 {
+		r.n = len(r.effects())
+	}
+	r.n++
+	out := refundOut{RefundID: fmt.Sprintf("RF-%d", r.n), OrderID: a.OrderID, Reference: a.Reference}
 	f, err := os.OpenFile(filepath.Join(r.dir, "effects.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		panic(err)
@@ -178,7 +183,7 @@ func (r *refunds) effectsFor(order string) int {
 }
 
 // serveHTTP serves the refunds server over streamable HTTP; stop ends it.
-func (r *refunds) serveHTTP(t *testing.T) (url string, stop func()) {
+func (r *refunds) serveHTTP(t testing.TB) (url string, stop func()) {
 	t.Helper()
 	s := r.server()
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
@@ -265,7 +270,7 @@ func connect(t testing.TB, g *mcpguard.Guard) *mcp.ClientSession {
 // connectHTTP is an MCP client session with the guard at url.
 func connectHTTP(t testing.TB, url string) *mcp.ClientSession {
 	t.Helper()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: mcpguard.DefaultProtocolVersion})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
