@@ -18,6 +18,7 @@
 //	intentctl token hash                    the SHA-256 of a token read on stdin
 //	intentctl dev-certs --out DIR [--client NAME ...] [--host H ...] [--test-certs] [--force]
 //	intentctl probe URL                     GET /healthz or /readyz: exit 0 on 2xx (an image's health check)
+//	intentctl formats URL                   the cluster's storage format version and each replica's (rolling upgrades)
 //	intentctl completion bash|zsh|fish      a shell completion script
 //	intentctl --version                     the build's version (intentd --version too)
 //

@@ -128,6 +128,7 @@ Exit status, for scripts:
 		newTokenCommand(),
 		newDevCertsCommand(),
 		newProbeCommand(g),
+		newFormatsCommand(g),
 	)
 	return root
 }
