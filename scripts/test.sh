@@ -128,8 +128,8 @@ INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh debian stubs pb6 pb7 framewo
 step "Python co-install: the wheel resolves and imports beside opentelemetry-proto, openai-agents, langgraph and pydantic-ai"
 INTENTD_BIN="$intentd_bin" ./scripts/python-test.sh coinstall
 
-step "Node suite on the TypeScript stubs against a live intentd"
-(cd typescript && INTENTD_BIN="$intentd_bin" npm test --silent)
+step "TypeScript: the Node suite (the library, the AI SDK and OpenAI Agents adapters, the examples, the stubs) against a live intentd on the machine's Node and each pinned Node major, then the npm pack tarball in a fresh directory (typescript/scripts/ci.sh)"
+(cd typescript && INTENTD_BIN="$intentd_bin" ./scripts/ci.sh)
 
 step "fuzz targets, briefly (seed corpora also run as part of go test)"
 # Every Fuzz function in the module, a few seconds each (e2e/ and deploy/
