@@ -115,7 +115,9 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 			Labels: map[string]string{LabelGuard: g.cfg.Name, LabelTool: t.Name}}
 	}
 	var live *mcp.CallToolResult // the downstream's answer, when this call got one
+	sent := false                // whether this call sent anything downstream
 	task.Execute = func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
+		sent = true
 		p := &mcp.CallToolParams{Name: t.Name, Meta: forwardMeta(req.Params.Meta)}
 		delete(p.Meta, MetaFingerprint)
 		down := maps.Clone(args)
@@ -154,6 +156,7 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	}
 	if l := t.Lookup; l != nil {
 		task.Reconcile = func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
+			sent = true
 			return g.lookup(ctx, t, l, att)
 		}
 	}
@@ -169,6 +172,9 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 		if again, aerr := sess.Run(context.WithoutCancel(ctx), client.Task{Key: tm.key, Execute: task.Execute, WaitInProgress: time.Millisecond}); aerr == nil && again.Outcome == intentv1.Outcome_OUTCOME_NEEDS_REVIEW {
 			out.Outcome, out.Intent = again.Outcome, again.Intent
 		}
+	}
+	if out == nil && err != nil && !sent {
+		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: %s was not carried out: intentd refused or did not answer (%v); nothing was sent; you may call it again later; action_taken: none", t.Name, err)), nil
 	}
 	return g.answer(ctx, t, tm, out, err, live), nil
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 	"github.com/intentd/intentd/mcpguard"
 )
@@ -51,7 +52,8 @@ func TestMain(m *testing.M) {
 	case "guard": // a guard serving streamable HTTP, as intentd mcp-guard does
 		os.Exit(runGuardChild())
 	}
-	intentdtest.Main(m, &intentdAddr, nil)
+	// No rate limit: the benchmark calls as fast as intentd answers.
+	intentdtest.Main(m, &intentdAddr, func(c *daemon.Config) { c.RatePerPrincipal, c.RatePerTenant = 0, 0 })
 }
 
 // refunds is the downstream: create_refund and send_payout refund on every
