@@ -178,17 +178,30 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// splitFingerprint is how a fingerprint is stored: lowercase hex (the
-// SHA-256 intentd computes) decoded, anything else as text.
-func splitFingerprint(fp string) ([]byte, string) {
-	if fp == "" || len(fp)%2 != 0 {
-		return nil, fp
+// fingerprintBytes is how a fingerprint is stored: a SHA-256 in lowercase
+// hex (the fingerprint intentd computes) as its 32 bytes; any other as its
+// text, with a NUL after it if it is 32 bytes or longer (so that the
+// stored length tells which: 32 is a SHA-256).
+func fingerprintBytes(fp string) []byte {
+	if len(fp) == 64 {
+		if b, err := hex.DecodeString(fp); err == nil && hex.EncodeToString(b) == fp {
+			return b
+		}
 	}
-	b, err := hex.DecodeString(fp)
-	if err != nil || hex.EncodeToString(b) != fp {
-		return nil, fp
+	if len(fp) >= 32 {
+		return append([]byte(fp), 0)
 	}
-	return b, ""
+	return []byte(fp)
+}
+
+func fingerprintOf(b []byte) string {
+	switch {
+	case len(b) == 32:
+		return hex.EncodeToString(b)
+	case len(b) > 32:
+		return string(b[:len(b)-1])
+	}
+	return string(b)
 }
 
 func labelStrings(ls []intent.Label) ([]string, error) {
@@ -218,12 +231,12 @@ func parseLabels(ss []string) []intent.Label {
 }
 
 const putSQL = `INSERT INTO intents (registered_at, completed_at, retain_until, revision, state, tenant, key,
-	fingerprint, fingerprint_text, parent, labels, data)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), NULLIF($10, ''), $11, $12)
+	fingerprint, parent, labels, data)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (tenant, key) DO UPDATE SET
 	registered_at = EXCLUDED.registered_at, completed_at = EXCLUDED.completed_at,
 	retain_until = EXCLUDED.retain_until, revision = EXCLUDED.revision, state = EXCLUDED.state,
-	fingerprint = EXCLUDED.fingerprint, fingerprint_text = EXCLUDED.fingerprint_text,
+	fingerprint = EXCLUDED.fingerprint,
 	parent = EXCLUDED.parent, labels = EXCLUDED.labels, data = EXCLUDED.data
 WHERE intents.revision < EXCLUDED.revision`
 
@@ -247,13 +260,12 @@ func (a *Archive) Put(ctx context.Context, recs []Record) error {
 		if err != nil {
 			return fmt.Errorf("archive: put %s/%s: %w", r.Tenant, r.Key, err)
 		}
-		fp, fpText := splitFingerprint(r.Fingerprint)
 		data := r.Data
 		if data == nil {
 			data = []byte{}
 		}
 		b.Queue(putSQL, nanos(r.RegisteredAt), nanos(r.CompletedAt), nanos(r.RetainUntil), r.Revision,
-			int16(r.State), r.Tenant, r.Key, fp, fpText, r.Parent, labels, data)
+			int16(r.State), r.Tenant, r.Key, fingerprintBytes(r.Fingerprint), r.Parent, labels, data)
 	}
 	// The batch's statements go in one pipeline closed by one Sync:
 	// PostgreSQL runs them as one implicit transaction.
@@ -261,7 +273,7 @@ func (a *Archive) Put(ctx context.Context, recs []Record) error {
 }
 
 const recordColumns = `registered_at, completed_at, retain_until, revision, state, tenant, key,
-	fingerprint, coalesce(fingerprint_text, ''), coalesce(parent, ''), labels, data`
+	fingerprint, parent, labels, data`
 
 func scanRecord(row pgx.Row) (Record, error) {
 	var (
@@ -269,19 +281,15 @@ func scanRecord(row pgx.Row) (Record, error) {
 		reg, comp, retain int64
 		state             int16
 		fp                []byte
-		fpText            string
 		labels            []string
 	)
-	err := row.Scan(&reg, &comp, &retain, &r.Revision, &state, &r.Tenant, &r.Key, &fp, &fpText, &r.Parent, &labels, &r.Data)
+	err := row.Scan(&reg, &comp, &retain, &r.Revision, &state, &r.Tenant, &r.Key, &fp, &r.Parent, &labels, &r.Data)
 	if err != nil {
 		return Record{}, err
 	}
 	r.RegisteredAt, r.CompletedAt, r.RetainUntil = fromNanos(reg), fromNanos(comp), fromNanos(retain)
 	r.State = intent.State(state)
-	r.Fingerprint = fpText
-	if fp != nil {
-		r.Fingerprint = hex.EncodeToString(fp)
-	}
+	r.Fingerprint = fingerprintOf(fp)
 	r.Labels = parseLabels(labels)
 	if r.Data == nil {
 		r.Data = []byte{}
@@ -363,7 +371,8 @@ func (a *Archive) List(ctx context.Context, q Query) ([]Record, error) {
 		sql.WriteString(" AND labels @> " + arg(ls) + "::text[]")
 	}
 	if q.After != nil {
-		fmt.Fprintf(&sql, " AND (registered_at, key) > (%s, %s)", arg(nanos(q.After.RegisteredAt)), arg(q.After.Key))
+		at := arg(nanos(q.After.RegisteredAt))
+		fmt.Fprintf(&sql, " AND registered_at >= %s AND (registered_at, key) > (%s, %s)", at, at, arg(q.After.Key))
 	}
 	sql.WriteString(" ORDER BY registered_at, key LIMIT " + arg(limit))
 	rows, err := a.pool.Query(ctx, sql.String(), args...)

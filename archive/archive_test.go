@@ -92,6 +92,26 @@ func TestPutGetRoundTrip(t *testing.T) {
 			r.Fingerprint = "ABCD"
 			return r
 		}()},
+		{"a fingerprint of 32 characters", func() archive.Record {
+			r := rec("default", "k-fp-32", 14, "x")
+			r.Fingerprint = strings.Repeat("z", 32)
+			return r
+		}()},
+		{"a fingerprint of 32 characters ending in NUL", func() archive.Record {
+			r := rec("default", "k-fp-32-nul", 14, "x")
+			r.Fingerprint = strings.Repeat("z", 31) + "\x00"
+			return r
+		}()},
+		{"33 characters ending in NUL", func() archive.Record {
+			r := rec("default", "k-fp-33-nul", 14, "x")
+			r.Fingerprint = strings.Repeat("z", 32) + "\x00"
+			return r
+		}()},
+		{"64 characters of uppercase hex", func() archive.Record {
+			r := rec("default", "k-fp-64-upper", 14, "x")
+			r.Fingerprint = strings.Repeat("AB", 32)
+			return r
+		}()},
 		{"no fingerprint", func() archive.Record {
 			r := rec("default", "k-nofp", 15, "x")
 			r.Fingerprint = ""
@@ -346,6 +366,11 @@ func TestExpire(t *testing.T) {
 	if st.Tombstoned != 101 {
 		t.Fatalf("Tombstoned %d, want 101", st.Tombstoned)
 	}
+	// The months before the one a tombstone made now ends in take no
+	// more tombstones: their indexes were packed, once.
+	if st.PartitionsPacked != 24 {
+		t.Errorf("packed %d months, want 24 (2026-12 to 2028-11)", st.PartitionsPacked)
+	}
 	for i, r := range recs {
 		_, kept, err := a.Get(ctx, r.Tenant, r.Key)
 		if err != nil {
@@ -367,7 +392,7 @@ func TestExpire(t *testing.T) {
 		}
 	}
 	// Once more: nothing left to do.
-	if st, err := a.Expire(ctx, now); err != nil || st.Tombstoned != 0 || st.PartitionsDropped != 0 {
+	if st, err := a.Expire(ctx, now); err != nil || st.Tombstoned != 0 || st.PartitionsDropped != 0 || st.PartitionsPacked != 0 {
 		t.Fatalf("again: %+v, %v", st, err)
 	}
 

@@ -236,6 +236,9 @@ type ExpireStats struct {
 	// they held, as PostgreSQL's statistics counted them.
 	PartitionsDropped int
 	TombstonesDropped int64
+	// PartitionsPacked counts the months whose index was rebuilt full
+	// (packPartitions).
+	PartitionsPacked int
 }
 
 // Expire turns the archived intents whose retention ended by now into
@@ -260,7 +263,10 @@ func (a *Archive) Expire(ctx context.Context, now time.Time) (ExpireStats, error
 			break
 		}
 	}
-	return st, a.dropPartitions(ctx, now, &st)
+	if err := a.dropPartitions(ctx, now, &st); err != nil {
+		return st, err
+	}
+	return st, a.packPartitions(ctx, now, &st)
 }
 
 func (a *Archive) expireBatch(ctx context.Context, now, until time.Time) (int, error) {
@@ -422,4 +428,62 @@ FROM pg_class c WHERE c.oid = 'intents'::regclass
 		}
 	}
 	return st, nil
+}
+
+// packPartitions rebuilds, once, the hash index of each month of
+// tombstones that no tombstone made from now on falls in (the months
+// before the one of now + the tombstone retention). Written in random
+// order of hash, a btree's pages are about two thirds full; rebuilt with
+// fillfactor 100 they are full, and stay so, as such a month is only read
+// until it is dropped (see docs/PERFORMANCE.md for the bytes). The
+// rebuild is REINDEX CONCURRENTLY: lookups and writes go on meanwhile. An
+// index already set to fillfactor 100 is not rebuilt again, and the
+// leftover of a rebuild that failed (an invalid index) is dropped first.
+func (a *Archive) packPartitions(ctx context.Context, now time.Time, st *ExpireStats) error {
+	current := monthOfDay(clampDay(tombstones.Today(now.Add(a.opts.TombstoneRetention))))
+	rows, err := a.pool.Query(ctx, `SELECT t.relname, i.relname, x.indisvalid,
+	coalesce(i.reloptions @> ARRAY['fillfactor=100'], false)
+FROM pg_inherits h JOIN pg_class t ON t.oid = h.inhrelid
+JOIN pg_index x ON x.indrelid = t.oid JOIN pg_class i ON i.oid = x.indexrelid
+WHERE h.inhparent = 'tombstones'::regclass`)
+	if err != nil {
+		return wrap("listing tombstone indexes", err)
+	}
+	var invalid, pack []string
+	for rows.Next() {
+		var table, index string
+		var valid, packed bool
+		if err := rows.Scan(&table, &index, &valid, &packed); err != nil {
+			rows.Close()
+			return wrap("listing tombstone indexes", err)
+		}
+		m, ok := parseTable(table)
+		switch {
+		case !ok:
+		case !valid:
+			invalid = append(invalid, index)
+		case !packed && m < current:
+			pack = append(pack, index)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return wrap("listing tombstone indexes", err)
+	}
+	for _, index := range invalid {
+		if _, err := a.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pgx.Identifier{index}.Sanitize()); err != nil {
+			return wrap("dropping the invalid index "+index, err)
+		}
+	}
+	sort.Strings(pack)
+	for _, index := range pack {
+		id := pgx.Identifier{index}.Sanitize()
+		if _, err := a.pool.Exec(ctx, "ALTER INDEX "+id+" SET (fillfactor = 100)"); err != nil {
+			return wrap("packing "+index, err)
+		}
+		if _, err := a.pool.Exec(ctx, "REINDEX INDEX CONCURRENTLY "+id); err != nil {
+			return wrap("packing "+index, err)
+		}
+		st.PartitionsPacked++
+	}
+	return nil
 }
