@@ -173,10 +173,7 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 			out.Outcome, out.Intent = again.Outcome, again.Intent
 		}
 	}
-	if out == nil && err != nil && !sent {
-		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: %s was not carried out: intentd refused or did not answer (%v); nothing was sent; you may call it again later; action_taken: none", t.Name, err)), nil
-	}
-	return g.answer(ctx, t, tm, out, err, live), nil
+	return g.answer(ctx, t, tm, out, err, live, sent), nil
 }
 
 // lookup asks the downstream's lookup tool whether an earlier attempt took
@@ -264,7 +261,7 @@ func fromResult(r *intentv1.Result) *mcp.CallToolResult {
 }
 
 // answer is what the model gets for one guarded call.
-func (g *Guard) answer(ctx context.Context, t *Tool, tm *terms, out *client.Outcome, err error, live *mcp.CallToolResult) *mcp.CallToolResult {
+func (g *Guard) answer(ctx context.Context, t *Tool, tm *terms, out *client.Outcome, err error, live *mcp.CallToolResult, sent bool) *mcp.CallToolResult {
 	switch {
 	case errors.Is(err, client.ErrFingerprintMismatch):
 		approved := "unknown terms"
@@ -277,6 +274,8 @@ func (g *Guard) answer(ctx context.Context, t *Tool, tm *terms, out *client.Outc
 	case errors.Is(err, client.ErrNotFound):
 		mine, _ := json.Marshal(tm.params)
 		return say(tm.key, "refused", fmt.Sprintf("refused: NOT_APPROVED: %s with these terms (%s) has not been approved; nothing was sent. Ask the user to approve it first.", t.Name, mine))
+	case out == nil && err != nil && !sent:
+		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: %s was not carried out: intentd refused or did not answer (%v); nothing was sent; you may call it again later; action_taken: none", t.Name, err))
 	case out == nil && err != nil:
 		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: %s could not be carried out safely (%v); if it was sent, its outcome is recorded as unknown and will be looked up, never sent again; do not retry now, check %s later.", t.Name, err, StatusTool))
 	}
