@@ -26,7 +26,7 @@ const (
 	replicasPrefix   = "/intentd/v1/replicas/"
 )
 
-// Scenario 10. A rolling upgrade, as an operator does it: the previous
+// A rolling upgrade (issue 31), as an operator does it: the previous
 // release (the last line of RELEASES, built from source at its commit) and
 // this checkout run as replicas of one 3-member etcd cluster under load,
 // replaced one at a time: old,old → old,new → (rollback) old,old →
