@@ -30,7 +30,8 @@ export class Intentd {
     private readonly dataDir: string,
   ) {}
 
-  static async start(): Promise<Intentd> {
+  /** Starts intentd; `extra` are further flags (e.g. rate limits off for a benchmark). */
+  static async start(...extra: string[]): Promise<Intentd> {
     const dataDir = mkdtempSync(join(tmpdir(), "intentd-data-"));
     const proc = spawn(binary(), [
       "--data-dir", dataDir,
@@ -40,6 +41,7 @@ export class Intentd {
       "--embed-peer-url", "http://127.0.0.1:0",
       "--janitor-interval", "200ms",
       "--log-format", "json",
+      ...extra,
     ], { stdio: ["ignore", "ignore", "pipe"] });
     const logs: string[] = [];
     const address = await new Promise<string>((ok, fail) => {
