@@ -35,8 +35,10 @@ const formatTTL = 10
 
 // replicaID names this replica among the live ones: the host name (a pod's
 // name under Kubernetes) and a random suffix, so that two processes on one
-// host, or a restart before the old lease lapsed, never share an id.
-func replicaID() string {
+// host, or a restart before the old lease lapsed, never share an id; then
+// "@" and the gRPC address it listens on, which the janitor's election
+// named before (tests find the sweeping replica by it).
+func replicaID(listen string) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "intentd"
@@ -44,7 +46,7 @@ func replicaID() string {
 	host = strings.NewReplacer("/", "-", "\x00", "").Replace(host)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return host + "-" + hex.EncodeToString(b[:])
+	return host + "-" + hex.EncodeToString(b[:]) + "@" + strings.ReplaceAll(listen, "/", "-")
 }
 
 // commit is the VCS revision Go recorded in the binary, if any.

@@ -74,16 +74,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return err
 	}
-	// Before anything serves: a build too old for the cluster's storage
-	// format version refuses here, and the store's format gate is current
-	// before its first write.
-	id := replicaID()
-	formats, err := joinFormats(ctx, store, id, cfg)
-	if err != nil {
-		return err
-	}
-	m.exportFormats(store, formats)
-	m.formats = formatsHandler(store, formats.Replica)
 	activity := console.NewActivity(scfg.Now)
 	api, err := newAPI(cfg, store, m, tr, activity, log)
 	if err != nil {
@@ -98,6 +88,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return fmt.Errorf("intentd: --listen %s: %w", cfg.Listen, err)
 	}
+	// Before anything serves: a build too old for the cluster's storage
+	// format version refuses here, and the store's format gate is current
+	// before its first write.
+	id := replicaID(lis.Addr().String())
+	formats, err := joinFormats(ctx, store, id, cfg)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	m.exportFormats(store, formats)
+	m.formats = formatsHandler(store, formats.Replica)
 	every := dbSizeEvery * cfg.HealthInterval
 	// Stopped in this order: see Run's doc.
 	c := startComponents(ctx,
