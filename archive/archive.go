@@ -341,8 +341,30 @@ const DefaultLimit = 100
 // last. Rows archived while a caller pages through are found by the later
 // pages when they sort after the cursor, never twice.
 func (a *Archive) List(ctx context.Context, q Query) ([]Record, error) {
+	sql, args, err := listSQL(q)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := a.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, wrap("list", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, wrap("list", err)
+		}
+		out = append(out, r)
+	}
+	return out, wrap("list", rows.Err())
+}
+
+// listSQL is List's statement and its arguments.
+func listSQL(q Query) (string, []any, error) {
 	if q.Tenant == "" {
-		return nil, errors.New("archive: list: no tenant")
+		return "", nil, errors.New("archive: list: no tenant")
 	}
 	limit := q.Limit
 	if limit <= 0 {
@@ -366,7 +388,7 @@ func (a *Archive) List(ctx context.Context, q Query) ([]Record, error) {
 	if q.Label != nil {
 		ls, err := labelStrings([]intent.Label{*q.Label})
 		if err != nil {
-			return nil, fmt.Errorf("archive: list: %w", err)
+			return "", nil, fmt.Errorf("archive: list: %w", err)
 		}
 		sql.WriteString(" AND labels @> " + arg(ls) + "::text[]")
 	}
@@ -375,18 +397,5 @@ func (a *Archive) List(ctx context.Context, q Query) ([]Record, error) {
 		fmt.Fprintf(&sql, " AND registered_at >= %s AND (registered_at, key) > (%s, %s)", at, at, arg(q.After.Key))
 	}
 	sql.WriteString(" ORDER BY registered_at, key LIMIT " + arg(limit))
-	rows, err := a.pool.Query(ctx, sql.String(), args...)
-	if err != nil {
-		return nil, wrap("list", err)
-	}
-	defer rows.Close()
-	var out []Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, wrap("list", err)
-		}
-		out = append(out, r)
-	}
-	return out, wrap("list", rows.Err())
+	return sql.String(), args, nil
 }

@@ -25,7 +25,7 @@ import (
 // predictable.
 var now = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -33,7 +33,9 @@ func ctxT(t *testing.T) context.Context {
 
 // open starts a PostgreSQL server and opens an archive on a database of
 // its own.
-func open(t *testing.T) (*archive.Archive, *pgtest.Server, string) {
+func open(t *testing.T) (*archive.Archive, *pgtest.Server, string) { return openB(t) }
+
+func openB(t testing.TB) (*archive.Archive, *pgtest.Server, string) {
 	t.Helper()
 	s := pgtest.Start(t)
 	dsn := s.NewDatabase(t)

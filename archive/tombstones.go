@@ -362,6 +362,9 @@ JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'tombstones'::regclass
 	return nil
 }
 
+// packLockID is the session advisory lock of packPartitions ("tombpack").
+const packLockID = 0x746f6d627061636b
+
 // lockTimeout bounds how long dropping a partition waits for its lock.
 const lockTimeout = "5s"
 
@@ -440,8 +443,27 @@ FROM pg_class c WHERE c.oid = 'intents'::regclass
 // index already set to fillfactor 100 is not rebuilt again, and the
 // leftover of a rebuild that failed (an invalid index) is dropped first.
 func (a *Archive) packPartitions(ctx context.Context, now time.Time, st *ExpireStats) error {
+	// One process packs at a time (two REINDEX CONCURRENTLY of one index
+	// deadlock); the others leave it to it.
+	conn, err := a.pool.Acquire(ctx)
+	if err != nil {
+		return wrap("packing tombstone indexes", err)
+	}
+	defer conn.Release()
+	var mine bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(packLockID)).Scan(&mine); err != nil {
+		return wrap("packing tombstone indexes", err)
+	}
+	if !mine {
+		return nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(packLockID)); err != nil {
+			conn.Conn().Close(context.Background()) // a closed session holds no lock
+		}
+	}()
 	current := monthOfDay(clampDay(tombstones.Today(now.Add(a.opts.TombstoneRetention))))
-	rows, err := a.pool.Query(ctx, `SELECT t.relname, i.relname, x.indisvalid,
+	rows, err := conn.Query(ctx, `SELECT t.relname, i.relname, x.indisvalid,
 	coalesce(i.reloptions @> ARRAY['fillfactor=100'], false)
 FROM pg_inherits h JOIN pg_class t ON t.oid = h.inhrelid
 JOIN pg_index x ON x.indrelid = t.oid JOIN pg_class i ON i.oid = x.indexrelid
@@ -470,17 +492,17 @@ WHERE h.inhparent = 'tombstones'::regclass`)
 		return wrap("listing tombstone indexes", err)
 	}
 	for _, index := range invalid {
-		if _, err := a.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pgx.Identifier{index}.Sanitize()); err != nil {
+		if _, err := conn.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+pgx.Identifier{index}.Sanitize()); err != nil {
 			return wrap("dropping the invalid index "+index, err)
 		}
 	}
 	sort.Strings(pack)
 	for _, index := range pack {
 		id := pgx.Identifier{index}.Sanitize()
-		if _, err := a.pool.Exec(ctx, "ALTER INDEX "+id+" SET (fillfactor = 100)"); err != nil {
+		if _, err := conn.Exec(ctx, "ALTER INDEX "+id+" SET (fillfactor = 100)"); err != nil {
 			return wrap("packing "+index, err)
 		}
-		if _, err := a.pool.Exec(ctx, "REINDEX INDEX CONCURRENTLY "+id); err != nil {
+		if _, err := conn.Exec(ctx, "REINDEX INDEX CONCURRENTLY "+id); err != nil {
 			return wrap("packing "+index, err)
 		}
 		st.PartitionsPacked++
