@@ -110,6 +110,9 @@ func getFormats(ctx context.Context, url string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("formats %s: %w", url, err)
 	}
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("formats %s: %s: a replica of the first release answers no /formats; ask a replica of a later one", url, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		first, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
 		return nil, fmt.Errorf("formats %s: %s %s", url, resp.Status, first)
