@@ -88,12 +88,14 @@ const migrationLockID = 0x696e74656e7464
 // schema to the version this package knows, once whatever how many
 // processes open it together.
 func Open(ctx context.Context, dsn string, opts Options) (*Archive, error) {
+	if strings.TrimSpace(dsn) == "" {
+		// pgx would read an empty DSN as "every default": a local server.
+		return nil, errors.New("archive: the DSN is empty")
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
+		// pgx's message names what is wrong, the password masked.
 		return nil, fmt.Errorf("archive: the DSN does not parse: %w", err)
-	}
-	if dsn == "" || strings.TrimSpace(dsn) == "" {
-		return nil, errors.New("archive: the DSN is empty")
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns

@@ -668,6 +668,7 @@ func TestOpenOnABadDSN(t *testing.T) {
 		{"not a URL nor key=value", "postgres://u@h:notaport/db", "DSN"},
 		{"an unknown sslmode", "postgres://u@127.0.0.1:1/db?sslmode=sometimes", "sslmode"},
 		{"a key without a value", "host", "DSN"},
+		{"a bad port, with a password", "postgres://u:s3cret@127.0.0.1:notaport/db", "port"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, err := archive.Open(ctx, c.dsn, archive.Options{})
@@ -680,6 +681,9 @@ func TestOpenOnABadDSN(t *testing.T) {
 			}
 			if errors.Is(err, archive.ErrUnavailable) {
 				t.Errorf("%v: a DSN that does not parse is not an unavailable server", err)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%v: shows the password", err)
 			}
 		})
 	}

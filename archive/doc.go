@@ -44,13 +44,22 @@
 // and Put's conflict are one probe of one index. Times are nanoseconds
 // since the epoch (bigint), so that List orders exactly as etcd's
 // indexes; text that is compared or ordered is COLLATE "C" (bytes, as
-// etcd), whatever the database's locale. The fingerprint is stored as the
-// 32 bytes its hex says; labels as a text[] of "name=value" (a label name
-// holds no '='); data with STORAGE EXTERNAL (not compressed again: large
-// final records are compressed by intentd already). Indexes: the primary
-// key; (tenant, registered_at, key) for List; a partial index of the rows
-// not COMPLETED by state; a partial index of children by parent; a GIN
-// index of labels; retain_until for Expire.
+// etcd), whatever the database's locale. No column is NULL (a row
+// without NULLs has no null bitmap): the fingerprint is one bytea (a
+// SHA-256 in lowercase hex as its 32 bytes, any other fingerprint as its
+// text with a NUL after it when 32 bytes or longer), and no parent is
+// the empty string.
+// Labels are a text[] of "name=value" (a label name holds no '=');
+// data has STORAGE EXTERNAL (never compressed again: intentd compresses
+// large final records already). Indexes: the primary key;
+// (tenant, registered_at) for List, without the key, which would double
+// it (records registered in the same nanosecond are rare, and an
+// incremental sort orders them by key); a partial index by state of the
+// rows not COMPLETED (a COMPLETED listing walks the time index); a
+// partial index of children by parent; a GIN index of labels without a
+// pending list (fastupdate off: the list's pages are never given back);
+// retain_until for Expire. What each costs per row is in
+// docs/PERFORMANCE.md ("The archive's bytes").
 //
 // The table is not partitioned by retain_until. A unique index of a
 // partitioned table must hold its partition key, so (tenant, key) could
@@ -59,22 +68,29 @@
 // instead (Options.ExpireBatch rows per transaction, SKIP LOCKED so that
 // replicas share the work); autovacuum makes the space of deleted rows
 // reusable by the rows archived after them, so the table stays at the
-// size its retention holds rather than growing (the bytes per row are in
-// docs/PERFORMANCE.md).
+// size its retention holds rather than growing.
 //
 // tombstones: package etcdstore/tombstones' Entry, one row each: the
 // 16-byte hash as a uuid (fixed length, no header), completion seconds
-// (integer), until_day (smallint: days to 2059-09-18; an end of retention
-// past it is kept as that day) and the state. Partitioned by RANGE of
-// until_day, one partition a calendar month, named tombstones_yYYYYmMM;
-// Open and Expire create the months a tombstone made now may need, ahead,
-// and PutTombstones any other it meets. Each partition has a unique index
-// on hash of its own (the partitioned table cannot: the key would have to
-// hold until_day); ON CONFLICT DO NOTHING without a target uses it, so
-// putting the same entry twice keeps one. A lookup probes each month's
-// index (about 25 for two years of tombstones). A month whose every entry
-// has passed its day is dropped whole (DROP TABLE with a lock timeout):
-// no DELETE, no dead rows, no vacuum.
+// (integer, read as unsigned), until_day (smallint: days to 2059-09-18;
+// an end of retention past it is kept as that day) and the state.
+// Partitioned by RANGE of until_day, one partition a calendar month,
+// named tombstones_yYYYYmMM; Open and Expire create, ahead, the months a
+// tombstone made now may need, and PutTombstones any other it meets. Each
+// partition has a unique index on hash of its own (the partitioned table
+// cannot: the key would have to hold until_day); ON CONFLICT DO NOTHING
+// without a target uses it, so putting the same entry twice keeps one. A
+// lookup probes each month's index (25 for two years of tombstones). A
+// month whose every entry has passed its day is dropped whole (DROP TABLE
+// with a lock timeout): no DELETE, no dead rows, no vacuum. A month no
+// new tombstone falls in any more (before the month of now + the
+// tombstone retention) has its index rebuilt once, full (REINDEX
+// CONCURRENTLY at fillfactor 100; written in random order of hash, a
+// btree's pages are two thirds full), by one process at a time.
+//
+// Locks between processes: migrations hold goose's session advisory lock;
+// creating partitions, a transaction advisory lock; packing indexes, a
+// session advisory lock tried, not waited for.
 //
 // # SQL this package relies on, and a distributed PostgreSQL
 //
@@ -85,28 +101,43 @@
 //     RETURNING (Expire);
 //   - declarative partitioning: PARTITION BY RANGE, CREATE TABLE ...
 //     PARTITION OF, indexes on one partition, DROP TABLE of a partition;
-//   - row comparison (registered_at, key) > ($1, $2) on a btree (List's
-//     cursor), partial indexes, a GIN index on text[] with @>;
+//   - row comparison (registered_at, key) > ($1, $2) with a btree on
+//     registered_at (List's cursor) and incremental sort, partial
+//     indexes, a GIN index on text[] with @>;
 //   - COLLATE "C", ALTER COLUMN ... SET STORAGE EXTERNAL, the uuid type;
-//   - pg_advisory_xact_lock (creating partitions) and goose's session
-//     advisory lock (migrations); pg_class, pg_inherits,
-//     pg_total_relation_size, to_regclass (Stats, partitions);
+//   - pg_advisory_xact_lock (creating partitions), pg_try_advisory_lock
+//     (packing) and goose's session advisory lock (migrations); REINDEX
+//     INDEX CONCURRENTLY and index reloptions (fillfactor); pg_class,
+//     pg_index, pg_inherits, pg_total_relation_size, to_regclass (Stats,
+//     partitions);
 //   - a pgx batch: the statements of one Put share one Sync, which
 //     PostgreSQL runs as one implicit transaction.
 //
-// On CockroachDB or YugabyteDB (PostgreSQL's wire protocol, distributed):
-// advisory locks are absent or no-ops (CockroachDB), so migrations need
-// goose's table locker (lock.NewPostgresTableLocker) and partition
-// creation a lock row of its own; STORAGE EXTERNAL, pg_total_relation_size
-// and pg_inherits do not exist (sizes come from the database's own
-// statistics); declarative partitioning differs (CockroachDB partitions
-// by a primary key prefix, and a DROP of a partition is a DELETE by range
-// or row-level TTL instead; YugabyteDB follows PostgreSQL's syntax and
-// drops partitions as here); a GIN index on an array is an inverted index
-// in CockroachDB (the same @> query); SKIP LOCKED is supported by both.
-// CockroachDB runs every transaction serializable, so concurrent
-// Expire batches may be retried on conflict; COLLATE "C" and ON CONFLICT
-// work on both. On either, List's index (tenant, registered_at, key)
-// takes every new row at its newest end: a write hotspot, unless it is
-// hash-sharded.
+// On CockroachDB or YugabyteDB (PostgreSQL's wire protocol, distributed),
+// what would change:
+//
+//   - advisory locks: CockroachDB has none that exclude (its functions
+//     are no-ops), so migrations take goose's table locker
+//     (lock.NewPostgresTableLocker) and partition creation and packing a
+//     lock row of their own;
+//   - STORAGE EXTERNAL, fillfactor, REINDEX CONCURRENTLY, pg_inherits and
+//     pg_total_relation_size are PostgreSQL's own: the column keeps the
+//     default storage, packing is left out (the stores' LSM trees keep
+//     no half-empty pages), and Stats reads the database's own size
+//     tables (CockroachDB's crdb_internal.table_spans, YugabyteDB's
+//     yb_table_properties);
+//   - declarative partitioning: YugabyteDB follows PostgreSQL's syntax
+//     and drops partitions as here; CockroachDB partitions only by a
+//     primary key prefix, so expired tombstones go by row-level TTL
+//     (ttl_expiration_expression on until_day) or a ranged DELETE
+//     instead of a DROP;
+//   - a GIN index on text[] is CockroachDB's inverted index (the same @>
+//     query); SKIP LOCKED, ON CONFLICT and COLLATE "C" work on both;
+//   - CockroachDB runs every transaction serializable: concurrent Expire
+//     batches may fail with a retryable error (SQLSTATE 40001), to be
+//     run again;
+//   - both spread a table by ranges of its primary key: intents by
+//     (tenant, key) spreads, but List's index (tenant, registered_at)
+//     takes every new row at its newest end, a write hotspot unless it
+//     is hash-sharded (USING HASH in CockroachDB).
 package archive

@@ -21,7 +21,7 @@ CREATE TABLE intents (
     key           text COLLATE "C" NOT NULL,
     fingerprint   bytea NOT NULL,    -- a SHA-256 in lowercase hex as its 32 bytes, any other as its text
                                      -- (with a NUL after it if 32 bytes or longer: see package archive)
-    parent        text COLLATE "C" NOT NULL, -- '': none
+    parent        text COLLATE "C" NOT NULL, -- the empty string: none
     labels        text[] COLLATE "C",-- "name=value" in the record's order; NULL: none
     data          bytea NOT NULL,    -- the record's etcd value, exactly
     PRIMARY KEY (tenant, key)

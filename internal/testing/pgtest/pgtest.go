@@ -48,8 +48,10 @@ const Superuser = "postgres"
 
 // Bin is the directory of the newest installed PostgreSQL server that has
 // both initdb and postgres.
-func Bin() (string, error) {
-	dirs, _ := filepath.Glob(BinDirs)
+func Bin() (string, error) { return binIn(BinDirs) }
+
+func binIn(glob string) (string, error) {
+	dirs, _ := filepath.Glob(glob)
 	type found struct {
 		major int
 		dir   string
@@ -65,7 +67,7 @@ func Bin() (string, error) {
 		}
 	}
 	if len(all) == 0 {
-		return "", fmt.Errorf("pgtest: no PostgreSQL server binaries (initdb and postgres in %s); run %s", BinDirs, Install)
+		return "", fmt.Errorf("pgtest: no PostgreSQL server binaries (initdb and postgres in %s); run %s", glob, Install)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].major > all[j].major })
 	return all[0].dir, nil
