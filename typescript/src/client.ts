@@ -26,6 +26,7 @@ import {
 } from "../../gen/ts/intent/v1/intent_pb.js";
 import { toIntentdError } from "./errors.js";
 import { Session } from "./session.js";
+import { createIntentdTransport } from "./transport.js";
 
 /** A fresh random request id (24 hex digits). */
 export function newRequestId(): string {
@@ -37,7 +38,7 @@ export interface ClientOptions {
   address?: string;
   /** A Connect transport of your own (TLS, interceptors) instead of `address`. */
   transport?: Transport;
-  /** Interceptors for the default transport (tracing headers, say). */
+  /** Interceptors (tracing headers, say): the calls then go through Connect's gRPC transport. */
   interceptors?: Interceptor[];
   /** The tenant every request names (default: the server's). */
   tenant?: string;
@@ -83,7 +84,10 @@ export class Client {
   readonly headers: Record<string, string>;
 
   constructor(opts: ClientOptions = {}) {
-    const transport = opts.transport ?? createGrpcTransport({ baseUrl: `http://${opts.address ?? "127.0.0.1:7650"}`, interceptors: opts.interceptors });
+    const address = opts.address ?? "127.0.0.1:7650";
+    // With interceptors, Connect's gRPC transport (which runs them); else
+    // unary calls on an HTTP/2 session of the client's own (src/transport.ts).
+    const transport = opts.transport ?? (opts.interceptors?.length ? createGrpcTransport({ baseUrl: `http://${address}`, interceptors: opts.interceptors }) : createIntentdTransport(address));
     this.rpc = createClient(IntentService, transport);
     this.tenant = opts.tenant ?? "";
     this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;

@@ -4,6 +4,7 @@
 // API is "intentd/gen".
 export { Client, newRequestId, type CallOpts, type ClientOptions } from "./client.js";
 export { Session } from "./session.js";
+export { createIntentdTransport } from "./transport.js";
 export {
   Attempt,
   Final,
