@@ -140,11 +140,14 @@ func New(ctx context.Context, cfg Config, conn grpc.ClientConnInterface, opts ..
 			caps.Resources = &r
 		}
 	}
-	g.server = mcp.NewServer(&mcp.Implementation{Name: "intentd-mcp-guard", Version: "1"}, &mcp.ServerOptions{
+	srv := mcp.NewServer(&mcp.Implementation{Name: "intentd-mcp-guard", Version: "1"}, &mcp.ServerOptions{
 		Instructions: s.InitializeResult().Instructions,
 		Capabilities: caps,
 	})
-	g.server.AddReceivingMiddleware(g.passThrough)
+	srv.AddReceivingMiddleware(g.passThrough)
+	g.tmu.Lock()
+	g.server = srv
+	g.tmu.Unlock()
 	g.addOwnTools()
 	g.setTools(tools)
 	return g, nil
@@ -153,7 +156,11 @@ func New(ctx context.Context, cfg Config, conn grpc.ClientConnInterface, opts ..
 // Server is the MCP server the guard serves: run it on stdio
 // (Server().Run(ctx, &mcp.StdioTransport{})) or behind
 // mcp.NewStreamableHTTPHandler.
-func (g *Guard) Server() *mcp.Server { return g.server }
+func (g *Guard) Server() *mcp.Server {
+	g.tmu.Lock()
+	defer g.tmu.Unlock()
+	return g.server
+}
 
 // Close ends the guard's intentd session and its downstream connection.
 func (g *Guard) Close(ctx context.Context) error {
@@ -220,6 +227,9 @@ func schemaProps(schema any) map[string]any {
 func (g *Guard) setTools(tools []*mcp.Tool) {
 	g.tmu.Lock()
 	defer g.tmu.Unlock()
+	if g.server == nil {
+		return // New lists them once the server exists
+	}
 	now := map[string]bool{}
 	for _, t := range tools {
 		if t.Name == StatusTool || t.Name == CompletedTool {
@@ -263,9 +273,7 @@ func (g *Guard) refreshTools() {
 		// downstream, never unguarded).
 		g.log.Warn("mcp-guard: the downstream's tools changed", "err", err)
 	}
-	if g.server != nil {
-		g.setTools(tools)
-	}
+	g.setTools(tools)
 }
 
 // guardedView is the downstream tool as the model sees it through the

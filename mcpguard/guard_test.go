@@ -3,6 +3,8 @@ package mcpguard_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +14,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/intentd/intentd/client"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/mcpguard"
 )
 
@@ -342,4 +347,95 @@ func status(t testing.TB, cs *mcp.ClientSession, key string) map[string]any {
 	}
 	m, _ := res.StructuredContent.(map[string]any)
 	return m
+}
+
+// TestHostApproval: with approval: host, a call whose terms the host has
+// not registered is refused with nothing sent; once the host's approval
+// step registers them (Register with the tool's action and identity), the
+// call runs once, and other terms are refused.
+func TestHostApproval(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "host", &mcpguard.Downstream{URL: url}, 0))
+	order := unique(t, "ord")
+	credit := func(amount float64) *mcp.CallToolResult {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "issue_credit", Meta: mcp.Meta{"customer": "c-3"},
+			Arguments: map[string]any{"order_id": order, "amount": amount, "currency": "EUR"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := credit(25); outcome(res) != "refused" || !strings.Contains(text(res), "NOT_APPROVED") {
+		t.Fatalf("before the host approved: %s %q", outcome(res), text(res))
+	}
+	// The host's approval step: the terms the user approved.
+	identity, _ := structpb.NewStruct(map[string]any{"order_id": order, "customer": "c-3"})
+	params, _ := structpb.NewStruct(map[string]any{"order_id": order, "amount": 25, "currency": "EUR"})
+	api := client.New(dialIntentd(t))
+	if _, err := api.Register(context.Background(), &intentv1.RegisterRequest{Action: "credit.issue", Identity: identity, Params: params}); err != nil {
+		t.Fatal(err)
+	}
+	if res := credit(250); outcome(res) != "refused" || !strings.Contains(text(res), "FINGERPRINT_MISMATCH") {
+		t.Fatalf("other terms than approved: %s %q", outcome(res), text(res))
+	}
+	if res := credit(25); outcome(res) != "executed" {
+		t.Fatalf("the approved terms: %s %q", outcome(res), text(res))
+	}
+	if res := credit(25); outcome(res) != "replayed" {
+		t.Fatalf("again: %s %q", outcome(res), text(res))
+	}
+	if n := r.effectsFor(order); n != 1 {
+		t.Fatalf("%d credits, want 1", n)
+	}
+}
+
+// TestLookupAbsentSendsAgain: a call lost before it took effect (the
+// downstream never answers, refunds nothing) is UNKNOWN; the next call's
+// lookup finds nothing, and the call is sent again, with the same
+// operation key: one refund in all.
+func TestLookupAbsentSendsAgain(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "absent", &mcpguard.Downstream{URL: url}, 0))
+	order := unique(t, "ord")
+	if err := os.WriteFile(filepath.Join(dir, "vanish-next"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := refund(t, cs, "c-4", order, 7); outcome(res) != "unknown" {
+		t.Fatalf("the lost call: %s %q", outcome(res), text(res))
+	}
+	res := refund(t, cs, "c-4", order, 7)
+	if outcome(res) != "executed" || r.effectsFor(order) != 1 {
+		t.Fatalf("after the lookup found nothing: %s %q, %d refunds", outcome(res), text(res), r.effectsFor(order))
+	}
+	if e := r.effects(); e[len(e)-1].Reference != res.Meta[mcpguard.MetaKey].(string)+":create_refund" {
+		t.Errorf("sent again under reference %q", e[len(e)-1].Reference)
+	}
+}
+
+// TestDownstreamToolsChange: a tool the downstream adds later is offered
+// through the guard (tools/list_changed passes through).
+func TestDownstreamToolsChange(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	s := r.server()
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	cs := connect(t, newGuard(t, "changes", &mcpguard.Downstream{URL: srv.URL}, 0))
+	s.AddTool(&mcp.Tool{Name: "late_tool", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "late_tool"})
+		if err == nil && text(res) == "late" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("late_tool through the guard: %v %v", err, res)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -56,7 +56,7 @@ func TestTypeScriptClient(t *testing.T) {
 	if len(lines) != 5 {
 		t.Fatalf("the TypeScript client printed %d lines, want 5:\n%s", len(lines), out)
 	}
-	if tools := lines[0]["tools"].([]any); len(tools) != 6 || lines[0]["statusReadOnly"] != true {
+	if tools := lines[0]["tools"].([]any); len(tools) != 7 || lines[0]["statusReadOnly"] != true {
 		t.Errorf("tools through the guard: %v", lines[0])
 	}
 	for i, want := range []string{"executed", "replayed", "replayed"} {

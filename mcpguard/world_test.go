@@ -61,7 +61,8 @@ func TestMain(m *testing.M) {
 // its reference, echo passes through unguarded. Files in dir steer it: a
 // file "slow" holding a duration makes the next effect take that long; a
 // file "crash-next" makes the next call exit the process right after its
-// effect (exit set) or never answer (exit nil).
+// effect (exit set) or never answer (exit nil); a file "vanish-next" makes
+// the next call never answer and have no effect.
 type refunds struct {
 	dir  string
 	exit func()
@@ -100,6 +101,10 @@ func (r *refunds) server() *mcp.Server {
 		if a.Currency == "DECLINE" {
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "currency not accepted"}}}, refundOut{}, nil
 		}
+		if os.Remove(filepath.Join(r.dir, "vanish-next")) == nil {
+			<-ctx.Done() // lost before it took effect: no refund, no answer
+			return nil, refundOut{}, ctx.Err()
+		}
 		out := r.record(req.Params.Name, a)
 		if b, err := os.ReadFile(filepath.Join(r.dir, "slow")); err == nil {
 			d, _ := time.ParseDuration(strings.TrimSpace(string(b)))
@@ -116,6 +121,7 @@ func (r *refunds) server() *mcp.Server {
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "create_refund", Description: "Refund an order."}, effect)
 	mcp.AddTool(s, &mcp.Tool{Name: "send_payout", Description: "Pay out to an order's seller."}, effect)
+	mcp.AddTool(s, &mcp.Tool{Name: "issue_credit", Description: "Credit a customer's account."}, effect)
 	mcp.AddTool(s, &mcp.Tool{Name: "find_refund", Description: "Find a refund by reference."}, func(_ context.Context, _ *mcp.CallToolRequest, a findArgs) (*mcp.CallToolResult, findOut, error) {
 		for _, e := range r.effects() {
 			if e.Reference == a.Reference {
@@ -208,6 +214,14 @@ const toolsConfig = `{
     "identity": {"arguments": ["order_id"], "meta": ["customer"], "values": {"shop": "acme"}},
     "terms": ["order_id", "amount", "currency"],
     "operation-key": {"argument": "reference"},
+    "timeout": "2s",
+    "lookup": {"tool": "find_refund", "argument": "reference"}
+  },
+  "issue_credit": {
+    "action": "credit.issue",
+    "identity": {"arguments": ["order_id"], "meta": ["customer"]},
+    "operation-key": {"argument": "reference"},
+    "approval": "host",
     "timeout": "2s",
     "lookup": {"tool": "find_refund", "argument": "reference"}
   },
