@@ -235,7 +235,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("postgres exited while starting on port %d; its log:\n%s", s.Port, s.logTail())
 		case <-time.After(20 * time.Millisecond):
 		}
-		if s.ready() {
+		if s.ready(cmd.Process.Pid) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -245,16 +245,17 @@ func (s *Server) start() error {
 	}
 }
 
-// ready reports whether the postmaster says it accepts connections: the
-// eighth line of postmaster.pid is "ready" from then on (PostgreSQL 10
-// and later).
-func (s *Server) ready() bool {
+// ready reports whether the postmaster pid says it accepts connections:
+// the eighth line of postmaster.pid is "ready" from then on (PostgreSQL
+// 10 and later). The first line is the postmaster's pid: a file left by
+// a postmaster that was killed says "ready" too.
+func (s *Server) ready(pid int) bool {
 	b, err := os.ReadFile(filepath.Join(s.Dir, "postmaster.pid"))
 	if err != nil {
 		return false
 	}
 	lines := strings.Split(string(b), "\n")
-	return len(lines) >= 8 && strings.TrimSpace(lines[7]) == "ready"
+	return len(lines) >= 8 && strings.TrimSpace(lines[0]) == strconv.Itoa(pid) && strings.TrimSpace(lines[7]) == "ready"
 }
 
 func (s *Server) logTail() string {
