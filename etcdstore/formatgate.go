@@ -37,9 +37,16 @@ const (
 	// it writes. Every release reads it, and writes it while the cluster's
 	// format version is not higher.
 	FormatFirst = 1
+	// FormatArchive is the archive tier's (issue 26): final records move
+	// out of etcd into the archive (Config.Archive), leaving no record and
+	// no tombstone behind in etcd, so that only a replica that asks the
+	// archive on a miss may serve the cluster: one of the first release
+	// would register an archived key anew. Moving a record needs
+	// allows(FormatArchive).
+	FormatArchive = 2
 	// FormatNewest is the newest storage format this build reads, and
 	// writes once the cluster's format version reaches it.
-	FormatNewest = 1
+	FormatNewest = FormatArchive
 )
 
 // formatGate decides which storage formats this store may write: the
@@ -244,6 +251,8 @@ type FormatMember struct {
 	// possible without interruption (settle).
 	ready       time.Time
 	readyTarget int
+	// behind is the unannounced replicas last warned of (warnBehind).
+	behind string
 }
 
 // FormatConfig shapes a FormatMember.
@@ -454,6 +463,7 @@ func (m *FormatMember) Pass(ctx context.Context) error {
 	if err := m.refuses(st); err != nil {
 		return err
 	}
+	m.warnBehind(st)
 	if err := m.rewrite(ctx); err != nil {
 		return err
 	}
@@ -463,6 +473,26 @@ func (m *FormatMember) Pass(ctx context.Context) error {
 	}
 	// Read again, for the gate and Status.
 	return m.Pass(ctx)
+}
+
+// warnBehind logs, once for each set of them, replicas that announce
+// nothing while the cluster's version is past the first format: replicas
+// of the first release, which cannot check the version and do not read
+// what it allows (they were started after it advanced). Nothing stops
+// them but the operator (deploy/RUNBOOK.md, "IntentdReplicaBehindFormat").
+func (m *FormatMember) warnBehind(st FormatStatus) {
+	behind := ""
+	if st.Cluster.Version > FormatFirst {
+		behind = strings.Join(st.Unannounced, ",")
+	}
+	if behind == m.behind {
+		return
+	}
+	m.behind = behind
+	if behind != "" {
+		m.s.cfg.Logger.Error("replicas of the first release serve a cluster whose storage format version is past what they read: stop them",
+			"cluster_format_version", st.Cluster.Version, "replicas", behind)
+	}
 }
 
 // rewrite puts the announcement again when what it writes changed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,26 @@ func TestUnannouncedReplicaHoldsTheVersionAtTheFirstFormat(t *testing.T) {
 	}
 	if got := clusterVersion(t, ctx, a.s); got != 2 {
 		t.Fatalf("once the first release's replica is gone: version %d, want 2", got)
+	}
+
+	// A replica of the first release started again now cannot check the
+	// version: it serves, and the others say so, once.
+	var logs strings.Builder
+	a.s.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	lease, err = cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, a.s.keys.election()+fmt.Sprintf("%x", lease.ID), "127.0.0.1:9091", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := a.m.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), "127.0.0.1:9091") || !strings.Contains(logs.String(), "cluster_format_version=2") {
+		t.Fatalf("a first-release replica on a cluster at version 2: %d errors logged, want one naming it and the version:\n%s", n, logs.String())
 	}
 }
 

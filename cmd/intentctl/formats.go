@@ -132,6 +132,8 @@ func printFormats(w io.Writer, a formatsAnswer, wide bool) error {
 	if !a.Settled {
 		settled = "no"
 		switch {
+		case len(a.Unannounced) > 0 && a.Cluster.Version > 1:
+			settled += fmt.Sprintf(": replicas of the first release run on a cluster at format %d, which they do not read: stop them", a.Cluster.Version)
 		case len(a.Unannounced) > 0:
 			settled += ": replicas of the first release still run"
 		case a.Target > a.Cluster.Version:

@@ -24,6 +24,7 @@ import (
 const (
 	clusterFormatKey = "/intentd/v1/cluster/format"
 	replicasPrefix   = "/intentd/v1/replicas/"
+	electionPrefix   = "/intentd/v1/janitor/"
 )
 
 // A rolling upgrade (issue 31), as an operator does it: the previous
@@ -32,12 +33,15 @@ const (
 // replaced one at a time: old,old → old,new → (rollback) old,old →
 // old,new → new,new. The cluster's format version stays unwritten while a
 // replica of the first release runs (it announces nothing; the janitor's
-// election shows it), and advances once both replicas run this checkout;
-// a rollback after that works exactly when the previous release reads the
-// version (RELEASES says what it reads), and is refused, in one line,
-// otherwise. Throughout: no duplicate effect, no acknowledged report lost,
-// no call answered INTERNAL or CORRUPT, tokens strictly increasing per
-// intent, and every replacement bridged by the other replica.
+// election shows it), and advances to this checkout's newest format once
+// both replicas run it. A rollback after that works when the previous
+// release reads the version (RELEASES says what it reads); otherwise a
+// release with format versions refuses to start, in one line, and the
+// first release, which cannot check, serves but is seen: it stays
+// unannounced in the janitor's election (what IntentdReplicaBehindFormat
+// alerts on). Throughout: no duplicate effect, no acknowledged report
+// lost, no call answered INTERNAL or CORRUPT, tokens strictly increasing
+// per intent, and every replacement bridged by the other replica.
 func TestRollingUpgrade(t *testing.T) {
 	releases, err := harness.Releases()
 	if err != nil {
@@ -92,7 +96,7 @@ func TestRollingUpgrade(t *testing.T) {
 		time.Sleep(2 * time.Second) // load on the new pair
 	}
 
-	if st := readFormats(t, cli); len(st.replicas) != 0 || (firstRelease && st.version != 0) {
+	if st := readFormats(t, cli); firstRelease && (len(st.replicas) != 0 || st.version != 0) {
 		t.Fatalf("old,old: %+v, want no announcement and no version (the first release announces nothing)", st)
 	}
 	steps := []struct {
@@ -135,14 +139,31 @@ func TestRollingUpgrade(t *testing.T) {
 	switch {
 	case advanced.version <= prev.Format && err != nil:
 		t.Fatalf("the previous release, which reads format %d, did not serve on a cluster at version %d: %v", prev.Format, advanced.version, err)
-	case advanced.version > prev.Format && err == nil:
+	case advanced.version <= prev.Format:
+		t.Logf("rollback after the advance: the previous release reads format %d, and serves", prev.Format)
+	case firstRelease && err != nil:
+		t.Fatalf("the first release did not serve: %v", err)
+	case firstRelease:
+		// It cannot check the version: it serves, and is seen.
+		if st := readFormats(t, cli); len(st.unannounced) != 1 || st.version != advanced.version {
+			t.Fatalf("the first release started on a cluster at version %d: %+v, want it unannounced in the election, the version unchanged", advanced.version, st)
+		}
+		const said = "replicas of the first release serve a cluster whose storage format version is past what they read"
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(e.Intentds[1].Logs(500), said); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s did not log %q within 10s of the first release starting on version %d", e.Intentds[1].Name, said, advanced.version)
+			}
+		}
+		t.Logf("rollback after the advance: the first release cannot refuse; it serves, unannounced, and the other replica says so (IntentdReplicaBehindFormat)")
+	case err == nil:
 		t.Fatalf("the previous release, which reads format %d, served on a cluster at version %d", prev.Format, advanced.version)
-	case err != nil:
+	default:
 		for _, want := range []string{"refusing to start", fmt.Sprintf("storage format version is %d", advanced.version)} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("the refusal does not say %q: %v", want, err)
 			}
 		}
+		t.Logf("rollback after the advance: refused: %v", err)
 	}
 	time.Sleep(2 * time.Second)
 	mustReplace(0, newBin, "new again: → new,new")
@@ -176,6 +197,8 @@ type formatsSeen struct {
 	version  int
 	by       string
 	replicas []string // their announcements' ids
+	// unannounced are the janitor's candidates with no announcement.
+	unannounced []string
 }
 
 func readFormats(t *testing.T, cli *clientv3.Client) formatsSeen {
@@ -203,6 +226,15 @@ func readFormats(t *testing.T, cli *clientv3.Client) formatsSeen {
 	}
 	for _, kv := range resp.Kvs {
 		st.replicas = append(st.replicas, strings.TrimPrefix(string(kv.Key), replicasPrefix))
+	}
+	resp, err = cli.Get(ctx, electionPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if !slices.Contains(st.replicas, string(kv.Value)) {
+			st.unannounced = append(st.unannounced, string(kv.Value))
+		}
 	}
 	return st
 }
