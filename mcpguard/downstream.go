@@ -98,6 +98,15 @@ func (d *downstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.Call
 		return nil, &notSentError{err}
 	}
 	res, err := s.CallTool(ctx, p)
+	if errors.Is(err, mcp.ErrSessionMissing) {
+		// The downstream does not know the session (it restarted): it
+		// refused the request unread, so a new session may send it.
+		d.drop(s)
+		if s, err = d.session(ctx); err != nil {
+			return nil, &notSentError{err}
+		}
+		res, err = s.CallTool(ctx, p)
+	}
 	if err != nil && !answered(err) {
 		d.drop(s)
 	}

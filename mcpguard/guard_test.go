@@ -439,3 +439,23 @@ func TestDownstreamToolsChange(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestDownstreamRestarted: a downstream that restarted between calls (its
+// sessions forgotten: 404 for the guard's) is reconnected to, and the call
+// it refused unread is sent on the new session: executed, not unknown.
+func TestDownstreamRestarted(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, restart := r.serveRestartable(t)
+	cs := connect(t, newGuard(t, "restarted", &mcpguard.Downstream{URL: url}, 0))
+	first, second := unique(t, "a"), unique(t, "b")
+	if res := refund(t, cs, "c-6", first, 3); outcome(res) != "executed" {
+		t.Fatalf("before the restart: %s %q", outcome(res), text(res))
+	}
+	restart()
+	if res := refund(t, cs, "c-6", second, 3); outcome(res) != "executed" {
+		t.Fatalf("after the restart: %s %q", outcome(res), text(res))
+	}
+	if r.effectsFor(first) != 1 || r.effectsFor(second) != 1 {
+		t.Fatalf("refunds: %d and %d, want 1 and 1", r.effectsFor(first), r.effectsFor(second))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,6 +205,30 @@ func (r *refunds) serveHTTP(t testing.TB) (url string, stop func()) {
 	stop = func() { _ = srv.Close() }
 	t.Cleanup(stop)
 	return "http://" + l.Addr().String() + "/mcp", stop
+}
+
+// serveRestartable is serveHTTP whose restart forgets every session, as a
+// downstream process started again on the same port would.
+func (r *refunds) serveRestartable(t testing.TB) (url string, restart func()) {
+	t.Helper()
+	var mu sync.Mutex
+	fresh := func() http.Handler {
+		s := r.server()
+		return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	}
+	h := fresh()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		cur := h
+		mu.Unlock()
+		cur.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() {
+		mu.Lock()
+		h = fresh()
+		mu.Unlock()
+	}
 }
 
 // toolsConfig is the guarded tools of the tests' config file: refunds by
