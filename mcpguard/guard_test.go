@@ -382,8 +382,12 @@ func TestHostApproval(t *testing.T) {
 	if res := credit(25); outcome(res) != "executed" {
 		t.Fatalf("the approved terms: %s %q", outcome(res), text(res))
 	}
-	if res := credit(25); outcome(res) != "replayed" {
+	res := credit(25)
+	if outcome(res) != "replayed" {
 		t.Fatalf("again: %s %q", outcome(res), text(res))
+	}
+	if st := status(t, cs, res.Meta[mcpguard.MetaKey].(string)); st["status"] != "completed" || st["tool"] != "issue_credit" {
+		t.Errorf("intent_status of the host's intent: %v", st)
 	}
 	if n := r.effectsFor(order); n != 1 {
 		t.Fatalf("%d credits, want 1", n)

@@ -83,10 +83,26 @@ func (g *Guard) status(ctx context.Context, a statusArgs, meta mcp.Meta) stateme
 		return statementOut{Status: "unavailable", Key: key, Text: fmt.Sprintf("unavailable: intentd could not be asked (%v); try again later", err)}
 	}
 	in := resp.GetIntent()
-	if in.GetLabels()[LabelGuard] != g.cfg.Name {
+	tool, ok := g.toolOf(in)
+	if !ok {
 		return statementOut{Status: "not_found", Key: key, Text: fmt.Sprintf("not_found: no request with key %s was made through this guard; action_taken: none", key)}
 	}
-	return describe(in)
+	return describe(in, tool)
+}
+
+// toolOf is the guarded tool an intent belongs to: the one its labels name
+// when this guard registered it, or, when the host did (approval: host),
+// the one whose action it has.
+func (g *Guard) toolOf(in *intentv1.Intent) (string, bool) {
+	if in.GetLabels()[LabelGuard] == g.cfg.Name {
+		return in.GetLabels()[LabelTool], true
+	}
+	for _, name := range sortedKeys(g.cfg.Tools) {
+		if t := g.cfg.Tools[name]; t.Approval == "host" && t.Action == in.GetAction() {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // completed answers list_completed.
@@ -114,7 +130,7 @@ func (g *Guard) completed(ctx context.Context, a completedArgs) (completedOut, e
 			if in.GetLabels()[LabelGuard] != g.cfg.Name || len(out.Completed) == limit {
 				continue
 			}
-			out.Completed = append(out.Completed, describe(in))
+			out.Completed = append(out.Completed, describe(in, in.GetLabels()[LabelTool]))
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break
@@ -124,8 +140,7 @@ func (g *Guard) completed(ctx context.Context, a completedArgs) (completedOut, e
 }
 
 // describe is an intent's state as a statement for the model.
-func describe(in *intentv1.Intent) statementOut {
-	tool := in.GetLabels()[LabelTool]
+func describe(in *intentv1.Intent, tool string) statementOut {
 	st := statementOut{Key: in.GetKey(), State: strings.TrimPrefix(in.GetState().String(), "STATE_"), Tool: tool, Refs: in.GetResult().GetExternalRefs()}
 	var b strings.Builder
 	switch in.GetState() {
