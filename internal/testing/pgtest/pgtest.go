@@ -219,7 +219,12 @@ func (s *Server) start() error {
 		"-c", "shared_buffers=32MB", "-c", "max_connections=60")
 	cmd.Env = env()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true}
+	// A test binary killed before its cleanups (a -timeout panic, a
+	// SIGKILL) takes its server along: SIGQUIT is postgres's immediate
+	// shutdown. (The kernel sends it when the thread that started the
+	// server ends; Go ends a thread only with a goroutine that locked it
+	// and did not unlock it, which nothing here does.)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGQUIT}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting postgres: %w", err)
 	}

@@ -1,11 +1,15 @@
 package pgtest_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,5 +158,52 @@ func TestTwoServersAtOnce(t *testing.T) {
 		if n, err := query(t, s.DSN("postgres"), 10*time.Second, "SELECT 1"); err != nil || n != 1 {
 			t.Fatalf("%s: %d, %v", s.Addr(), n, err)
 		}
+	}
+}
+
+// TestServerDiesWithItsTest runs a test binary that starts a server and
+// is then killed before its cleanups: the server must not outlive it.
+func TestServerDiesWithItsTest(t *testing.T) {
+	if os.Getenv("PGTEST_CHILD") != "" {
+		s := pgtest.Start(t)
+		fmt.Println("PID", s.Pids()[0])
+		os.Stdout.Sync()
+		time.Sleep(time.Minute) // killed before it wakes
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run", "^TestServerDiesWithItsTest$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PGTEST_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "PID %d", &pid); err == nil {
+			break
+		}
+	}
+	if pid == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the child test started no server")
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("postgres %d outlived its killed test by 30s", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
