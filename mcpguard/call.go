@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ type terms struct {
 
 // derive computes a call's intent key and approved terms. The error is
 // the answer to the model: what is missing, nothing sent.
-func derive(t *Tool, args map[string]any, meta mcp.Meta) (*terms, error) {
+func derive(t *Tool, args map[string]any, meta mcp.Meta, header http.Header) (*terms, error) {
 	identity := map[string]any{}
 	for _, a := range t.Identity.Arguments {
 		v, ok := args[a]
@@ -53,6 +54,13 @@ func derive(t *Tool, args map[string]any, meta mcp.Meta) (*terms, error) {
 			return nil, fmt.Errorf("the host did not set _meta %q, which identifies the request; the host must supply it (the model cannot)", m)
 		}
 		identity[m] = v
+	}
+	for _, h := range t.Identity.Headers {
+		v := header.Get(h)
+		if v == "" {
+			return nil, fmt.Errorf("the host did not send the HTTP header %q, which identifies the request; the host must supply it (the model cannot)", h)
+		}
+		identity[h] = v
 	}
 	maps.Copy(identity, t.Identity.Values)
 	key, _, err := intent.DeriveKey(t.Action, identity)
@@ -83,6 +91,14 @@ func derive(t *Tool, args map[string]any, meta mcp.Meta) (*terms, error) {
 	return &terms{key: key, fingerprint: intent.Fingerprint(canon), identity: identity, params: params}, nil
 }
 
+// headerOf is the HTTP request's header of a call (nil on stdio).
+func headerOf(req mcp.Request) http.Header {
+	if e := req.GetExtra(); e != nil {
+		return e.Header
+	}
+	return nil
+}
+
 // guarded is a call of a guarded tool: derive the key, acquire, forward
 // once with the operation key, record the answer; or answer what became of
 // the intent.
@@ -93,7 +109,7 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 			return say("", "refused", fmt.Sprintf("refused: %s's arguments are not a JSON object (%v); nothing was sent; action_taken: none", t.Name, err)), nil
 		}
 	}
-	tm, err := derive(t, args, req.Params.Meta)
+	tm, err := derive(t, args, req.Params.Meta, headerOf(req))
 	if err != nil {
 		return say("", "refused", fmt.Sprintf("refused: %s: %v; nothing was sent; action_taken: none", t.Name, err)), nil
 	}

@@ -76,12 +76,15 @@ type Tool struct {
 
 // Identity names the fields a call's intent key is derived from: some
 // arguments the model gave, and at least one field the model cannot give —
-// a key of the request's _meta, which the host sets, or a value of the
-// guard's own configuration.
+// a key of the request's _meta or a header of its HTTP request, which the
+// host sets, or a value of the guard's own configuration.
 type Identity struct {
 	Arguments []string
 	Meta      []string
-	Values    map[string]any
+	// Headers are HTTP request headers (streamable HTTP only), each the
+	// identity field of its name as written here.
+	Headers []string
+	Values  map[string]any
 }
 
 // Destination is where the operation key goes: an argument of the
@@ -267,7 +270,7 @@ func parseTool(at, name string, raw json.RawMessage) (*Tool, error) {
 func parseIdentity(at string, raw json.RawMessage, id *Identity) error {
 	var keys map[string]json.RawMessage
 	if err := strictDecode(raw, &keys); err != nil || keys == nil {
-		return bad(at, "want a mapping: arguments, meta, values")
+		return bad(at, "want a mapping: arguments, meta, headers, values")
 	}
 	for _, k := range sortedKeys(keys) {
 		v, key := keys[k], at+"."+k
@@ -277,10 +280,12 @@ func parseIdentity(at string, raw json.RawMessage, id *Identity) error {
 			err = decodeAs(key, v, &id.Arguments)
 		case "meta":
 			err = decodeAs(key, v, &id.Meta)
+		case "headers":
+			err = decodeAs(key, v, &id.Headers)
 		case "values":
 			err = decodeAs(key, v, &id.Values)
 		default:
-			err = bad(key, "unknown key; identity's keys are arguments (the model's), meta (the host's _meta) and values (this guard's)")
+			err = bad(key, "unknown key; identity's keys are arguments (the model's), meta (the host's _meta), headers (the host's HTTP headers) and values (this guard's)")
 		}
 		if err != nil {
 			return err
@@ -353,11 +358,12 @@ func (t *Tool) settle(at string) error {
 		return bad(at+".action", "%q: 1-128 bytes of letters, digits and '-_.:'", t.Action)
 	}
 	id := t.Identity
-	if len(id.Meta) == 0 && len(id.Values) == 0 {
-		return bad(at+".identity", "needs meta (keys of _meta the host sets) or values (this guard's own): a key from the model's arguments alone is the model's to change")
+	if len(id.Meta) == 0 && len(id.Headers) == 0 && len(id.Values) == 0 {
+		return bad(at+".identity", "needs meta (keys of _meta the host sets), headers (HTTP headers the host sets) or values (this guard's own): a key from the model's arguments alone is the model's to change")
 	}
 	seen := map[string]string{}
-	for kind, names := range map[string][]string{"arguments": id.Arguments, "meta": id.Meta} {
+	for _, kind := range []string{"arguments", "meta", "headers"} {
+		names := map[string][]string{"arguments": id.Arguments, "meta": id.Meta, "headers": id.Headers}[kind]
 		for i, n := range names {
 			if n == "" {
 				return bad(fmt.Sprintf("%s.identity.%s[%d]", at, kind, i), "empty name")

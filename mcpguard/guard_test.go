@@ -2,6 +2,7 @@ package mcpguard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -461,5 +462,57 @@ func TestDownstreamRestarted(t *testing.T) {
 	}
 	if r.effectsFor(first) != 1 || r.effectsFor(second) != 1 {
 		t.Fatalf("refunds: %d and %d, want 1 and 1", r.effectsFor(first), r.effectsFor(second))
+	}
+}
+
+// headerTransport sets one header on every request: the host's own.
+type headerTransport struct{ name, value string }
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if h.value != "" {
+		r.Header.Set(h.name, h.value)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestIdentityFromHeaders: over streamable HTTP the host may identify the
+// request by an HTTP header it sets (identity.headers): another header
+// value is another intent; no header is refused, nothing sent.
+func TestIdentityFromHeaders(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	tools, err := mcpguard.ParseTools(json.RawMessage(`{"create_refund": {"action": "refund.create",
+		"identity": {"arguments": ["order_id"], "headers": ["X-Customer"]}, "operation-key": {"argument": "reference"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := mcpguard.New(context.Background(), mcpguard.Config{Name: "headers", Downstream: &mcpguard.Downstream{URL: url}, Tools: tools}, dialIntentd(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, nil))
+	t.Cleanup(srv.Close)
+	order := unique(t, "ord")
+	for _, tc := range []struct{ customer, outcome string }{
+		{"c-1", "executed"}, {"c-1", "replayed"}, {"c-2", "executed"}, {"", "refused"},
+	} {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(context.Background(),
+			&mcp.StreamableClientTransport{Endpoint: srv.URL, MaxRetries: -1, HTTPClient: &http.Client{Transport: headerTransport{"X-Customer", tc.customer}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "create_refund", Arguments: map[string]any{"order_id": order, "amount": 1, "currency": "EUR"}})
+		_ = cs.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if outcome(res) != tc.outcome {
+			t.Errorf("customer %q: %s %q, want %s", tc.customer, outcome(res), text(res), tc.outcome)
+		}
+	}
+	if n := r.effectsFor(order); n != 2 {
+		t.Fatalf("%d refunds, want 2 (one per customer)", n)
 	}
 }

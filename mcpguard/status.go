@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -46,7 +47,7 @@ func (g *Guard) addOwnTools() {
 	mcp.AddTool(g.server, &mcp.Tool{Name: StatusTool, Annotations: ro,
 		Description: "What became of a guarded request: completed (and with what), in progress, under human review, failed, or not yet done. Read-only; it never carries anything out."},
 		func(ctx context.Context, req *mcp.CallToolRequest, a statusArgs) (*mcp.CallToolResult, statementOut, error) {
-			st := g.status(ctx, a, req.Params.Meta)
+			st := g.status(ctx, a, req.Params.Meta, headerOf(req))
 			return nil, st, nil
 		})
 	mcp.AddTool(g.server, &mcp.Tool{Name: CompletedTool, Annotations: ro,
@@ -58,7 +59,7 @@ func (g *Guard) addOwnTools() {
 }
 
 // status answers intent_status.
-func (g *Guard) status(ctx context.Context, a statusArgs, meta mcp.Meta) statementOut {
+func (g *Guard) status(ctx context.Context, a statusArgs, meta mcp.Meta, header http.Header) statementOut {
 	key := a.Key
 	if key == "" {
 		t, ok := g.cfg.Tools[a.Tool]
@@ -69,7 +70,7 @@ func (g *Guard) status(ctx context.Context, a statusArgs, meta mcp.Meta) stateme
 		if args == nil {
 			args = map[string]any{}
 		}
-		tm, err := derive(t, args, meta)
+		tm, err := derive(t, args, meta, header)
 		if err != nil {
 			return statementOut{Status: "refused", Text: fmt.Sprintf("refused: %s: %v; action_taken: none", t.Name, err)}
 		}
