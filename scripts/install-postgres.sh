@@ -33,18 +33,26 @@ if [[ -z "$(installed)" || ! -x "$bin/initdb" || ! -x "$bin/postgres" ]]; then
     echo "  apt-get update && apt-get install -y $pkg" >&2
     exit 1
   fi
-  # No cluster of Debian's own: the tests make theirs.
-  mkdir -p /etc/postgresql-common
+  export DEBIAN_FRONTEND=noninteractive UCF_FORCE_CONFFOLD=1
+  apt_install() {
+    if ! apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null
+      apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    fi
+  }
+  # No cluster of Debian's own: the tests make theirs. postgresql-common
+  # first, for its createcluster.conf (kept by ucf as the local version
+  # from then on), told not to create a "main" cluster when the server
+  # package is configured; then the server.
+  echo "install-postgres: apt-get install postgresql-common $pkg" >&2
+  apt_install postgresql-common
   conf=/etc/postgresql-common/createcluster.conf
-  if ! grep -qs '^create_main_cluster *= *false' "$conf"; then
+  if grep -qs '^#* *create_main_cluster' "$conf"; then
+    sed -ri 's/^#* *create_main_cluster *=.*/create_main_cluster = false/' "$conf"
+  else
     echo "create_main_cluster = false" >>"$conf"
   fi
-  echo "install-postgres: apt-get install $pkg" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1; then
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
-  fi
+  apt_install "$pkg"
   if [[ -z "$(installed)" || ! -x "$bin/initdb" ]]; then
     echo "install-postgres: $pkg did not install ($bin/initdb missing)" >&2
     exit 1
