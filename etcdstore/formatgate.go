@@ -249,8 +249,9 @@ type FormatMember struct {
 	last   FormatStatus
 	// ready is since when, and for which target, an advance was found
 	// possible without interruption (settle).
-	ready       time.Time
-	readyTarget int
+	ready        time.Time
+	readyTarget  int
+	readyMembers string
 	// behind is the unannounced replicas last warned of (warnBehind).
 	behind string
 }
@@ -525,13 +526,21 @@ func (m *FormatMember) rewrite(ctx context.Context) error {
 // rewritten, the version the same. Of concurrent advancers one succeeds.
 func (m *FormatMember) advance(ctx context.Context, st FormatStatus) (bool, error) {
 	target := st.Target()
-	now := m.s.cfg.Now()
+	// The settling time on the monotonic clock: a store's clock (Config.Now)
+	// may be moved, which must neither skip nor stretch it.
+	now := time.Now()
 	if target <= st.Cluster.Version || len(st.Unannounced) > 0 {
-		m.ready, m.readyTarget = time.Time{}, 0
+		m.ready, m.readyTarget, m.readyMembers = time.Time{}, 0, ""
 		return false, nil
 	}
-	if m.ready.IsZero() || m.readyTarget != target {
-		m.ready, m.readyTarget = now, target
+	ids := make([]string, 0, len(st.Replicas))
+	for _, r := range st.Replicas {
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	members := strings.Join(ids, "\x00")
+	if m.ready.IsZero() || m.readyTarget != target || m.readyMembers != members {
+		m.ready, m.readyTarget, m.readyMembers = now, target, members
 	}
 	if now.Sub(m.ready) < m.settle {
 		return false, nil
@@ -539,7 +548,7 @@ func (m *FormatMember) advance(ctx context.Context, st FormatStatus) (bool, erro
 	m.mu.Lock()
 	r := m.r
 	m.mu.Unlock()
-	v, err := json.Marshal(ClusterFormat{Version: target, By: r.ID + " (" + r.Version + ")", At: now.UTC()})
+	v, err := json.Marshal(ClusterFormat{Version: target, By: r.ID + " (" + r.Version + ")", At: m.s.cfg.Now().UTC()})
 	if err != nil {
 		return false, err
 	}

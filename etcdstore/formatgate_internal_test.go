@@ -345,7 +345,8 @@ func TestAdvanceWaitsToSettle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.JoinFormats(ctx, Replica{ID: "a", Version: "test"}, FormatConfig{Settle: 400 * time.Millisecond})
+	const settle = 2 * time.Second
+	m, err := s.JoinFormats(ctx, Replica{ID: "a", Version: "test"}, FormatConfig{Settle: settle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +357,16 @@ func TestAdvanceWaitsToSettle(t *testing.T) {
 	if got := clusterVersion(t, ctx, s); got != 0 {
 		t.Fatalf("version %d at the first pass, want none yet (settling)", got)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// A replica joining restarts the wait, even past the settling time.
+	time.Sleep(settle + 100*time.Millisecond)
+	mustFormatReplica(t, ctx, cli, "b", FormatNewest)
+	if err := m.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := clusterVersion(t, ctx, s); got != 0 {
+		t.Fatalf("version %d just after a replica joined, want none yet (settling again)", got)
+	}
+	time.Sleep(settle + 100*time.Millisecond)
 	if err := m.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
