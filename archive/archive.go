@@ -401,3 +401,29 @@ func listSQL(q Query) (string, []any, error) {
 	sql.WriteString(" ORDER BY registered_at, key LIMIT " + arg(limit))
 	return sql.String(), args, nil
 }
+
+// Seed adds recs with PostgreSQL's COPY, many times faster than Put: for
+// filling an archive in bulk (a benchmark's ten million intents). Unlike
+// Put it is not idempotent: a record whose (tenant, key) the archive
+// holds already fails the whole call.
+func (a *Archive) Seed(ctx context.Context, recs []Record) error {
+	rows := make([][]any, 0, len(recs))
+	for _, r := range recs {
+		if r.Tenant == "" || r.Key == "" || !r.State.Final() {
+			return fmt.Errorf("archive: seed: %s/%s in state %v is no final record", r.Tenant, r.Key, r.State)
+		}
+		labels, err := labelStrings(r.Labels)
+		if err != nil {
+			return fmt.Errorf("archive: seed %s/%s: %w", r.Tenant, r.Key, err)
+		}
+		data := r.Data
+		if data == nil {
+			data = []byte{}
+		}
+		rows = append(rows, []any{nanos(r.RegisteredAt), nanos(r.CompletedAt), nanos(r.RetainUntil), r.Revision,
+			int16(r.State), r.Tenant, r.Key, fingerprintBytes(r.Fingerprint), r.Parent, labels, data})
+	}
+	_, err := a.pool.CopyFrom(ctx, pgx.Identifier{"intents"}, []string{"registered_at", "completed_at", "retain_until",
+		"revision", "state", "tenant", "key", "fingerprint", "parent", "labels", "data"}, pgx.CopyFromRows(rows))
+	return wrap("seed", err)
+}

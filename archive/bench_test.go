@@ -1,6 +1,7 @@
 package archive_test
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,20 +14,27 @@ import (
 	"github.com/intentd/intentd/intent"
 )
 
+var benchIntents = flag.Int("archive-bench-intents", 20000, "intents BenchmarkLookups seeds")
+
 // BenchmarkLookups measures one Get of an archived intent (a replay's
 // read) and one Tombstone lookup (a registration that misses both tiers
 // probes every month) at C = 1, against a local PostgreSQL holding 20,000
-// intents and 200,000 tombstones over 25 months; it reports p50 and p99.
+// intents (-archive-bench-intents) of intentbench's size and 200,000
+// tombstones over 25 months; it reports p50 and p99.
 //
 //	go test -run '^$' -bench Lookups -benchtime 5000x ./archive
 func BenchmarkLookups(b *testing.B) {
 	a, _, _ := openB(b)
 	ctx := b.Context()
 	var recs []archive.Record
-	for i := range 20000 {
-		recs = append(recs, rec("default", fmt.Sprintf("key-%05d", i), 1, strings.Repeat("d", 779)))
-		if len(recs) == 1000 {
-			if err := a.Put(ctx, recs); err != nil {
+	n := *benchIntents
+	for i := range n {
+		r := rec("default", fmt.Sprintf("key-%08d", i), 1, strings.Repeat("d", 779))
+		r.RegisteredAt = now.Add(time.Duration(i) * time.Millisecond)
+		r.RetainUntil = r.RegisteredAt.Add(721 * time.Hour)
+		recs = append(recs, r)
+		if len(recs) == 10000 || i == n-1 {
+			if err := a.Seed(ctx, recs); err != nil {
 				b.Fatal(err)
 			}
 			recs = recs[:0]
@@ -51,7 +59,7 @@ func BenchmarkLookups(b *testing.B) {
 		call func() (bool, error)
 	}{
 		{"Get", func() (bool, error) {
-			_, ok, err := a.Get(ctx, "default", fmt.Sprintf("key-%05d", r.IntN(20000)))
+			_, ok, err := a.Get(ctx, "default", fmt.Sprintf("key-%08d", r.IntN(n)))
 			return ok, err
 		}},
 		{"Tombstone", func() (bool, error) {
