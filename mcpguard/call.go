@@ -180,6 +180,11 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	if err != nil {
 		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: intentd could not be reached (%v); nothing was sent; try again later; action_taken: none", err)), nil
 	}
+	// The host may stop waiting (a timeout of its own, a cancellation):
+	// the call goes on to its end, bounded by the tool's timeout, so that
+	// an effect that happens is recorded and the host's next call gets
+	// it, rather than an answer cut mid-way and an intent left UNKNOWN.
+	ctx = context.WithoutCancel(ctx)
 	out, err := sess.Run(ctx, task)
 	if err != nil && out != nil && out.Intent.GetState() == intentv1.State_STATE_UNKNOWN && task.Reconcile == nil {
 		// No lookup can settle it: hand it to a person now (the next

@@ -516,3 +516,28 @@ func TestIdentityFromHeaders(t *testing.T) {
 		t.Fatalf("%d refunds, want 2 (one per customer)", n)
 	}
 }
+
+// TestHostGivesUp: a host that stops waiting mid-call (its own timeout)
+// does not cut the call: it is carried out and recorded, and the host's
+// next call gets the recorded answer, not an unknown.
+func TestHostGivesUp(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "gives-up", &mcpguard.Downstream{URL: url}, 0))
+	order := unique(t, "ord")
+	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte("700ms"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_refund", Meta: mcp.Meta{"customer": "c-7"},
+		Arguments: map[string]any{"order_id": order, "amount": 9, "currency": "EUR"}}); err == nil {
+		t.Fatal("the host's call did not time out")
+	}
+	_ = os.Remove(filepath.Join(dir, "slow"))
+	res := refund(t, cs, "c-7", order, 9) // waits while the first is in progress
+	if outcome(res) != "replayed" || r.effectsFor(order) != 1 {
+		t.Fatalf("the host's next call: %s %q, %d refunds; want replayed, 1", outcome(res), text(res), r.effectsFor(order))
+	}
+}
