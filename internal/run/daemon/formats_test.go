@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -115,4 +116,36 @@ func httpGet(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
 	}
 	return string(b)
+}
+
+// A running replica whose announcement lapsed while a later release
+// advanced the version past what it reads stops serving and exits with
+// the refusal: from then on it could meet values it cannot decode.
+func TestReplicaStopsWhenTheFormatVersionPassesIt(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	cfg := testConfig(t.TempDir())
+	cfg.EtcdEndpoints = srv.Endpoints
+	in := start(t, cfg)
+
+	resp, err := cli.Get(call(t), cfg.Store.Prefix+"replicas/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("announcements %v, want this replica's, on a lease", resp.Kvs)
+	}
+	// Its lease lapses (revoked here), and meanwhile a later release
+	// advanced the version.
+	newer := etcdstore.FormatNewest + 1
+	if _, err := cli.Put(call(t), cfg.Store.Prefix+"cluster/format", fmt.Sprintf(`{"version":%d,"by":"r9-0000 (v9.9.9)"}`, newer)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(call(t), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	err = in.waitExit(t, 30*time.Second)
+	if _, ok := errors.AsType[*etcdstore.FormatTooNewError](err); !ok || !strings.Contains(err.Error(), "stopped serving") {
+		t.Fatalf("Run = %v, want it stopped with a *etcdstore.FormatTooNewError", err)
+	}
 }
