@@ -181,6 +181,8 @@ func (o *MCPGuardOptions) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.Intentd); err != nil {
 		errs = append(errs, fmt.Errorf("--intentd %q: want host:port: %v", o.Intentd, err))
+	} else if o.TokenFile != "" && o.IntentdCA == "" && !netaddr.Loopback(o.Intentd) {
+		errs = append(errs, fmt.Errorf("--token-file: the token would cross the network to %s in plaintext: give --intentd-ca (TLS toward intentd)", o.Intentd))
 	}
 	if o.SessionTTL < time.Second || o.SessionTTL > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--session-ttl %v: want 1s to 10m", o.SessionTTL))

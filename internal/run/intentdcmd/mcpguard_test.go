@@ -74,6 +74,8 @@ func TestMCPGuardBadConfigNamesTheKey(t *testing.T) {
 		{"a lookup tool the downstream lacks", nil, down + strings.Replace(guardTools, "tool: find_refund", "tool: find_it", 1), nil, "tools.create_refund.lookup.tool: the downstream"},
 		{"a bad environment variable", []string{"INTENTD_MCP_GUARD_SESSION_TTL=soon"}, down + guardTools, nil, `INTENTD_MCP_GUARD_SESSION_TTL (--session-ttl) "soon"`},
 		{"plaintext off loopback", nil, down + guardTools, []string{"--listen", "10.0.0.1:7690"}, "--listen 10.0.0.1:7690 is not a loopback address"},
+		{"a token in plaintext", nil, down + guardTools, []string{"--intentd", "10.0.0.2:7650", "--token-file", "/dev/null"}, "--token-file: the token would cross the network to 10.0.0.2:7650 in plaintext"},
+		{"an empty header name", nil, down + strings.Replace(guardTools, "meta: [customer]", "headers: [\"\"]", 1), nil, "tools.create_refund.identity.headers[0]: empty name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"mcp-guard"}, tc.args...)
