@@ -24,7 +24,7 @@ let calls = 0;
 
 before(async () => {
   server = await Intentd.start();
-  ledger = new Ledger(new Client({ address: server.address, reportTimeoutMs: 10_000 }), { worker: "openai-agents-host", ttlMs: 3_000 });
+  ledger = new Ledger(new Client({ address: server.address, reportTimeoutMs: 10_000 }), { worker: "openai-agents-host", ttlMs: 15_000 });
 });
 after(async () => {
   await ledger?.close();

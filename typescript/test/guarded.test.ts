@@ -16,7 +16,7 @@ let ctx: Conversation;
 before(async () => {
   server = await Intentd.start();
   client = new Client({ address: server.address, reportTimeoutMs: 10_000 });
-  ledger = new Ledger(client, { worker: "guard-host", ttlMs: 3_000 });
+  ledger = new Ledger(client, { worker: "guard-host", ttlMs: 15_000 });
 });
 after(async () => {
   await ledger?.close();

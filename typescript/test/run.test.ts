@@ -36,7 +36,7 @@ const provider = new Provider();
 before(async () => {
   server = await Intentd.start();
   client = new Client({ address: server.address, reportTimeoutMs: 10_000 });
-  session = await client.openSession("node-run", 5_000);
+  session = await client.openSession("node-run", 15_000);
 });
 after(async () => {
   await session?.close().catch(() => {});
