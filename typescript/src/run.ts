@@ -268,9 +268,9 @@ export async function run<T>(session: Session, task: Task<T>, opts: RunOptions =
         out = new Outcome<T>(acq.outcome, acq.intent!, { statement: acq.statement });
       }
     } catch (err) {
-      if (!(err instanceof StaleToken)) throw err;
-      // Someone took over: acquire again to learn what became of the intent.
-      if (takeovers >= MAX_TAKEOVERS) throw err;
+      // ABORTED: someone took over. Acquire again to learn what became of
+      // the intent (not when the caller has given up, nor forever).
+      if (!(err instanceof StaleToken) || takeovers >= MAX_TAKEOVERS || signal?.aborted) throw err;
       superseded = true;
       takeovers++;
       prev = err;
@@ -348,9 +348,9 @@ async function underLease<V>(session: Session, att: Attempt, fn: (a: Attempt) =>
   }
 }
 
-function reason(err: unknown, aborted: boolean): string {
-  if (aborted) return `aborted while executing (${describe(err)}): it may have taken effect`;
-  return describe(err);
+function reason(err: unknown, aborted: boolean, max = 1000): string {
+  const said = aborted ? `aborted while executing (${describe(err)}): it may have taken effect` : describe(err);
+  return said.length > max ? said.slice(0, max) : said;
 }
 
 /** The outcome of an accepted MarkUnknown: UNSPECIFIED (left UNKNOWN), or NEEDS_REVIEW when that attempt reached max_attempts. */
@@ -384,7 +384,7 @@ async function execute<T>(session: Session, task: Task<T>, acq: AcquireResponse,
       return new Outcome<T>(Outcomes.FAILED, resp.intent!, { error: err, leaseLost: lost });
     }
     if (err instanceof NotAttempted) {
-      const resp = await c.release(key, t, `not attempted: ${err.message}`, report);
+      const resp = await c.release(key, t, `not attempted: ${err.message}`.slice(0, 1000), report);
       out = new Outcome<T>(Outcomes.UNSPECIFIED, resp.intent!, { error: err, leaseLost: lost });
     } else {
       // Anything else — a timeout, a reset, an abort — may have happened
@@ -421,7 +421,7 @@ async function reconcile<T>(session: Session, task: Task<T>, acq: AcquireRespons
     if (!ran.ok) {
       // The lookup itself failed: nothing was learned. Leave the intent
       // UNKNOWN for the next reconcile rather than for a person.
-      const resp = await c.markUnknown(key, t, `reconcile failed: ${reason(ran.error, ran.aborted ?? false)}`, report);
+      const resp = await c.markUnknown(key, t, `reconcile failed: ${reason(ran.error, ran.aborted ?? false, 900)}`, report);
       out = new Outcome<T>(markedUnknown(resp.intent!), resp.intent!, { error: ran.error, leaseLost: lost });
     } else if (ev.verdict === "found") {
       const resp = await c.complete(key, t, ev.result, att.children, report);

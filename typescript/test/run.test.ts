@@ -262,3 +262,10 @@ test("the heartbeat timer never keeps Node alive", () => {
   assert.equal(out.trim(), "opened");
   assert.ok(performance.now() - t0 < 15_000);
 });
+
+test("a long error is cut to what intentd keeps of a reason", async () => {
+  const key = await approved("long");
+  const out = await session.run({ key, execute: () => Promise.reject(new Error("x".repeat(5000))) });
+  assert.equal(out.name, LEFT_UNKNOWN);
+  assert.ok(((await client.get(key)).history.at(-1)!.reason ?? "").length <= 1000);
+});
