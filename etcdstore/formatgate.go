@@ -190,8 +190,8 @@ func (e *FormatTooNewError) Error() string {
 	if by == "" {
 		by = "a later release"
 	}
-	return fmt.Sprintf("the cluster's storage format version is %d (advanced by %s), and this intentd (%s) reads formats up to %d: run a release that reads format %d (this one cannot go back below it: README, \"Upgrades\")",
-		e.Cluster.Version, by, e.Version, e.Reads, e.Cluster.Version)
+	return fmt.Sprintf("the cluster's storage format version is %d (advanced by %s), and this intentd (%s) reads formats up to %d: run a release that reads format %d or later; the cluster cannot go back to format %d (docs/OPERATIONS.md, \"Rolling upgrades\")",
+		e.Cluster.Version, by, e.Version, e.Reads, e.Cluster.Version, e.Reads)
 }
 
 // Formats reads the cluster's format version and every live replica's
