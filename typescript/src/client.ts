@@ -82,12 +82,14 @@ export class Client {
   readonly backoffMaxMs: number;
   readonly reportTimeoutMs: number;
   readonly headers: Record<string, string>;
+  private readonly closeTransport?: () => void;
 
   constructor(opts: ClientOptions = {}) {
     const address = opts.address ?? "127.0.0.1:7650";
     // With interceptors, Connect's gRPC transport (which runs them); else
     // unary calls on an HTTP/2 session of the client's own (src/transport.ts).
     const transport = opts.transport ?? (opts.interceptors?.length ? createGrpcTransport({ baseUrl: `http://${address}`, interceptors: opts.interceptors }) : createIntentdTransport(address));
+    this.closeTransport = "close" in transport && typeof transport.close === "function" ? () => (transport as { close(): void }).close() : undefined;
     this.rpc = createClient(IntentService, transport);
     this.tenant = opts.tenant ?? "";
     this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
@@ -95,6 +97,14 @@ export class Client {
     [this.backoffMinMs, this.backoffMaxMs] = opts.backoffMs ?? [50, 2_000];
     this.reportTimeoutMs = opts.reportTimeoutMs ?? 60_000;
     this.headers = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
+  }
+
+  /**
+   * Closes the client's own HTTP/2 session (not a transport passed in).
+   * Not needed to let Node exit: an idle session is unreferenced.
+   */
+  close(): void {
+    this.closeTransport?.();
   }
 
   /**

@@ -34,7 +34,7 @@ function webHeaders(h: http2.IncomingHttpHeaders | undefined): Headers {
  * unreferenced while no call is under way, so it never keeps Node
  * running); streaming calls on Connect's gRPC transport.
  */
-export function createIntentdTransport(address: string): Transport {
+export function createIntentdTransport(address: string): Transport & { close(): void } {
   const baseUrl = `http://${address}`;
   const streams = createGrpcTransport({ baseUrl });
   let session: http2.ClientHttp2Session | undefined;
@@ -150,6 +150,11 @@ export function createIntentdTransport(address: string): Transport {
 
   return {
     unary,
+    /** Closes the unary calls' HTTP/2 session (calls under way finish; a later call opens a new one). */
+    close(): void {
+      session?.close();
+      session = undefined;
+    },
     stream<I extends DescMessage, O extends DescMessage>(
       method: DescMethodStreaming<I, O>,
       signal: AbortSignal | undefined,

@@ -66,6 +66,14 @@ test("a unary call past its deadline is DeadlineExceeded; the session's next cal
   assert.match((await ok.deriveKey("a", { x: 1 })).key, /^[0-9a-f]+$/);
 });
 
+test("close() ends the client's session; a later call opens a new one", async () => {
+  const c = new Client({ address: server.address });
+  assert.ok((await c.deriveKey("a", { x: 1 })).key);
+  c.close();
+  assert.ok((await c.deriveKey("a", { x: 2 })).key);
+  c.close();
+});
+
 test("intentd gone under a live client: Unavailable, not a hang", async () => {
   const other = await Intentd.start();
   const c = new Client({ address: other.address, backoffMs: [10, 100] });
