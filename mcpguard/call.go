@@ -238,6 +238,10 @@ func structured(res *mcp.CallToolResult) map[string]any {
 	return m
 }
 
+// maxKeptAnswer is the most of a CallToolResult's JSON a record keeps
+// (intent.v1.Result.payload's limit).
+const maxKeptAnswer = 256 << 10
+
 // toResult is the record of a downstream answer: the CallToolResult's JSON,
 // replayed as it was, and its structured scalars as external references.
 func toResult(res *mcp.CallToolResult) (*intentv1.Result, error) {
@@ -245,10 +249,14 @@ func toResult(res *mcp.CallToolResult) (*intentv1.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the downstream's answer: %w", err)
 	}
-	if len(b) > 256<<10 {
-		return nil, client.Final("answer_too_large", fmt.Errorf("the downstream's answer is %d bytes, more than the 256 KiB a record keeps", len(b)))
-	}
 	r := &intentv1.Result{Payload: b}
+	if len(b) > maxKeptAnswer {
+		// The effect happened: record that it did, with what can be
+		// kept (its structured scalars below), rather than fail it.
+		cut, _ := json.Marshal(&mcp.CallToolResult{IsError: res.IsError, Content: []mcp.Content{&mcp.TextContent{
+			Text: fmt.Sprintf("the downstream's answer was %d bytes, more than the %d a record keeps; its external references are kept", len(b), maxKeptAnswer)}}})
+		r.Payload = cut
+	}
 	for _, k := range slices.Sorted(maps.Keys(structured(res))) {
 		if len(r.ExternalRefs) == 32 || k == "" || len(k) > 256 {
 			break

@@ -541,3 +541,28 @@ func TestHostGivesUp(t *testing.T) {
 		t.Fatalf("the host's next call: %s %q, %d refunds; want replayed, 1", outcome(res), text(res), r.effectsFor(order))
 	}
 }
+
+// TestAnswerPastWhatARecordKeeps: an answer larger than a record keeps is
+// answered whole the first time and recorded as done, with its structured
+// scalars; a repeat says so, and nothing is refunded again.
+func TestAnswerPastWhatARecordKeeps(t *testing.T) {
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, "big", &mcpguard.Downstream{URL: url}, 0))
+	order := unique(t, "ord")
+	if err := os.WriteFile(filepath.Join(dir, "big"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first := refund(t, cs, "c-8", order, 2)
+	if outcome(first) != "executed" || len(text(first)) < 300000 {
+		t.Fatalf("first: %s, %d bytes of text", outcome(first), len(text(first)))
+	}
+	again := refund(t, cs, "c-8", order, 2)
+	if outcome(again) != "replayed" || !strings.Contains(text(again), "more than the 262144 a record keeps") || !strings.Contains(text(again), "RF-") {
+		t.Fatalf("again: %s %q", outcome(again), text(again))
+	}
+	if n := r.effectsFor(order); n != 1 {
+		t.Fatalf("%d refunds, want 1", n)
+	}
+}

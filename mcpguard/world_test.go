@@ -118,6 +118,9 @@ func (r *refunds) server() *mcp.Server {
 			<-ctx.Done() // never answers
 			return nil, refundOut{}, ctx.Err()
 		}
+		if _, err := os.Stat(filepath.Join(r.dir, "big")); err == nil { // an answer past what a record keeps
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("receipt ", 40000)}}}, out, nil
+		}
 		return nil, out, nil
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "create_refund", Description: "Refund an order."}, effect)
