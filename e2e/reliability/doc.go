@@ -60,6 +60,7 @@
 //	   TestStalledEtcdFollowerKeepsServing  the same with a follower SIGSTOPped
 //	   TestBlackholedEtcdMemberKeepsServing the same with the leader's client link black-holed (packets dropped, no reset)
 //	   TestGatewayUnderFaults        load through two fencing gateways (intentd gateway) to a courier without idempotency: etcd leader killed, a gateway SIGKILLed mid-call, the other restarted; one pickup per intent
+//	   TestRollingUpgrade            the last release (RELEASES) and this checkout as replicas under load, replaced one at a time and rolled back; the storage format version advances once both are new
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
 // The scenarios' files are named by fault family: members_test.go (etcd
