@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -186,6 +187,12 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	// it, rather than an answer cut mid-way and an intent left UNKNOWN.
 	ctx = context.WithoutCancel(ctx)
 	out, err := sess.Run(ctx, task)
+	for wait := 20 * time.Millisecond; out == nil && !sent && errors.Is(err, client.ErrRateLimited) && wait <= time.Second; wait *= 2 {
+		// Refused before anything was sent, as many hosts share the
+		// guard's one principal: wait a little and ask again.
+		time.Sleep(wait/2 + rand.N(wait/2))
+		out, err = sess.Run(ctx, task)
+	}
 	if err != nil && out != nil && out.Intent.GetState() == intentv1.State_STATE_UNKNOWN && task.Reconcile == nil {
 		// No lookup can settle it: hand it to a person now (the next
 		// Acquire is RECONCILE, which Run escalates without a Reconcile),

@@ -3,7 +3,9 @@ package mcpguard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testing/intentdtest"
 	"github.com/intentd/intentd/mcpguard"
 )
 
@@ -564,5 +567,49 @@ func TestAnswerPastWhatARecordKeeps(t *testing.T) {
 	}
 	if n := r.effectsFor(order); n != 1 {
 		t.Fatalf("%d refunds, want 1", n)
+	}
+}
+
+// TestRateLimitedIsAskedAgain: an intentd that rate-limits the guard's
+// principal refuses its Acquire before anything is sent; the guard asks
+// again after a short wait, and the call is carried out once.
+func TestRateLimitedIsAskedAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an intentd of its own")
+	}
+	cfg := intentdtest.Config(t.TempDir())
+	cfg.RatePerPrincipal, cfg.BurstPerPrincipal = 40, 4 // a token every 25ms
+	in := intentdtest.Start(t, cfg, slog.New(slog.DiscardHandler))
+	dir := t.TempDir()
+	r := &refunds{dir: dir}
+	url, _ := r.serveHTTP(t)
+	conn := in.Dial(t)
+	g, err := mcpguard.New(context.Background(), mcpguard.Config{Name: "limited", Downstream: &mcpguard.Downstream{URL: url}, Tools: parseTools(t)}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	cs := connect(t, g)
+	order := unique(t, "ord")
+	if res := refund(t, cs, "c-9", order+"-warm", 1); outcome(res) != "executed" { // opens the guard's session
+		t.Fatalf("warm-up: %s %q", outcome(res), text(res))
+	}
+	// The refund takes 100ms, so that the bucket has refilled for its
+	// Complete; its Acquire meets an empty bucket.
+	if err := os.WriteFile(filepath.Join(dir, "slow"), []byte("100ms"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	api := client.New(conn)
+	limited := false
+	for range 20 {
+		_, err := api.Get(context.Background(), &intentv1.GetRequest{Key: "no-such-key"})
+		limited = limited || errors.Is(err, client.ErrRateLimited)
+	}
+	if !limited {
+		t.Fatal("20 calls at once were not rate-limited: the test proves nothing")
+	}
+	if res := refund(t, cs, "c-9", order, 1); outcome(res) != "executed" || r.effectsFor(order) != 1 {
+		t.Fatalf("the call after the bucket ran dry: %s %q, %d refunds", outcome(res), text(res), r.effectsFor(order))
 	}
 }
