@@ -145,6 +145,7 @@ test("the effect, then the SDK's abortSignal: MarkUnknown, never Release; the ne
   const k = await key();
   const intent = await client.get(k);
   assert.equal(intent.history.at(-1)!.kind, 4 /* MARKED_UNKNOWN */, "the abort was reported as UNKNOWN");
+  assert.match(intent.history.at(-1)!.reason, /aborted while executing .*the user pressed stop/);
   shop.afterEffect = undefined;
   const again = await runApproved(LAMP);
   assert.match(again, /had taken effect in an earlier attempt/);

@@ -86,6 +86,25 @@ test("the effect, then a crash before Complete: UNKNOWN, under review; the next 
   assert.equal(provider.effects(`${await key()}:create-order`), 1);
 });
 
+test("the effect, then the run's signal aborts: MarkUnknown, never Release; the next call reconciles", async () => {
+  const ctl = new AbortController();
+  shop.afterEffect = async () => {
+    ctl.abort(new Error("the user pressed stop"));
+    await sleep(50);
+  };
+  const a = agent(buys(LAMP));
+  const first = await run(a, "buy the lamp", { context: ctx });
+  for (const item of first.interruptions) await approve(ledger, { buy_item: shop.spec }, ctx, first.state, item);
+  await run(a, first.state, { signal: ctl.signal }).catch(() => undefined); // the SDK ends the run or reports the tool's error
+  const k = await key();
+  const intent = await ledger.client.get(k);
+  assert.equal(intent.history.at(-1)!.kind, 4 /* MARKED_UNKNOWN */, "the abort was reported as UNKNOWN");
+  assert.match(intent.history.at(-1)!.reason, /aborted while executing .*the user pressed stop/);
+  shop.afterEffect = undefined;
+  assert.match(await runApproved(LAMP), /had taken effect in an earlier attempt/);
+  assert.equal(provider.effects(`${k}:create-order`), 1);
+});
+
 test("two runs at once: one effect", async () => {
   shop.afterEffect = () => sleep(300);
   const said = await Promise.all([runApproved(LAMP), runApproved(LAMP)]);
