@@ -16,13 +16,15 @@ import (
 )
 
 // Archive is the cold tier of final intents (issue 26): what the store
-// calls of it. Package archive implements it on PostgreSQL (an adapter
-// turns its types into these); the store never decides anything on what
-// the archive does not hold, and every call may fail with an error that
-// the store answers as intent.ErrArchiveUnavailable.
+// calls of it. Package archive implements it on PostgreSQL; its types
+// convert to these one for one (archive.Record(r), ArchivedRecord(r)), and
+// etcdstore does not import it, so that a program without an archive does
+// not link PostgreSQL's driver. The store never decides anything on what
+// the archive does not hold, and every failed call is answered as
+// intent.ErrArchiveUnavailable.
 type Archive interface {
 	// Put stores records, each keyed by tenant and key: an idempotent
-	// upsert (a record put twice, with the same bytes, is one record).
+	// upsert (a record put twice is one record).
 	Put(ctx context.Context, recs []ArchivedRecord) error
 	// Get is the record of tenant's key, if the archive holds it.
 	Get(ctx context.Context, tenant, key string) (ArchivedRecord, bool, error)
@@ -42,24 +44,28 @@ type Archive interface {
 // the record etcd held (decodeRecord), so that every answer about it is the
 // same before and after its move.
 type ArchivedRecord struct {
-	Tenant, Key                            string
-	State                                  intent.State
-	Fingerprint, Parent                    string
-	Labels                                 []intent.Label
-	RegisteredAt, CompletedAt, RetainUntil time.Time
-	Revision                               int64
-	Data                                   []byte
+	Tenant, Key string
+	State       intent.State
+	Fingerprint string
+	Parent      string
+	Labels      []intent.Label
+	// RegisteredAt orders listings, to the nanosecond, as etcd's indexes.
+	RegisteredAt time.Time
+	CompletedAt  time.Time
+	RetainUntil  time.Time
+	Revision     int64
+	Data         []byte
 }
 
 // ArchiveQuery selects one tenant's archived records: by State, Label and
-// Parent when set, after the position After (zero: from the first), at
+// Parent when set, after the position After (nil: from the first), at
 // most Limit.
 type ArchiveQuery struct {
 	Tenant string
 	State  *intent.State
 	Label  *intent.Label
 	Parent string
-	After  ArchiveCursor
+	After  *ArchiveCursor
 	Limit  int
 }
 
@@ -131,10 +137,17 @@ func (s *Store) archiveLookup(ctx context.Context, tenant, key string) (*machine
 	start = time.Now()
 	e, ok, err := t.a.Tombstone(actx, tenant, key)
 	if err := t.observe(time.Since(start), err); err != nil || !ok {
+		if err == nil && archiveLookupHook != nil {
+			archiveLookupHook(tenant, key)
+		}
 		return nil, 0, nil, err
 	}
 	return nil, 0, &machine.Tombstone{Key: key, State: e.State, CompletedAt: e.CompletedAt(), Until: e.Until()}, nil
 }
+
+// archiveLookupHook, set by tests, runs when the archive was asked about
+// a key and holds nothing of it, before the lookup returns.
+var archiveLookupHook func(tenant, key string)
 
 // archivedMark is the entry of View.Spots (opaque to the diagram) that
 // marks a view whose record came from the archive.
@@ -319,8 +332,9 @@ func (s *Store) archiveList(ctx context.Context, q ArchiveQuery) ([]ArchivedReco
 }
 
 // archiveSlack is how many records an archive listing asks for beyond a
-// page: the archive keeps times to the microsecond, so a listing asks from
-// the microsecond before its position and drops what is not past it.
+// page: a listing asks from the nanosecond before its position (the
+// archive's cursor is a time and a key, a position a time and a key
+// compared as bytes) and drops what is not past it.
 const archiveSlack = 16
 
 // mergeArchived merges into cands, the next entries of a listing's etcd
@@ -336,7 +350,7 @@ func (s *Store) mergeArchived(ctx context.Context, q intent.ListQuery, cands []s
 	}
 	if after != "" {
 		ns := int64(binary.BigEndian.Uint64([]byte(after[:8])) ^ (1 << 63))
-		aq.After = ArchiveCursor{RegisteredAt: time.Unix(0, ns).Truncate(time.Microsecond).Add(-time.Microsecond)}
+		aq.After = &ArchiveCursor{RegisteredAt: time.Unix(0, ns).Add(-1)}
 	}
 	aq.Limit = limit + archiveSlack
 	recs, err := s.archiveList(ctx, aq)

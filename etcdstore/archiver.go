@@ -296,25 +296,30 @@ func (s *Store) dropMoved(ctx context.Context, cands []moveCand) (int, error) {
 	n := 0
 	for _, place := range order {
 		group := groups[place]
+		spot := group[0].spot
 		for len(group) > 0 {
 			part := group[:min(len(group), movesPerTxn)]
 			group = group[len(part):]
-			moved, err := s.dropTogether(ctx, part)
+			moved, next, err := s.dropTogether(ctx, spot, part)
 			n += moved
 			if err != nil {
 				return n, err
 			}
+			if moved == 0 {
+				break // the chunk changed: the rest waits for the next pass
+			}
+			spot = next // the chunk as this transaction left it
 		}
 	}
 	return n, nil
 }
 
-// dropTogether is dropMoved's transaction for records of one chunk.
-func (s *Store) dropTogether(ctx context.Context, part []moveCand) (int, error) {
-	spot := part[0].spot
+// dropTogether is dropMoved's transaction for records of one chunk, read
+// at spot; it returns the chunk's spot as it left it.
+func (s *Store) dropTogether(ctx context.Context, spot machine.TombstoneSpot, part []moveCand) (int, machine.TombstoneSpot, error) {
 	chunk, err := s.spotChunk(spot)
 	if err != nil {
-		return 0, err
+		return 0, spot, err
 	}
 	value := spot.Value
 	if spot.Rev == 0 {
@@ -332,14 +337,14 @@ func (s *Store) dropTogether(ctx context.Context, part []moveCand) (int, error) 
 	defer cancel()
 	resp, err := s.kv.Txn(tctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
-		return 0, unavailable(err) // read again by the next pass
+		return 0, spot, unavailable(err) // read again by the next pass
 	}
 	if !resp.Succeeded {
-		return 0, nil
+		return 0, spot, nil
 	}
 	s.chunks.observe(chunk, resp.Header.Revision)
 	s.archive.moved.Add(int64(len(part)))
-	return len(part), nil
+	return len(part), machine.TombstoneSpot{Place: spot.Place, Rev: resp.Header.Revision, Value: value}, nil
 }
 
 // dueEntries is the tenant and key of each entry of an end-of-retention

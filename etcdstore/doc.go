@@ -32,7 +32,8 @@
 //	                                    (earlier versions: x/r/<20-digit ns>/...)
 //	Z/<bound, 32 hex digits>            packed tombstones: the chunk of those
 //	                                    whose hash is at most its bound (see
-//	                                    Tombstones)
+//	                                    Tombstones); with an archive, a move
+//	                                    puts its chunk again (see Archive)
 //	Zr<until, 8 bytes><tenant>/<key>    earlier versions' tombstones by end of
 //	                                    their retention (earlier still:
 //	                                    x/zr/<20-digit ns>/..., the intent key
@@ -236,6 +237,64 @@
 // before one of this version removes a record (stop the old ones, then
 // start the new). What a tombstone costs: docs/PERFORMANCE.md, "Tombstones,
 // packed".
+//
+// # Archive
+//
+// With Config.Archive set (issue 26; archive.go, archiver.go), final
+// records leave etcd for a second tier, the archive (package archive, on
+// PostgreSQL), Config.ArchiveAfter after they became final (or once their
+// retention ended): etcd keeps live intents, sessions, leases and an hour
+// or so of final ones. No key of etcd's layout is added: the archiver
+// finds candidates in the retention index (Xr, both layouts), which every
+// version writes when a record becomes final, so records finalized before
+// the archive was turned on, or by a replica without it, are found as
+// well (the backfill, a bounded walk of the whole index after each
+// election and hourly, finds those of a retention longer than the
+// default). Without an archive nothing of this runs.
+//
+//   - The move writes the archive first, an idempotent upsert of the
+//     record's etcd value byte for byte and its mod revision, then deletes
+//     the record and its index keys in one transaction that compares the
+//     record's mod revision with the one archived and the mod revision of
+//     the tombstone chunk covering its hash (see Tombstones) with the one
+//     read, and puts that chunk again as it was (none yet: the empty last
+//     chunk), so that its mod revision moves. A crash between the two
+//     leaves the record in etcd, answering as before, and the next pass
+//     writes the archive again; two archivers at once both write the
+//     archive (one row) and one deletes.
+//   - A key etcd holds neither a record nor a tombstone of is looked up
+//     in the archive after the etcd read (at revision R) that found it
+//     absent: its record, else its tombstone. Every creation (Register,
+//     Acquire with register, an outbox child) is guarded by the chunk of
+//     its key at the revision read, as for tombstones. A move of the key
+//     before R wrote the archive before its delete, so the lookup (after
+//     R) finds it; a move after R rewrote the chunk, the creation's write
+//     fails, and the write loop reads again. Acquire's write without a
+//     read asks the archive after taking the chunk's revision it is
+//     guarded by: the same argument, with that revision for R. So no key
+//     is created twice, and a moved record answers as before its move:
+//     the same bytes decode to the same record at the same revision
+//     (replays, mismatches, Get, history).
+//   - An archived record is final and never written again: a late
+//     report's evidence is not recorded (Report answers its refusal
+//     without the write). The archive is read only for what etcd does not
+//     hold: calls on live intents never wait for it. A call that must ask
+//     it and cannot fails at once with intent.ErrArchiveUnavailable (also
+//     intent.ErrUnavailable), never a guess.
+//   - List merges the index scan of etcd (at the listing's revision) with
+//     the archive's listing, by position, a key once: one page token
+//     across both tiers. Get's children are merged likewise.
+//   - Watch follows etcd alone: a move is no transition, and with an
+//     archive a record's deletion is only ever a move, so watchers see no
+//     event of it.
+//   - Retention: with an archive the janitor removes no record past its
+//     retention in etcd and writes no packed tombstone; it moves the
+//     record, and the archive keeps it until its retention ends and its
+//     tombstone after (its Expire). Tombstones already packed in etcd are
+//     read alongside and expire as before.
+//
+// Every replica of an installation must be given the same archive (or
+// none). What the archiver counted: Store.ArchiveStats.
 //
 // # History
 //
