@@ -177,6 +177,34 @@ func (s *Store) fromArchive(ctx context.Context, tenant, key string, v *machine.
 	return nil
 }
 
+// othersFromArchive completes v's other intents (a Complete's children)
+// that etcd holds nothing of with what the archive holds of them, after
+// the read of v (the argument of fromArchive; a child's creation is
+// guarded by its chunk as any other). Not for a registration's parent: an
+// archived parent cannot satisfy the guard that it exists in etcd, so a
+// child registered under an archived parent is refused as without one.
+func (s *Store) othersFromArchive(ctx context.Context, tenant string, v *machine.View, keys []string) error {
+	if !s.archive.on() {
+		return nil
+	}
+	for _, k := range keys {
+		o := v.Others[k]
+		if o.Rec != nil || o.Tomb != nil {
+			continue
+		}
+		rec, _, tomb, err := s.archiveLookup(ctx, tenant, k)
+		if err != nil {
+			if stop, ok := ctx.Value(archiveScopeKey{}).(context.CancelCauseFunc); ok && errors.Is(err, intent.ErrArchiveUnavailable) {
+				stop(err)
+			}
+			return err
+		}
+		o.Rec, o.Tomb = rec, tomb
+		v.Others[k] = o
+	}
+	return nil
+}
+
 // archived reports whether v's record came from the archive.
 func archived(v *machine.View) bool {
 	_, ok := v.Spots[archivedMark]

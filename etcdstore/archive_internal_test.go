@@ -580,3 +580,92 @@ func TestTurningTheArchiveOn(t *testing.T) {
 		t.Fatalf("live: %v %v", in, err)
 	}
 }
+
+// A completion whose outbox names a child the archive holds leaves it
+// alone (the same terms) or is refused (others): never a second intent.
+func TestOutboxChildInTheArchive(t *testing.T) {
+	ti := startTiers(t)
+	ctx := context.Background()
+	s := ti.store(t, true)
+	if _, _, err := s.Register(ctx, intent.Registration{Tenant: "t1", Key: "p", Params: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	child := intent.Registration{Tenant: "t1", Key: "c", Params: []byte(`{"n":1}`), ParentKey: "p"}
+	if _, _, err := s.Register(ctx, child); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cancel(ctx, intent.Cancellation{Tenant: "t1", Key: "c", Actor: "tester", Reason: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	ti.c.Advance(2 * time.Hour)
+	if r, err := s.Sweep(ctx); err != nil || r.Archived != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	sess, err := s.OpenSession(ctx, "t1", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "t1", Key: "p", SessionID: sess.ID, RequestID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := child
+	other.Params = []byte(`{"n":2}`)
+	report := intent.Report{Tenant: "t1", Key: "p", Token: a.Lease.Token, Kind: intent.ReportComplete, Result: &intent.Result{Payload: []byte(`{}`)}}
+	report.Children = []intent.Registration{other}
+	if _, err := s.Report(ctx, report); !errors.Is(err, intent.ErrFingerprintMismatch) {
+		t.Fatalf("a child of other terms than the archived one: %v, want a fingerprint mismatch", err)
+	}
+	report.Children = []intent.Registration{child}
+	if _, err := s.Report(ctx, report); err != nil {
+		t.Fatal(err)
+	}
+	if ti.etcdValue(t, s, "t1", "c") != nil {
+		t.Fatal("the archived child was created again")
+	}
+	if in, err := s.Get(ctx, "t1", "c"); err != nil || in.State != intent.StateCancelled {
+		t.Fatalf("the child: %v %v", in, err)
+	}
+}
+
+// A move is no transition: a watcher of the tenant sees no event of it.
+func TestWatchersSeeNoMove(t *testing.T) {
+	ti := startTiers(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := ti.store(t, true)
+	finish(t, s, "t1", "k", intent.StateCancelled)
+	events := make(chan intent.WatchEvent, 100)
+	go func() {
+		_ = s.Watch(ctx, intent.WatchQuery{Filter: intent.Filter{Tenant: "t1"}, NotifyCreated: true}, func(e intent.WatchEvent) error {
+			events <- e
+			return nil
+		})
+	}()
+	select {
+	case e := <-events:
+		if !e.Created {
+			t.Fatalf("first event %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch")
+	}
+	ti.c.Advance(2 * time.Hour)
+	if r, err := s.Sweep(ctx); err != nil || r.Archived != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if _, _, err := s.Register(ctx, intent.Registration{Tenant: "t1", Key: "marker", Params: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case e := <-events:
+			if e.Intent != nil && e.Intent.Key == "marker" {
+				return
+			}
+			t.Fatalf("an event of the move: %+v", e)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no marker")
+		}
+	}
+}

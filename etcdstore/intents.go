@@ -197,7 +197,15 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 	if c, ok := s.cachedEntry(r.Tenant, r.Key); ok && len(r.Children) == 0 {
 		start = c.view(r.Key) // optimistic: the guards send us to a fresh read if it changed
 	}
-	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, r.Tenant, r.Key, others) }
+	load := func(ctx context.Context) (*machine.View, error) {
+		v, err := s.read(ctx, r.Tenant, r.Key, others)
+		if err == nil {
+			// Children etcd does not hold may be archived: the outbox
+			// leaves an existing child alone and refuses a tombstoned one.
+			err = s.othersFromArchive(ctx, r.Tenant, v, others)
+		}
+		return v, err
+	}
 	call := machine.ReportCall{Report: &r, Principal: intent.PrincipalFrom(ctx)}
 	var decide decideFunc = func(v *machine.View) machine.Decision { return s.rules.Report(v, call, s.cfg.Now()) }
 	if s.archive.on() {
