@@ -310,6 +310,8 @@ func (g *Guard) answer(ctx context.Context, t *Tool, tm *terms, out *client.Outc
 	case errors.Is(err, client.ErrNotFound):
 		mine, _ := json.Marshal(tm.params)
 		return say(tm.key, "refused", fmt.Sprintf("refused: NOT_APPROVED: %s with these terms (%s) has not been approved; nothing was sent. Ask the user to approve it first.", t.Name, mine))
+	case errors.Is(err, client.ErrPermissionDenied) || errors.Is(err, client.ErrUnauthenticated):
+		return say(tm.key, "refused", fmt.Sprintf("refused: intentd refused the guard's own credentials (%v); nothing was sent; this needs whoever runs the guard, not a retry; tell the user %s is not available now.", err, t.Name))
 	case out == nil && err != nil && !sent:
 		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: %s was not carried out: intentd refused or did not answer (%v); nothing was sent; you may call it again later; action_taken: none", t.Name, err))
 	case out == nil && err != nil:

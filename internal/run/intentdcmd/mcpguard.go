@@ -117,7 +117,7 @@ variable or config file key (a tool the downstream lacks included).`,
 	f.StringVar(&o.Intentd, "intentd", o.Intentd, "intentd's gRPC address")
 	f.StringVar(&o.IntentdCA, "intentd-ca", "", "PEM CA of intentd's TLS certificate (turns TLS toward intentd on)")
 	f.StringVar(&o.IntentdName, "intentd-server-name", "", "the name intentd's certificate is checked against (default: the host of --intentd)")
-	f.StringVar(&o.TokenFile, "token-file", "", "file holding the guard's intentd bearer token (a worker of its tenant); empty: no credentials")
+	f.StringVar(&o.TokenFile, "token-file", "", "file holding the guard's intentd bearer token: roles worker and reader, and approver for tools with approval: call; empty: no credentials")
 	f.StringVar(&o.Tenant, "tenant", "", "the intents' tenant (empty: the credentials' own)")
 	f.StringVar(&o.Name, "name", o.Name, "the guard's name: its intents carry the label mcp.guard=<name>, which intent_status and list_completed read")
 	f.StringVar(&o.Worker, "worker", o.Worker, "the worker name of the guard's intentd session")
