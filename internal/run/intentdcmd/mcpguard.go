@@ -23,7 +23,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/run/cliflag"
 	"github.com/intentd/intentd/internal/run/netaddr"
 	"github.com/intentd/intentd/mcpguard"
@@ -110,7 +113,7 @@ variable or config file key (a tool the downstream lacks included).`,
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: cliflag.Explain(err)} })
 	f := cmd.Flags()
 	f.String(configFlag, "", "YAML file: the downstream server (key downstream), the guarded tools (key tools; see docs/MCP.md) and flag settings, keys named as the flags")
-	f.StringVar(&o.Listen, "listen", "", "serve streamable HTTP at /mcp on this address; empty: serve MCP on stdin and stdout")
+	f.StringVar(&o.Listen, "listen", "", "serve streamable HTTP at /mcp (and /healthz, /readyz) on this address; empty: serve MCP on stdin and stdout")
 	f.StringVar(&o.TLSCert, "tls-cert", "", "PEM certificate of the HTTP listener (turns HTTPS on)")
 	f.StringVar(&o.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.BoolVar(&o.Insecure, "insecure", false, "allow plaintext HTTP on a non-loopback address")
@@ -271,6 +274,20 @@ func RunMCPGuard(ctx context.Context, o MCPGuardOptions, log *slog.Logger, ready
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, &mcp.StreamableHTTPOptions{Logger: log}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
+	health := healthpb.NewHealthClient(conn)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: intentv1.IntentService_ServiceDesc.ServiceName})
+		switch {
+		case err != nil:
+			http.Error(w, "not ready: intentd does not answer: "+status.Convert(err).Message(), http.StatusServiceUnavailable)
+		case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+			http.Error(w, "not ready: intentd is "+resp.GetStatus().String(), http.StatusServiceUnavailable)
+		default:
+			_, _ = fmt.Fprintln(w, "ready")
+		}
+	})
 	lis, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.Listen, err)

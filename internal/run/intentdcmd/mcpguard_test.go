@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,5 +132,73 @@ func TestMCPGuardServesStdio(t *testing.T) {
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}})
 	if err != nil || len(res.Content) != 1 || res.Content[0].(*mcp.TextContent).Text != "hi" {
 		t.Fatalf("echo through the guard: %v %v", err, res)
+	}
+}
+
+// `intentd mcp-guard --listen` serves MCP at /mcp, /healthz, and /readyz
+// (not ready while intentd does not answer); SIGTERM stops it cleanly.
+func TestMCPGuardServesHTTP(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "guard.yaml")
+	if err := os.WriteFile(p, []byte("downstream: {url: "+refundsServer(t)+"}\n"+guardTools), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	cmd := exec.Command(intentdBin, "mcp-guard", "--config", p, "--listen", addr, "--intentd", "127.0.0.1:9")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz did not answer 200 within 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with no intentd: %d, want 503", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "over http"}})
+	if err != nil || res.Content[0].(*mcp.TextContent).Text != "over http" {
+		t.Fatalf("echo over HTTP: %v %v", err, res)
+	}
+	_ = cs.Close()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("mcp-guard ignored SIGTERM for 30s")
 	}
 }
