@@ -43,6 +43,10 @@ var (
 	ErrTooLarge        error = &refined{"client: change too large", ErrResourceExhausted}
 	ErrStoreFull       error = &refined{"client: store full", ErrResourceExhausted}
 	ErrStoreRolledBack error = &refined{"client: store rolled back", ErrUnavailable}
+	// ErrArchiveUnavailable: the call needed the archive (PostgreSQL: an
+	// intent that left etcd) and it did not answer; calls on live intents
+	// still work. The same call may be sent again.
+	ErrArchiveUnavailable error = &refined{"client: archive unavailable", ErrUnavailable}
 )
 
 // refined is a sentinel that also matches a coarser one.
@@ -76,6 +80,7 @@ var byReason = map[intentv1.ErrorReason]error{
 	intentv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED:      ErrUnauthenticated,
 	intentv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED:    ErrPermissionDenied,
 	intentv1.ErrorReason_ERROR_REASON_INTERNAL:             ErrInternal,
+	intentv1.ErrorReason_ERROR_REASON_ARCHIVE_UNAVAILABLE:  ErrArchiveUnavailable,
 }
 
 var byCode = map[codes.Code]error{

@@ -63,6 +63,7 @@ var codeOf = map[intentv1.ErrorReason]codes.Code{
 	intentv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED:      codes.Unauthenticated,
 	intentv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED:    codes.PermissionDenied,
 	intentv1.ErrorReason_ERROR_REASON_RATE_LIMITED:         codes.ResourceExhausted,
+	intentv1.ErrorReason_ERROR_REASON_ARCHIVE_UNAVAILABLE:  codes.Unavailable,
 }
 
 // The guard's refusals (server/auth.go), made statuses by toStatus like
@@ -175,6 +176,11 @@ func toStatus(log *slog.Logger, err error) error {
 	case errors.Is(err, intent.ErrStoreRolledBack):
 		log.Error("etcd's revision went back: refusing to decide anything", "err", err)
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_STORE_ROLLED_BACK, "etcd's revision went back below one this replica already saw (restored from a snapshot without a revision bump?): this replica decides nothing until an operator restores with a bump; another replica may serve", nil)
+	case errors.Is(err, intent.ErrArchiveUnavailable):
+		// Before ErrUnavailable, which it also is: a program tells the
+		// archive (PostgreSQL) from etcd by the reason.
+		log.Warn("archive unavailable", "err", err)
+		return withDetails(intentv1.ErrorReason_ERROR_REASON_ARCHIVE_UNAVAILABLE, "the archive (PostgreSQL) did not answer in time: this call needs an intent that left etcd, or must ask the archive about its key; nothing was decided; retrying the same call is safe once the archive is back", nil)
 	case errors.Is(err, intent.ErrUnavailable):
 		log.Warn("store unavailable", "err", err)
 		return withDetails(intentv1.ErrorReason_ERROR_REASON_STORE_UNAVAILABLE, "etcd did not answer in time; retrying the same call is safe", nil)

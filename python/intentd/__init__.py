@@ -23,6 +23,7 @@ from .client import Client, new_request_id, struct
 from .errors import (
     BY_REASON,
     Aborted,
+    ArchiveUnavailable,
     FailedPrecondition,
     FingerprintMismatch,
     IntentdError,

@@ -216,6 +216,14 @@ class StoreRolledBack(Unavailable):
     REASON = reason_name(intent_pb2.ERROR_REASON_STORE_ROLLED_BACK)
 
 
+class ArchiveUnavailable(Unavailable):
+    """The call needed the archive (PostgreSQL: an intent that left etcd) and
+    it did not answer; calls on live intents still work, and the same call
+    may be sent again once it is back."""
+
+    REASON = reason_name(intent_pb2.ERROR_REASON_ARCHIVE_UNAVAILABLE)
+
+
 def _reason_classes() -> Dict[str, Type[IntentdError]]:
     out: Dict[str, Type[IntentdError]] = {}
     todo = [IntentdError]

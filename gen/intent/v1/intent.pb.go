@@ -288,6 +288,11 @@ const (
 	// RESOURCE_EXHAUSTED: over a rate limit (metadata "limit"); a RetryInfo
 	// detail says when to retry.
 	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 18
+	// UNAVAILABLE: the call had to ask the archive (PostgreSQL: the intent
+	// left etcd, or a key etcd does not hold must be looked up there) and it
+	// did not answer in time. Nothing was decided or written; calls on live
+	// intents still work. Retrying the same call is safe, once it is back.
+	ErrorReason_ERROR_REASON_ARCHIVE_UNAVAILABLE ErrorReason = 19
 )
 
 // Enum value maps for ErrorReason.
@@ -312,6 +317,7 @@ var (
 		16: "ERROR_REASON_UNAUTHENTICATED",
 		17: "ERROR_REASON_PERMISSION_DENIED",
 		18: "ERROR_REASON_RATE_LIMITED",
+		19: "ERROR_REASON_ARCHIVE_UNAVAILABLE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -333,6 +339,7 @@ var (
 		"ERROR_REASON_UNAUTHENTICATED":      16,
 		"ERROR_REASON_PERMISSION_DENIED":    17,
 		"ERROR_REASON_RATE_LIMITED":         18,
+		"ERROR_REASON_ARCHIVE_UNAVAILABLE":  19,
 	}
 )
 
@@ -5393,7 +5400,7 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x11OUTCOME_CANCELLED\x10\x05\x12\x17\n" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x06\x12\x18\n" +
 	"\x14OUTCOME_NEEDS_REVIEW\x10\a\x12\x13\n" +
-	"\x0fOUTCOME_EXPIRED\x10\b*\x82\x05\n" +
+	"\x0fOUTCOME_EXPIRED\x10\b*\xa8\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_REASON_INVALID_FIELD\x10\x01\x12!\n" +
@@ -5414,7 +5421,8 @@ const file_intent_v1_intent_proto_rawDesc = "" +
 	"\x15ERROR_REASON_INTERNAL\x10\x0f\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x10\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x11\x12\x1d\n" +
-	"\x19ERROR_REASON_RATE_LIMITED\x10\x12*\xa0\x01\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x12\x12$\n" +
+	" ERROR_REASON_ARCHIVE_UNAVAILABLE\x10\x13*\xa0\x01\n" +
 	"\vActionTaken\x12\x1c\n" +
 	"\x18ACTION_TAKEN_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ACTION_TAKEN_NONE\x10\x01\x12\x1d\n" +
