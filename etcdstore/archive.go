@@ -114,16 +114,30 @@ func (t *archiveTier) observe(d time.Duration, err error) error {
 	return nil
 }
 
-// lookup asks the archive about tenant's key, which etcd does not hold:
-// its record (with the revision it had in etcd), or its tombstone, or
-// neither.
+// archiveLookup asks the archive about tenant's key, which etcd does not
+// hold: its record (with the revision it had in etcd), or its tombstone,
+// or neither. Both are asked at once: a key etcd does not hold is most
+// often a new one, of neither, which needs both answers.
 func (s *Store) archiveLookup(ctx context.Context, tenant, key string) (*machine.Record, int64, *machine.Tombstone, error) {
 	t := &s.archive
 	actx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
+	type tombAnswer struct {
+		e   tombstones.Entry
+		ok  bool
+		err error
+	}
+	tc := make(chan tombAnswer, 1)
+	go func() {
+		start := time.Now()
+		e, ok, err := t.a.Tombstone(actx, tenant, key)
+		tc <- tombAnswer{e, ok, t.observe(time.Since(start), err)}
+	}()
 	start := time.Now()
 	r, ok, err := t.a.Get(actx, tenant, key)
-	if err := t.observe(time.Since(start), err); err != nil {
+	err = t.observe(time.Since(start), err)
+	ta := <-tc
+	if err != nil {
 		return nil, 0, nil, err
 	}
 	if ok {
@@ -134,14 +148,13 @@ func (s *Store) archiveLookup(ctx context.Context, tenant, key string) (*machine
 		}
 		return rec, r.Revision, nil, nil
 	}
-	start = time.Now()
-	e, ok, err := t.a.Tombstone(actx, tenant, key)
-	if err := t.observe(time.Since(start), err); err != nil || !ok {
-		if err == nil && archiveLookupHook != nil {
+	if ta.err != nil || !ta.ok {
+		if ta.err == nil && archiveLookupHook != nil {
 			archiveLookupHook(tenant, key)
 		}
-		return nil, 0, nil, err
+		return nil, 0, nil, ta.err
 	}
+	e := ta.e
 	return nil, 0, &machine.Tombstone{Key: key, State: e.State, CompletedAt: e.CompletedAt(), Until: e.Until()}, nil
 }
 

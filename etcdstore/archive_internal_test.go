@@ -669,3 +669,38 @@ func TestWatchersSeeNoMove(t *testing.T) {
 		}
 	}
 }
+
+// A key the archive keeps a tombstone of (its record expired there)
+// answers EXPIRED to Register, Acquire (its outcome) and Get, and is never created
+// again.
+func TestArchivedTombstoneAnswersExpired(t *testing.T) {
+	ti := startTiers(t)
+	ctx := context.Background()
+	s := ti.store(t, true)
+	now := ti.c.Now()
+	e := tombstones.NewEntry("t1", "gone", intent.StateCompleted, now.Add(-48*time.Hour), now.Add(30*24*time.Hour))
+	if err := ti.a.PutTombstones(ctx, []tombstones.Entry{e}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Register(ctx, intent.Registration{Tenant: "t1", Key: "gone", Params: []byte(`{}`)}); !errors.Is(err, intent.ErrExpired) {
+		t.Fatalf("register: %v, want expired", err)
+	}
+	if _, err := s.Get(ctx, "t1", "gone"); !errors.Is(err, intent.ErrExpired) {
+		t.Fatalf("get: %v, want expired", err)
+	}
+	sess, err := s.OpenSession(ctx, "t1", "w", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acq, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "t1", Key: "gone", SessionID: sess.ID, RequestID: "r",
+		Register: &intent.Registration{Tenant: "t1", Key: "gone", Params: []byte(`{}`)}})
+	if err != nil || acq.Outcome != intent.OutcomeExpired {
+		t.Fatalf("acquire: %+v %v, want EXPIRED", acq, err)
+	}
+	if _, err := s.Get(ctx, "t2", "gone"); !errors.Is(err, intent.ErrNotFound) {
+		t.Fatalf("another tenant's: %v, want not found", err)
+	}
+	if ti.etcdValue(t, s, "t1", "gone") != nil {
+		t.Fatal("created")
+	}
+}
