@@ -66,7 +66,7 @@ type tiers struct {
 	c   *clock
 }
 
-func startTiers(t *testing.T) *tiers {
+func startTiers(t testing.TB) *tiers {
 	t.Helper()
 	pg := pgtest.Start(t)
 	a, err := archive.Open(context.Background(), pg.NewDatabase(t), archive.Options{})
@@ -79,7 +79,7 @@ func startTiers(t *testing.T) *tiers {
 
 // store is a store on the tiers (archive: with the archive), records
 // kept a day and moved after an hour.
-func (ti *tiers) store(t *testing.T, withArchive bool) *Store {
+func (ti *tiers) store(t testing.TB, withArchive bool) *Store {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Now = ti.c.Now

@@ -2,12 +2,14 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 )
 
@@ -47,8 +49,14 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 		return r, err
 	}
 	dropped := s.stats.tombstonesDropped.Load()
+	// An archive that cannot be reached pauses the archiver, not the rest
+	// of the sweep: its error is returned at the end.
+	var archiveErr error
 	if s.archive.on() {
-		r.Archived, err = s.sweepArchive(ctx, now)
+		r.Archived, archiveErr = s.sweepArchive(ctx, now)
+		if !errors.Is(archiveErr, intent.ErrArchiveUnavailable) {
+			err, archiveErr = archiveErr, nil
+		}
 	} else {
 		r.Removed, err = s.sweepRetained(ctx, now)
 	}
@@ -73,7 +81,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 		return r, err
 	}
 	r.Overdue = int(overdue.Count)
-	return r, nil
+	return r, archiveErr
 }
 
 // sweepLapsed finds intents held by sessions that no longer exist and marks

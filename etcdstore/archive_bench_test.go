@@ -1,0 +1,70 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/intentd/intentd/archive"
+	"github.com/intentd/intentd/intent"
+)
+
+// BenchmarkArchiveTiers measures, on one etcd and one PostgreSQL in the
+// same run, what the archive adds to a new key's registration (etcd's
+// read, then the archive asked whether it holds the key) against a store
+// without one, and a Get of an archived intent (etcd's read that misses,
+// then the archive's record):
+//
+//	go test -run '^$' -bench ArchiveTiers -benchtime 2000x ./etcdstore
+func BenchmarkArchiveTiers(b *testing.B) {
+	ti := startTiers(b)
+	ctx := context.Background()
+	for _, withArchive := range []bool{false, true} {
+		name := "register/etcd-only"
+		if withArchive {
+			name = "register/with-archive"
+		}
+		s := ti.store(b, withArchive)
+		b.Run(name, func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				reg := intent.Registration{Tenant: "t1", Key: fmt.Sprintf("%s-%d", name, i), Params: []byte(`{"n":1}`)}
+				if _, _, err := s.Register(ctx, reg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	s := ti.store(b, true)
+	// Archived intents in bulk: one record's value under many keys.
+	if _, _, err := s.Register(ctx, intent.Registration{Tenant: "t1", Key: "model", Params: []byte(`{"n":1}`)}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.Cancel(ctx, intent.Cancellation{Tenant: "t1", Key: "model", Actor: "bench", Reason: "x"}); err != nil {
+		b.Fatal(err)
+	}
+	resp, err := ti.cli.Get(ctx, s.keys.intent("t1", "model"))
+	if err != nil || len(resp.Kvs) != 1 {
+		b.Fatal(err)
+	}
+	kv := resp.Kvs[0]
+	rec, err := decodeRecord("t1", "model", kv.Value, kv.ModRevision)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 4096
+	recs := make([]archive.Record, n)
+	for i := range recs {
+		recs[i] = archive.Record{Tenant: "t1", Key: fmt.Sprintf("a%d", i), State: rec.State, Fingerprint: rec.Fingerprint,
+			RegisteredAt: rec.CreatedAt, CompletedAt: rec.CompletedAt, RetainUntil: rec.RetainUntil, Revision: kv.ModRevision, Data: kv.Value}
+	}
+	if err := ti.a.Put(ctx, recs); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("get-archived", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			if _, err := s.Get(ctx, "t1", fmt.Sprintf("a%d", i%n)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
