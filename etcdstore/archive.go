@@ -319,6 +319,16 @@ func (s *Store) archiveHolds(ctx context.Context, tenant, key string) (bool, err
 	return rec != nil || tomb != nil, err
 }
 
+// mayHaveArchivedChildren reports whether an intent registered at created
+// may have children in the archive. A child is registered after its parent
+// and moved ArchiveAfter after it became final, so a parent younger than
+// that has none there, and a Get of a young intent (most live ones) does
+// not ask the archive, nor need it. Half of ArchiveAfter is the bound:
+// the rest is room for replicas' clocks to differ.
+func (s *Store) mayHaveArchivedChildren(created time.Time) bool {
+	return !s.cfg.Now().Before(created.Add(s.archive.after / 2))
+}
+
 // archivedChild is a child of an intent with its position (registration
 // time, key), for merging children of both tiers.
 type archivedChild struct {

@@ -397,6 +397,10 @@ func TestArchiveStopped(t *testing.T) {
 	if got := replayOf(t, fresh, "t1", "done"); got.Outcome != intent.OutcomeCompleted {
 		t.Fatalf("replay of a hot final intent: %+v", got)
 	}
+	// A young intent's Get: its children cannot be in the archive yet.
+	if in, err := fresh.Get(ctx, "t1", "live"); err != nil || in.State != intent.StateCompleted {
+		t.Fatalf("get a young intent: %v %v", in, err)
+	}
 	// What only the archive can answer.
 	for name, call := range map[string]func() error{
 		"get archived": func() error { _, err := fresh.Get(ctx, "t1", "old"); return err },

@@ -239,15 +239,15 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*intent.Intent, er
 	if live {
 		in.Lease.ExpiresAt = s.sessionExpiry(ctx, in.Lease.SessionID)
 	}
-	if in.Children, err = s.children(ctx, tenant, key); err != nil {
+	if in.Children, err = s.children(ctx, tenant, key, v.Rec.CreatedAt); err != nil {
 		return nil, err
 	}
 	return in, nil
 }
 
-// children lists the first maxChildren children of an intent with their
-// states, oldest first.
-func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Child, error) {
+// children lists the first maxChildren children of an intent registered
+// at created with their states, oldest first.
+func (s *Store) children(ctx context.Context, tenant, key string, created time.Time) ([]intent.Child, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	// The parent index in both layouts, merged by position.
@@ -257,7 +257,7 @@ func (s *Store) children(ctx context.Context, tenant, key string) ([]intent.Chil
 		return nil, err
 	}
 	var moved []archivedChild
-	if s.archive.on() {
+	if s.archive.on() && s.mayHaveArchivedChildren(created) {
 		if moved, err = s.archivedChildren(ctx, tenant, key); err != nil {
 			return nil, err
 		}
