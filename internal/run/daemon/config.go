@@ -115,6 +115,10 @@ type Config struct {
 	// ReloadInterval is how often the tokens and TLS files are checked for
 	// changes (SIGHUP reloads at once).
 	ReloadInterval time.Duration
+	// ArchiveDSN, when set, names the PostgreSQL database final intents
+	// move to after Store.ArchiveAfter (--archive-after): the archive
+	// (issue 26; see archive.go). Empty: etcd keeps everything.
+	ArchiveDSN string
 }
 
 // DefaultDataDir is where the embedded etcd keeps its data unless told
@@ -273,6 +277,14 @@ func (c Config) Validate() error {
 	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) { // NaN too
 		bad("--trace-sample-ratio %v: want 0 to 1", c.Tracing.SampleRatio)
 	}
+	if c.ArchiveDSN != "" {
+		if err := checkArchiveDSN(c.ArchiveDSN); err != nil {
+			bad("--archive-dsn: %v", err)
+		}
+	}
+	if c.Store.ArchiveAfter <= 0 {
+		bad("--archive-after %v: must be positive", c.Store.ArchiveAfter)
+	}
 	if c.ReloadInterval <= 0 {
 		bad("--reload-interval %v: must be positive", c.ReloadInterval)
 	}
@@ -303,6 +315,7 @@ var storeFlags = map[string]string{
 	"TombstoneRetention": "--tombstone-retention",
 	"MaxAttempts":        "--max-attempts",
 	"CacheBytes":         "--cache-bytes",
+	"ArchiveAfter":       "--archive-after",
 }
 
 // storeFlag is the flag of a store field, or "store " and the field's name

@@ -27,6 +27,10 @@ type readiness struct {
 	reason string
 	// stopping latches: nothing turns a shutting-down replica ready again.
 	stopping bool
+	// degraded is empty while every optional part answers, else what does
+	// not (the archive): the replica stays ready, since calls on live
+	// intents do not need it, and /readyz says so.
+	degraded string
 }
 
 // newReadiness starts not ready: the store answers nothing before the
@@ -70,6 +74,21 @@ func (r *readiness) shutdown() {
 	r.hs.Shutdown()
 }
 
+// degrade records what of the replica is degraded ("" for nothing): it
+// stays ready (gRPC health SERVING, /readyz 200) and /readyz says what.
+func (r *readiness) degrade(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.degraded = reason
+}
+
+// degradation returns what degrade last recorded.
+func (r *readiness) degradation() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.degraded
+}
+
 // state returns the reason the replica is not ready, or "" when it is.
 func (r *readiness) state() string {
 	r.mu.Lock()
@@ -102,12 +121,17 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz answers 200 "ok" while the replica is ready (the same decision as
-// gRPC health's SERVING), else 503 with the reason in one line.
+// gRPC health's SERVING), else 503 with the reason in one line. A ready
+// replica with a degraded part answers 200 "ok, degraded: " and what.
 func (r *readiness) readyz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	reason := r.state()
 	if reason == "" {
+		if d := r.degradation(); d != "" {
+			_, _ = fmt.Fprintln(w, "ok, degraded: "+d)
+			return
+		}
 		_, _ = fmt.Fprintln(w, "ok")
 		return
 	}

@@ -56,12 +56,24 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("intentd: --data-dir %s: %w", cfg.DataDir, err)
 	}
+	// First: a bad --archive-dsn refuses before etcd starts.
+	arch, err := openArchive(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if arch != nil {
+		defer arch.Close() // last: after every component stopped
+	}
 	cli, endpoints, closeEtcd, err := connectEtcd(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeEtcd()
 	m := newMetrics()
+	am := newArchiveMetrics()
+	if arch != nil {
+		scfg.Archive = archiveAdapter{a: arch, m: am}
+	}
 	tr, err := tracing.Start(ctx, cfg.Tracing)
 	if err != nil {
 		return fmt.Errorf("intentd: --otlp-endpoint: %w", err)
@@ -100,6 +112,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	m.exportFormats(store, formats)
 	m.formats = formatsHandler(store, formats.Replica)
 	every := dbSizeEvery * cfg.HealthInterval
+	lead := &janitorLease{every: cfg.JanitorInterval}
+	am.register(m, store)
+	watchArch, expireArch := idle, idle
+	if arch != nil {
+		watchArch = func(ctx context.Context) error {
+			watchArchive(ctx, arch, am, api.serving, cfg.HealthInterval, every, cfg.Store.RequestTimeout, log)
+			return nil
+		}
+		now := scfg.Now
+		if now == nil {
+			now = time.Now
+		}
+		expireArch = func(ctx context.Context) error { expireArchive(ctx, arch, lead, now, am, log); return nil }
+	}
 	// Stopped in this order: see Run's doc.
 	c := startComponents(ctx,
 		drain(api.serving),
@@ -118,7 +144,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		},
 		// Its election carries the replica's id, which tells an
 		// announced replica from one of a release before format versions.
-		janitor(store, cli, id, cfg.JanitorInterval, m, log),
+		janitor(store, cli, id, cfg.JanitorInterval, lead, m, log),
+		watchArch,
+		expireArch,
 		serveGRPC(api.srv, lis, cfg.ShutdownTimeout, log),
 		// Before the in-process server its pages call.
 		serveConsole(cfg.ConsoleListen, review, log),
@@ -345,9 +373,10 @@ func drain(serving *readiness) component {
 }
 
 // janitor campaigns for the janitor election and sweeps while elected.
-func janitor(store *etcdstore.Store, cli *clientv3.Client, id string, every time.Duration, m *metrics, log *slog.Logger) component {
+func janitor(store *etcdstore.Store, cli *clientv3.Client, id string, every time.Duration, lead *janitorLease, m *metrics, log *slog.Logger) component {
 	return func(ctx context.Context) error {
 		store.RunJanitor(ctx, cli, id, every, func(r etcdstore.SweepReport, err error) {
+			lead.passed(time.Now())
 			if err == nil {
 				m.sweep(r)
 			}
@@ -355,11 +384,17 @@ func janitor(store *etcdstore.Store, cli *clientv3.Client, id string, every time
 			case err != nil:
 				log.Warn("janitor pass failed", "err", err)
 			case r != (etcdstore.SweepReport{}):
-				log.Info("janitor pass", "lapsed", r.Lapsed, "removed", r.Removed, "tombstones_removed", r.TombstonesRemoved, "overdue_unfinished", r.Overdue)
+				log.Info("janitor pass", "lapsed", r.Lapsed, "removed", r.Removed, "archived", r.Archived, "tombstones_removed", r.TombstonesRemoved, "overdue_unfinished", r.Overdue)
 			}
 		})
 		return nil
 	}
+}
+
+// idle is a component with nothing to do: it waits to be stopped.
+func idle(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
 }
 
 // serveError is the gRPC listener's failure, which stops the daemon.

@@ -59,6 +59,11 @@ func Main(args []string, stderr io.Writer, configure Configure) int {
 	for _, line := range strings.Split(err.Error(), "\n") {
 		fmt.Fprintln(stderr, "intentd: "+strings.TrimPrefix(line, "intentd: "))
 	}
+	// A --archive-dsn intentd cannot start with is a bad setting too,
+	// found only once PostgreSQL is asked: exit 2, the line said.
+	if _, ok := errors.AsType[*daemon.ArchiveDSNError](err); ok {
+		return exitUsage
+	}
 	var u *usageError
 	if errors.As(err, &u) {
 		path := "intentd"
@@ -101,7 +106,8 @@ wins over the default; an unknown key in the file is an error.
 
 Exit status: 0 after a clean stop, 1 when intentd fails while starting or
 serving, 2 for a bad flag, environment variable, config file key or
-argument.`,
+argument (also a --archive-dsn PostgreSQL refuses or that does not answer
+at start).`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return &usageError{err: fmt.Errorf("unexpected argument %q: intentd takes flags only", args[0])}
@@ -162,6 +168,8 @@ argument.`,
 	f.DurationVar(&cfg.Store.TombstoneRetention, "tombstone-retention", cfg.Store.TombstoneRetention, "how long the tombstone of a removed record is kept")
 	f.IntVar(&cfg.Store.MaxAttempts, "max-attempts", cfg.Store.MaxAttempts, "attempts of an intent that may end without a report (lease lapsed, MarkUnknown) before it goes to NEEDS_REVIEW, unless its registration sets max_attempts (1-1000)")
 	f.Int64Var(&cfg.Store.CacheBytes, "cache-bytes", cfg.Store.CacheBytes, "memory for remembered records (final ones replay without etcd) and sessions, in bytes of heap (at least 1 MiB)")
+	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that final intents move to after --archive-after (postgres://user:password@host:5432/db?sslmode=verify-full, or key=value pairs; TLS and credentials are the DSN's); empty: etcd keeps every record. Prefer the environment variable or the config file to the command line, which other users of the machine can read")
+	f.DurationVar(&cfg.Store.ArchiveAfter, "archive-after", cfg.Store.ArchiveAfter, "with --archive-dsn: how long a final intent stays in etcd before it moves to the archive")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the gRPC listener (turns TLS on; reloaded on change or SIGHUP)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "PEM CA that client certificates must chain to (mutual TLS)")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,6 +102,8 @@ func TestBadFlagIsNotSilent(t *testing.T) {
 			`intentd: --retention -1h0m0s: must be positive`},
 		{"bad environment variable", []string{"INTENTD_RETENTION=bogus"}, nil, exitUsage,
 			`intentd: INTENTD_RETENTION (--retention) "bogus": not valid, want a duration such as 500ms, 90s, 15m or 720h`},
+		{"archive DSN that does not parse", []string{"INTENTD_ARCHIVE_DSN=postgres://intentd:s3cret@db:notaport/intents"}, nil, exitUsage,
+			`intentd: --archive-dsn: cannot parse`},
 		{"etcd unreachable is a runtime failure", nil, []string{
 			"--etcd-endpoints", "http://127.0.0.1:1", "--dial-timeout", "1s",
 			"--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "",
@@ -123,6 +126,30 @@ func TestBadFlagIsNotSilent(t *testing.T) {
 				t.Errorf("stderr %q, want exactly %q", lines, want)
 			}
 		})
+	}
+}
+
+// A --archive-dsn nothing answers at stops intentd at start with exit 2
+// (a setting to fix, like a bad flag) and one line naming the flag, never
+// the password, before the embedded etcd is started.
+func TestUnreachableArchiveExitsTwo(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	stderr, code := runIntentd(t, []string{"INTENTD_ARCHIVE_DSN=postgres://intentd:s3cret@" + addr + "/intents?sslmode=disable"},
+		"--dial-timeout", "2s", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "")
+	if code != exitUsage {
+		t.Errorf("exit status %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "intentd: --archive-dsn: PostgreSQL did not answer within --dial-timeout 2s") {
+		t.Errorf("stderr %q, want one line naming --archive-dsn", lines)
+	}
+	if strings.Contains(stderr, "s3cret") {
+		t.Errorf("stderr shows the password: %q", stderr)
 	}
 }
 
