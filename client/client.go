@@ -83,12 +83,27 @@ func (c *Client) RPC() intentv1.IntentServiceClient { return c.rpc }
 // never retries a refusal. Every intentd call is safe to repeat: Register
 // and reports are idempotent, Acquire by its request id.
 func call[Req, Resp any](ctx context.Context, c *Client, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	return send(ctx, c, rpc, req, retriable)
+}
+
+// report is call for a report under a token (Complete, MarkUnknown,
+// Release, Fail), which is sent again also while intentd refuses it as
+// RATE_LIMITED: what it records may already have happened in the world,
+// and a report left unsent leaves the intent to lapse into a lookup. A
+// rate-limited call did nothing, so sending it again is as safe as after
+// UNAVAILABLE; the report's context bounds the waiting.
+func report[Req, Resp any](ctx context.Context, c *Client, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	return send(ctx, c, rpc, req, func(err error) bool { return retriable(err) || rateLimited(err) })
+}
+
+// send is call and report: one request, again while again(err) says so.
+func send[Req, Resp any](ctx context.Context, c *Client, rpc func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req, again func(error) bool) (Resp, error) {
 	wait := c.opts.backoffMin
 	for {
 		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
 		resp, err := rpc(actx, req)
 		cancel()
-		if err == nil || !retriable(err) || ctx.Err() != nil {
+		if err == nil || !again(err) || ctx.Err() != nil {
 			if err != nil && ctx.Err() != nil {
 				return resp, ctx.Err()
 			}
@@ -155,25 +170,25 @@ func (c *Client) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 // Complete records the result under the caller's token.
 func (c *Client) Complete(ctx context.Context, req *intentv1.CompleteRequest) (*intentv1.CompleteResponse, error) {
 	req.Tenant = c.tenant(req.GetTenant())
-	return call(ctx, c, c.rpc.Complete, req)
+	return report(ctx, c, c.rpc.Complete, req)
 }
 
 // MarkUnknown records that the outcome is unknown, under the caller's token.
 func (c *Client) MarkUnknown(ctx context.Context, req *intentv1.MarkUnknownRequest) (*intentv1.MarkUnknownResponse, error) {
 	req.Tenant = c.tenant(req.GetTenant())
-	return call(ctx, c, c.rpc.MarkUnknown, req)
+	return report(ctx, c, c.rpc.MarkUnknown, req)
 }
 
 // Release records a confirmed absence, under the caller's token.
 func (c *Client) Release(ctx context.Context, req *intentv1.ReleaseRequest) (*intentv1.ReleaseResponse, error) {
 	req.Tenant = c.tenant(req.GetTenant())
-	return call(ctx, c, c.rpc.Release, req)
+	return report(ctx, c, c.rpc.Release, req)
 }
 
 // Fail records a definite failure, under the caller's token.
 func (c *Client) Fail(ctx context.Context, req *intentv1.FailRequest) (*intentv1.FailResponse, error) {
 	req.Tenant = c.tenant(req.GetTenant())
-	return call(ctx, c, c.rpc.Fail, req)
+	return report(ctx, c, c.rpc.Fail, req)
 }
 
 // Escalate hands an intent to a human.

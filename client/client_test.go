@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -419,6 +420,7 @@ type rule struct {
 	hang   int           // the first hang attempts wait out their deadline, unsent
 	fail   int           // then the first fail attempts get code, unsent (-1: every one)
 	code   codes.Code    // what fail returns
+	reason string        // and the ErrorInfo reason it carries, if any
 	lose   int           // the first lose attempts are sent, and their reply is lost
 	onLose func()        // called after a reply is lost
 	notify chan struct{} // gets a value on every attempt, if there is room
@@ -470,7 +472,11 @@ func (f *faults) intercept(ctx context.Context, method string, req, reply any, c
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if r.fail < 0 || n-r.hang <= r.fail {
-		return status.Error(r.code, "injected "+r.code.String())
+		st := status.New(r.code, "injected "+r.code.String())
+		if r.reason != "" {
+			st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: r.reason, Domain: "intentd"})
+		}
+		return st.Err()
 	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if err == nil && n <= r.lose {
@@ -518,6 +524,43 @@ func TestRetryUntilAnswered(t *testing.T) {
 				t.Errorf("state = %v, want STATE_PENDING", got)
 			}
 		})
+	}
+}
+
+// TestReportsResentWhileRateLimited: a report under a token is sent again
+// while intentd refuses it as RATE_LIMITED (the effect it records may have
+// happened; a rate-limited call did nothing); any other call returns the
+// refusal after one attempt.
+func TestReportsResentWhileRateLimited(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	setup := newClient(t)
+	sess := openSession(t, setup, "rate-limited", 0)
+	limited := func(n int) *rule { return &rule{fail: n, code: codes.ResourceExhausted, reason: "RATE_LIMITED"} }
+
+	f := &faults{}
+	c := newFaultyClient(t, f, client.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	key := keyFor(t, "")
+	register(t, setup, key)
+	lease := acquire(t, setup, sess.ID(), key)
+	r := f.set("Complete", limited(3))
+	if _, err := c.Complete(ctx, &intentv1.CompleteRequest{Key: key, Token: lease.GetLease().GetToken(), Result: orderResult("SO-1")}); err != nil {
+		t.Fatalf("Complete = %v, want it recorded once intentd took it", err)
+	}
+	if got := f.attempts(r); got != 4 {
+		t.Errorf("Complete attempts = %d, want 4 (three refused, then recorded)", got)
+	}
+	if got := get(t, setup, key).GetState(); got != intentv1.State_STATE_COMPLETED {
+		t.Errorf("state = %v, want STATE_COMPLETED", got)
+	}
+
+	r = f.set("Register", limited(-1))
+	_, err := c.Register(ctx, &intentv1.RegisterRequest{Key: keyFor(t, "other"), Params: params(t, 1)})
+	if !errors.Is(err, client.ErrRateLimited) {
+		t.Errorf("Register = %v, want ErrRateLimited", err)
+	}
+	if got := f.attempts(r); got != 1 {
+		t.Errorf("Register attempts = %d, want 1 (only reports wait out a rate limit)", got)
 	}
 }
 

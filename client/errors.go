@@ -173,3 +173,9 @@ func retriable(err error) bool {
 	c := status.Code(err)
 	return c == codes.Unavailable || c == codes.DeadlineExceeded
 }
+
+// rateLimited reports whether intentd refused the call as RATE_LIMITED:
+// before doing anything.
+func rateLimited(err error) bool {
+	return status.Code(err) == codes.ResourceExhausted && errors.Is(convert(err), ErrRateLimited)
+}
