@@ -128,3 +128,12 @@ if [[ "$(uname -sm)" == "Linux x86_64" ]]; then
     fi
   done
 fi
+# The TypeScript MCP SDK (pinned by its lock) that mcpguard's
+# TestTypeScriptClient drives the MCP guard with.
+mcp_lock=mcpguard/testdata/ts-client/package-lock.json
+mcp_sum=$(sha256sum "$mcp_lock" | cut -d' ' -f1)
+if [[ "$(cat mcpguard/testdata/ts-client/node_modules/.lock.sha256 2>/dev/null)" != "$mcp_sum" ]]; then
+  echo "install-tools: npm ci ($mcp_lock)" >&2
+  ./mcpguard/testdata/ts-client/install.sh >/dev/null
+  echo "$mcp_sum" >mcpguard/testdata/ts-client/node_modules/.lock.sha256
+fi

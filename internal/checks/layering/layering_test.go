@@ -158,6 +158,11 @@ var rules = []rule{
 		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/run/daemon"), pathPrefix("go.etcd.io")),
 	},
 	{
+		name:   "the MCP guard talks to intentd through client only: no server, no store, no etcd",
+		covers: within("mcpguard"),
+		forbid: anyOf(pkgUnder("server"), pkgUnder("etcdstore"), pkgUnder("internal/run"), pkgUnder("archive"), pathPrefix("go.etcd.io")),
+	},
+	{
 		name:   "access depends on no gRPC and no etcd",
 		covers: within("access"),
 		forbid: anyOf(pathPrefix("google.golang.org/grpc"), pathPrefix("go.etcd.io")),
