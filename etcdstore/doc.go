@@ -283,7 +283,12 @@
 //     intent.ErrUnavailable), never a guess.
 //   - List merges the index scan of etcd (at the listing's revision) with
 //     the archive's listing, by position, a key once: one page token
-//     across both tiers. Get's children are merged likewise.
+//     across both tiers. Get's children are merged likewise, for an
+//     intent older than half of ArchiveAfter (a younger one can have no
+//     archived child, so its Get never needs the archive). A completion's
+//     outbox asks the archive about children etcd does not hold. A
+//     registration naming an archived parent is refused as one naming
+//     none (the parent's guard is its existence in etcd).
 //   - Watch follows etcd alone: a move is no transition, and with an
 //     archive a record's deletion is only ever a move, so watchers see no
 //     event of it.
