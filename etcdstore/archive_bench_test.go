@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/intentd/intentd/archive"
 	"github.com/intentd/intentd/intent"
@@ -12,7 +13,8 @@ import (
 // BenchmarkArchiveTiers measures, on one etcd and one PostgreSQL in the
 // same run, what the archive adds to a new key's registration (etcd's
 // read, then the archive asked whether it holds the key) against a store
-// without one, and a Get of an archived intent (etcd's read that misses,
+// without one, the cycle (Acquire registering a new key, Complete) with
+// and without it, and a Get of an archived intent (etcd's read that misses,
 // then the archive's record):
 //
 //	go test -run '^$' -bench ArchiveTiers -benchtime 2000x ./etcdstore
@@ -25,10 +27,37 @@ func BenchmarkArchiveTiers(b *testing.B) {
 			name = "register/with-archive"
 		}
 		s := ti.store(b, withArchive)
+		next := 0
 		b.Run(name, func(b *testing.B) {
-			for i := 0; b.Loop(); i++ {
-				reg := intent.Registration{Tenant: "t1", Key: fmt.Sprintf("%s-%d", name, i), Params: []byte(`{"n":1}`)}
+			for ; b.Loop(); next++ {
+				reg := intent.Registration{Tenant: "t1", Key: fmt.Sprintf("%s-%d", name, next), Params: []byte(`{"n":1}`)}
 				if _, _, err := s.Register(ctx, reg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, withArchive := range []bool{false, true} {
+		name := "cycle/etcd-only"
+		if withArchive {
+			name = "cycle/with-archive"
+		}
+		s := ti.store(b, withArchive)
+		sess, err := s.OpenSession(ctx, "t1", "w", time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		next := 0 // keys never repeat, whatever how often b.Run calls this
+		b.Run(name, func(b *testing.B) {
+			for ; b.Loop(); next++ {
+				key := fmt.Sprintf("%s-%d", name, next)
+				a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "t1", Key: key, SessionID: sess.ID, RequestID: "r",
+					Register: &intent.Registration{Tenant: "t1", Key: key, Params: []byte(`{"n":1}`)}})
+				if err != nil || a.Outcome != intent.OutcomeExecute {
+					b.Fatal(a, err)
+				}
+				if _, err := s.Report(ctx, intent.Report{Tenant: "t1", Key: key, Token: a.Lease.Token, Kind: intent.ReportComplete,
+					Result: &intent.Result{Payload: []byte(`{}`)}}); err != nil {
 					b.Fatal(err)
 				}
 			}
