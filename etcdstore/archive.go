@@ -90,6 +90,9 @@ type archiveTier struct {
 	// backfill is the backfill's cursor over the retention index: done
 	// once it went through (see archiver.go).
 	backfill backfillCursor
+	// marked is set once this store saw the cluster marked as using an
+	// archive (archivegate.go).
+	marked atomic.Bool
 }
 
 // on reports whether the store has an archive.
@@ -155,6 +158,12 @@ func (s *Store) archiveLookup(ctx context.Context, tenant, key string) (*machine
 		return nil, 0, nil, ta.err
 	}
 	e := ta.e
+	if e.UntilDay <= tombstones.Today(s.cfg.Now()) {
+		// Past its retention: the archive drops it with its month, and
+		// until then it answers as a dropped one does, nothing (as a
+		// packed chunk's expired entry does).
+		return nil, 0, nil, nil
+	}
 	return nil, 0, &machine.Tombstone{Key: key, State: e.State, CompletedAt: e.CompletedAt(), Until: e.Until()}, nil
 }
 

@@ -92,6 +92,11 @@ func (ti *tiers) store(t testing.TB, withArchive bool) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if withArchive {
+		// The cluster at the archive's format, as the daemon's format
+		// member makes it (archivegate.go), and no replica announced.
+		s.formats.cluster.Store(FormatArchive)
+	}
 	return s
 }
 

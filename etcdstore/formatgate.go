@@ -107,6 +107,9 @@ type Replica struct {
 	// FormatFirst); Writes the newest it writes now.
 	Reads  int `json:"reads"`
 	Writes int `json:"writes"`
+	// Archive is whether it has an archive (the cold tier): records are
+	// moved to one only while every live replica has it (archivegate.go).
+	Archive bool `json:"archive,omitempty"`
 	// Since is when it announced itself.
 	Since time.Time `json:"since"`
 }
@@ -281,6 +284,7 @@ func (s *Store) JoinFormats(ctx context.Context, r Replica, cfg FormatConfig) (*
 		cfg.TTL = 10
 	}
 	r.Reads = s.formats.reads()
+	r.Archive = s.archive.on()
 	r.Since = s.cfg.Now().UTC()
 	m := &FormatMember{s: s, r: r, ttl: cfg.TTL, settle: cfg.Settle}
 	if err := m.join(ctx); err != nil {
@@ -302,6 +306,11 @@ func (m *FormatMember) join(ctx context.Context) error {
 			var ok bool
 			ok, err = m.announce(ctx, st)
 			if ok {
+				// Announced first, then the mark read: see archivegate.go.
+				if err := s.archiveCheck(ctx); err != nil {
+					m.leave()
+					return err
+				}
 				return nil
 			}
 		}

@@ -50,9 +50,17 @@ func (s *Store) Sweep(ctx context.Context) (SweepReport, error) {
 	}
 	dropped := s.stats.tombstonesDropped.Load()
 	// An archive that cannot be reached pauses the archiver, not the rest
-	// of the sweep: its error is returned at the end.
+	// of the sweep: its error is returned at the end. Records move only
+	// while every replica asks the archive (archiveMayMove); until then
+	// they are removed as without an archive.
 	var archiveErr error
+	move := false
 	if s.archive.on() {
+		if move, err = s.archiveMayMove(ctx); err != nil {
+			return r, err
+		}
+	}
+	if move {
 		r.Archived, archiveErr = s.sweepArchive(ctx, now)
 		if !errors.Is(archiveErr, intent.ErrArchiveUnavailable) {
 			err, archiveErr = archiveErr, nil

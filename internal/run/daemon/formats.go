@@ -71,7 +71,9 @@ func joinFormats(ctx context.Context, store *etcdstore.Store, id string, cfg Con
 	defer cancel()
 	m, err := store.JoinFormats(jctx, etcdstore.Replica{ID: id, Version: version.String(), Commit: commit()},
 		etcdstore.FormatConfig{TTL: formatTTL, Settle: formatSettle})
-	if _, tooNew := errors.AsType[*etcdstore.FormatTooNewError](err); tooNew {
+	_, tooNew := errors.AsType[*etcdstore.FormatTooNewError](err)
+	_, needsArchive := errors.AsType[*etcdstore.ArchiveInUseError](err)
+	if tooNew || needsArchive {
 		return nil, fmt.Errorf("intentd: refusing to start: %w", err)
 	}
 	if err != nil {
