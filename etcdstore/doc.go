@@ -40,6 +40,14 @@
 //	                                    as value)
 //	x/o/<registered ns>/<tenant>/<key>  intents not final yet, by age
 //	janitor/                            the janitor's election
+//	replicas/<id>                       a live replica's storage formats and
+//	                                    whether it has an archive (JSON), on
+//	                                    its own lease (formatgate.go)
+//	cluster/format                      the cluster's storage format version,
+//	                                    only advanced, by compare-and-swap
+//	cluster/archive                     written once before the first move to
+//	                                    an archive, never removed
+//	                                    (archivegate.go)
 //	installation                        this installation's random id, written
 //	                                    once (create-if-absent) and never
 //	                                    changed: a snapshot restore keeps it,
@@ -76,10 +84,11 @@
 // record's value is stored zstd-compressed (0x03) when that saves a
 // sixteenth of it (compress.go). testdata/records pins every uncompressed
 // format byte for byte, and holds a compressed record every version must
-// decode. A replica of an earlier version cannot
-// read a later format (it refuses the value as corrupt, never misreads it):
-// upgrade every replica before the first value in the new format is written
-// (stop the old ones, then start the new).
+// decode. A replica of an earlier version cannot read a later format (it
+// refuses the value as corrupt, never misreads it): from the first release
+// on (RELEASES), a new format is written only once the cluster's format
+// version says every live replica reads it (formatgate.go); replicas of
+// versions before it are upgraded by stopping them all first.
 //
 // # Transitions
 //
@@ -233,9 +242,9 @@
 // Tombstones of earlier versions (t/<tenant>/z/<key>, indexed under Zr or
 // x/zr/) are read alongside, compared alongside, and removed by their index
 // when their own retention ends; new ones are only packed. A replica of an
-// earlier version does not read packed tombstones: upgrade every replica
-// before one of this version removes a record (stop the old ones, then
-// start the new). What a tombstone costs: docs/PERFORMANCE.md, "Tombstones,
+// earlier version does not read packed tombstones: replicas of versions
+// before the first release (RELEASES) are all stopped before one of this
+// version removes a record. What a tombstone costs: docs/PERFORMANCE.md, "Tombstones,
 // packed".
 //
 // # Archive
@@ -298,8 +307,15 @@
 //     tombstone after (its Expire). Tombstones already packed in etcd are
 //     read alongside and expire as before.
 //
-// Every replica of an installation must be given the same archive (or
-// none). What the archiver counted: Store.ArchiveStats.
+// Records move only while every replica asks the archive (archivegate.go):
+// the cluster's format version at FormatArchive, every live replica
+// announced with an archive, none unannounced; until then the janitor
+// removes records past their retention as without one. The archiver marks
+// the cluster (cluster/archive) before its first move, and a replica
+// without an archive refuses to join a marked one. Every replica must be
+// given the same archive: that one is the same PostgreSQL is the
+// operator's to keep (docs/OPERATIONS.md). What the archiver counted:
+// Store.ArchiveStats.
 //
 // # History
 //
