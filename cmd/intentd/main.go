@@ -9,8 +9,10 @@
 // file (YAML, its keys the flags' names), which wins over the default.
 //
 // Exit status: 0 after a clean stop, 1 when intentd fails while starting or
-// serving (etcd unreachable, port taken), 2 for a bad flag, environment
-// variable or argument (nothing was started).
+// serving (etcd unreachable, port taken, a replica without an archive on a
+// cluster that uses one), 2 for a bad flag, environment variable or
+// argument, or an --archive-dsn that PostgreSQL refuses or does not answer
+// at start (nothing was started).
 package main
 
 import (

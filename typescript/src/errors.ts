@@ -194,6 +194,8 @@ export class TooLarge extends ResourceExhausted { static override readonly REASO
 export class StoreFull extends ResourceExhausted { static override readonly REASON = "STORE_FULL"; }
 /** etcd did not answer: the same call may be sent again. */
 export class StoreUnavailable extends Unavailable { static override readonly REASON = "STORE_UNAVAILABLE"; }
+/** The call needed the archive (PostgreSQL) and it did not answer; live intents still work, the same call may be sent again. */
+export class ArchiveUnavailable extends Unavailable { static override readonly REASON = "ARCHIVE_UNAVAILABLE"; }
 /** etcd's data went back in time (a restore): intentd refuses until an operator acts. */
 export class StoreRolledBack extends Unavailable { static override readonly REASON = "STORE_ROLLED_BACK"; }
 /** No or unknown credentials. */
@@ -209,7 +211,8 @@ type ErrorClass = new (r: Refusal, cause: ConnectError) => IntentdError;
 export const BY_REASON: Readonly<Record<string, ErrorClass>> = Object.fromEntries(
   [
     InvalidField, IntentNotFound, SessionNotFound, FingerprintMismatch, InvalidTransition, ResultMismatch, IntentExpired,
-    LeaseHeld, RevisionCompacted, StaleToken, RateLimited, TooLarge, StoreFull, StoreUnavailable, StoreRolledBack,
+    LeaseHeld, RevisionCompacted, StaleToken, RateLimited, TooLarge, StoreFull, StoreUnavailable, ArchiveUnavailable,
+    StoreRolledBack,
     Unauthenticated, PermissionDenied, Internal,
   ].map((c) => [c.REASON, c as ErrorClass]),
 );
