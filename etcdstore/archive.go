@@ -249,6 +249,17 @@ func frozen(decide decideFunc) decideFunc {
 	}
 }
 
+// archivable prepares a transition that may find its record in the
+// archive: its decision never writes an archived record (frozen), and an
+// archive that cannot be asked ends it at once (archiveScope).
+func (s *Store) archivable(ctx context.Context, decide decideFunc) (context.Context, decideFunc, func(error) error) {
+	if s.archive.on() {
+		decide = frozen(decide)
+	}
+	ctx, done := s.archiveScope(ctx)
+	return ctx, decide, done
+}
+
 // archiveScopeKey carries, in an operation's context, the function that
 // ends it when the archive cannot be asked.
 type archiveScopeKey struct{}

@@ -96,3 +96,35 @@ func TestArchivedTombstonePastItsRetentionIsGone(t *testing.T) {
 		t.Fatalf("register: created %v, %v; want a new intent", created, err)
 	}
 }
+
+// A call that would write evidence on an archived record (an escalation
+// under a superseded token) answers its refusal at once, without the
+// write; one that must ask an archive that is down fails at once.
+func TestCallsOnArchivedIntentsAnswerAtOnce(t *testing.T) {
+	ti := startTiers(t)
+	ctx := context.Background()
+	s := ti.store(t, true)
+	finish(t, s, "t1", "moved", intent.StateCompleted)
+	ti.c.Advance(2 * time.Hour)
+	if r, err := s.Sweep(ctx); err != nil || r.Archived != 1 {
+		t.Fatalf("swept %+v, %v; want 1 archived", r, err)
+	}
+	start := time.Now()
+	// Token 1: below any token issued (a revision times 128), so superseded.
+	_, err := s.Escalate(ctx, intent.Escalation{Tenant: "t1", Key: "moved", Token: 1, Actor: "w", Reason: "late"})
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("escalation under another token of an archived intent: %v after %v, want a refusal at once", err, time.Since(start))
+	}
+	if _, err := s.Cancel(ctx, intent.Cancellation{Tenant: "t1", Key: "moved", Actor: "a", Reason: "x"}); !errors.Is(err, intent.ErrInvalidTransition) {
+		t.Fatalf("cancel of an archived COMPLETED intent: %v, want an invalid transition", err)
+	}
+
+	if err := ti.pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = s.Cancel(ctx, intent.Cancellation{Tenant: "t1", Key: "never-seen", Actor: "a", Reason: "x"})
+	if !errors.Is(err, intent.ErrArchiveUnavailable) || time.Since(start) > 3*time.Second {
+		t.Fatalf("cancel of a key etcd does not hold, the archive down: %v after %v, want ErrArchiveUnavailable at once", err, time.Since(start))
+	}
+}

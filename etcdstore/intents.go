@@ -207,11 +207,8 @@ func (s *Store) Report(ctx context.Context, r intent.Report) (*intent.ReportOutc
 		return v, err
 	}
 	call := machine.ReportCall{Report: &r, Principal: intent.PrincipalFrom(ctx)}
-	var decide decideFunc = func(v *machine.View) machine.Decision { return s.rules.Report(v, call, s.cfg.Now()) }
-	if s.archive.on() {
-		decide = frozen(decide) // a late report's evidence is not written to an archived record
-	}
-	ctx, done := s.archiveScope(ctx)
+	// A late report's evidence is not written to an archived record.
+	ctx, decide, done := s.archivable(ctx, func(v *machine.View) machine.Decision { return s.rules.Report(v, call, s.cfg.Now()) })
 	a, err := s.transition(ctx, r.Tenant, r.Key, start, load, decide)
 	if err = done(err); err != nil {
 		return nil, err

@@ -27,10 +27,11 @@ func principal(ctx context.Context, actor string) string {
 // for review changes nothing.
 func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Intent, error) {
 	call := machine.EscalateCall{Escalation: &e, Principal: principal(ctx, e.Actor)}
-	a, err := s.transition(ctx, e.Tenant, e.Key, nil, s.loadWithHolder(e.Tenant, e.Key), func(v *machine.View) machine.Decision {
+	ctx, decide, done := s.archivable(ctx, func(v *machine.View) machine.Decision {
 		return s.rules.Escalate(v, call, s.cfg.Now())
 	})
-	return a.Intent, err
+	a, err := s.transition(ctx, e.Tenant, e.Key, nil, s.loadWithHolder(e.Tenant, e.Key), decide)
+	return a.Intent, done(err)
 }
 
 // Resolve records a reviewer's decision on a NEEDS_REVIEW or UNKNOWN intent
@@ -42,20 +43,22 @@ func (s *Store) Escalate(ctx context.Context, e intent.Escalation) (*intent.Inte
 // one the reviewer saw is refused with *intent.StaleTokenError.
 func (s *Store) Resolve(ctx context.Context, d intent.Resolution) (in *intent.Intent, replayed bool, err error) {
 	call := machine.ResolveCall{Resolution: &d, Principal: principal(ctx, d.Actor)}
-	a, err := s.transition(ctx, d.Tenant, d.Key, nil, s.loadWithHolder(d.Tenant, d.Key), func(v *machine.View) machine.Decision {
+	ctx, decide, done := s.archivable(ctx, func(v *machine.View) machine.Decision {
 		return s.rules.Resolve(v, call, s.cfg.Now())
 	})
-	return a.Intent, a.Replayed, err
+	a, err := s.transition(ctx, d.Tenant, d.Key, nil, s.loadWithHolder(d.Tenant, d.Key), decide)
+	return a.Intent, a.Replayed, done(err)
 }
 
 // Cancel withdraws a PENDING intent: CANCELLED is final. Cancelling a
 // cancelled intent again changes nothing.
 func (s *Store) Cancel(ctx context.Context, c intent.Cancellation) (*intent.Intent, error) {
 	call := machine.CancelCall{Cancellation: &c, Principal: principal(ctx, c.Actor)}
-	a, err := s.transition(ctx, c.Tenant, c.Key, nil, s.loadWithHolder(c.Tenant, c.Key), func(v *machine.View) machine.Decision {
+	ctx, decide, done := s.archivable(ctx, func(v *machine.View) machine.Decision {
 		return s.rules.Cancel(v, call, s.cfg.Now())
 	})
-	return a.Intent, err
+	a, err := s.transition(ctx, c.Tenant, c.Key, nil, s.loadWithHolder(c.Tenant, c.Key), decide)
+	return a.Intent, done(err)
 }
 
 // loadWithHolder loads a view for a call that shows or decides by whether

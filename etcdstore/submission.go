@@ -26,10 +26,11 @@ func (s *Store) BeginSubmission(ctx context.Context, st intent.SubmissionStart) 
 	start := s.optimisticHeld(st.Tenant, st.Key)
 	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, st.Tenant, st.Key, nil) }
 	call := machine.BeginCall{Start: &st, Principal: intent.PrincipalFrom(ctx)}
-	a, err := s.transition(ctx, st.Tenant, st.Key, start, load, func(v *machine.View) machine.Decision {
+	ctx, decide, done := s.archivable(ctx, func(v *machine.View) machine.Decision {
 		return s.rules.BeginSubmission(v, call, s.cfg.Now())
 	})
-	if err != nil {
+	a, err := s.transition(ctx, st.Tenant, st.Key, start, load, decide)
+	if err = done(err); err != nil {
 		return nil, err
 	}
 	return &intent.SubmissionBegun{Verdict: a.Verdict, Submission: a.Submission, Intent: a.Intent, Replayed: a.Replayed}, nil
@@ -41,10 +42,11 @@ func (s *Store) RecordSubmission(ctx context.Context, e intent.SubmissionEnd) (*
 	start := s.optimisticHeld(e.Tenant, e.Key) // the guards send us to a fresh read if it changed
 	load := func(ctx context.Context) (*machine.View, error) { return s.read(ctx, e.Tenant, e.Key, nil) }
 	call := machine.RecordCall{End: &e, Principal: intent.PrincipalFrom(ctx)}
-	a, err := s.transition(ctx, e.Tenant, e.Key, start, load, func(v *machine.View) machine.Decision {
+	ctx, decide, done := s.archivable(ctx, func(v *machine.View) machine.Decision {
 		return s.rules.RecordSubmission(v, call, s.cfg.Now())
 	})
-	if err != nil {
+	a, err := s.transition(ctx, e.Tenant, e.Key, start, load, decide)
+	if err = done(err); err != nil {
 		return nil, err
 	}
 	return &intent.SubmissionRecord{Submission: a.Submission, Intent: a.Intent, Replayed: a.Replayed}, nil
