@@ -447,10 +447,13 @@ func watchEvent(tenant, key string, ev *clientv3.Event, f *intent.Filter) (inten
 // many worker sessions are open, across every tenant of the installation.
 type Depths struct {
 	Unknown, NeedsReview, Sessions int64
+	// Final is the final records etcd holds (their retention index, both
+	// layouts): with an archive, those not moved yet.
+	Final int64
 }
 
-// Depths counts the review queue and the open sessions with three
-// count-only ranges in one linearizable read: etcd counts index keys
+// Depths counts the review queue, the open sessions and the final records
+// with count-only ranges in one linearizable read: etcd counts index keys
 // without sending them, so the cost follows the counts, not the store.
 // Records that entered UNKNOWN or NEEDS_REVIEW before the store kept the
 // cross-tenant queue index are counted once they change state again; an
@@ -466,10 +469,12 @@ func (s *Store) Depths(ctx context.Context) (Depths, error) {
 		count(s.keys.reviewQueue(intent.StateUnknown)),
 		count(s.keys.reviewQueue(intent.StateNeedsReview)),
 		count(s.keys.openSessions()),
+		count(s.keys.retentionsIn(layoutCompact)),
+		count(s.keys.retentionsIn(layoutDecimal)),
 	).Commit()
 	if err != nil {
 		return Depths{}, unavailable(err)
 	}
 	n := func(i int) int64 { return resp.Responses[i].GetResponseRange().Count }
-	return Depths{Unknown: n(0), NeedsReview: n(1), Sessions: n(2)}, nil
+	return Depths{Unknown: n(0), NeedsReview: n(1), Sessions: n(2), Final: n(3) + n(4)}, nil
 }

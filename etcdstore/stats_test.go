@@ -83,12 +83,12 @@ func TestStatsAndDepths(t *testing.T) {
 	if wantD := (etcdstore.Depths{Unknown: 2, NeedsReview: 2, Sessions: 2}); d != wantD {
 		t.Errorf("Depths() = %+v, want %+v", d, wantD)
 	}
-	// Resolving takes an intent out of the queue.
+	// Resolving takes an intent out of the queue, and it is final.
 	if _, _, err := s.Resolve(ctx(t), intent.Resolution{Tenant: "default", Key: "st-review", Decision: intent.StateCancelled, Actor: "rev", Reason: "not wanted"}); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := s.Depths(ctx(t)); err != nil || d.NeedsReview != 1 {
-		t.Errorf("Depths() after Resolve = %+v, %v; want NeedsReview 1", d, err)
+	if d, err := s.Depths(ctx(t)); err != nil || d.NeedsReview != 1 || d.Final != 1 {
+		t.Errorf("Depths() after Resolve = %+v, %v; want NeedsReview 1, Final 1", d, err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -42,6 +42,9 @@ type metrics struct {
 	// etcdstore.Store.Depths).
 	queue    *prometheus.GaugeVec
 	sessions prometheus.Gauge
+	// final counts the final records etcd holds (with an archive: not
+	// moved yet), beside intentd_archive_rows.
+	final prometheus.Gauge
 	// dbSize, dbInUse and dbQuota are the fullest etcd member's database
 	// (see dbStatus).
 	dbSize, dbInUse, dbQuota prometheus.Gauge
@@ -71,6 +74,9 @@ func newMetrics() *metrics {
 		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "intentd_sessions_open", Help: "Worker sessions open (not closed, not lapsed), across tenants; the same figure from every replica.",
 		}),
+		final: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "intentd_etcd_final_intents", Help: "Final intents etcd holds, across tenants (with an archive: those not moved to it yet; intentd_archive_rows counts the archive's); the same figure from every replica.",
+		}),
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}))),
 		sweeps: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -94,7 +100,7 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.grpc, m.answers.outcomes, m.answers.stale, m.answers.fingerprint, m.txn, m.batch,
-		m.sweeps, m.overdue, m.queue, m.sessions, m.dbSize, m.dbInUse, m.dbQuota,
+		m.sweeps, m.overdue, m.queue, m.sessions, m.final, m.dbSize, m.dbInUse, m.dbQuota,
 	)
 	for _, st := range []string{"UNKNOWN", "NEEDS_REVIEW"} {
 		m.queue.WithLabelValues(st)
@@ -199,6 +205,7 @@ func (m *metrics) depths(d etcdstore.Depths) {
 	m.queue.WithLabelValues("UNKNOWN").Set(float64(d.Unknown))
 	m.queue.WithLabelValues("NEEDS_REVIEW").Set(float64(d.NeedsReview))
 	m.sessions.Set(float64(d.Sessions))
+	m.final.Set(float64(d.Final))
 }
 
 // collectFunc is a collector of one metric family read at scrape time.
