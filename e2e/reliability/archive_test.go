@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/testing/pgtest"
+	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -44,6 +47,9 @@ const (
 	// archiveMinRatio is the completion rate during a fault, as a share
 	// of the rate before it, below which the run fails.
 	archiveMinRatio = 0.5
+	// archiveResume bounds how long moves may stop after the janitor's
+	// replica was killed: its election key's session TTL (10s) and a pass.
+	archiveResume = 20 * time.Second
 )
 
 // archiveFlags are a replica's flags for an archive at dsn.
@@ -416,4 +422,254 @@ func TestArchivePostgresStoppedAndPaused(t *testing.T) {
 				ev.Kind, during.PerSecond, 100*ratio, before.PerSecond, 100*archiveMinRatio)
 		}
 	}
+}
+
+// inEtcd returns which of keys etcd holds any key of (the record or an
+// index naming it).
+func inEtcd(t *testing.T, admin *clientv3.Client, keys []string) map[string]bool {
+	t.Helper()
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[k] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := admin.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	held := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		for _, seg := range strings.Split(string(kv.Key), "/") {
+			if want[seg] {
+				held[seg] = true
+			}
+		}
+	}
+	return held
+}
+
+// inArchive returns which of keys the archive's intents table holds, and
+// how many rows of each.
+func inArchive(t *testing.T, dsn string, keys []string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT key, count(*) FROM intents WHERE key = ANY($1) GROUP BY key", keys)
+	if err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			t.Fatalf("PostgreSQL: %v", err)
+		}
+		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	return out
+}
+
+// checkTiers waits until etcd holds nothing of keys (final intents all:
+// each moves once past --archive-after) and checks that each is then in
+// the archive, once: in exactly one tier.
+func checkTiers(t *testing.T, admin *clientv3.Client, dsn string, keys []string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var left map[string]bool
+	for {
+		left = inEtcd(t, admin, keys)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		var some []string
+		for k := range left {
+			if len(some) < 5 {
+				some = append(some, k)
+			}
+		}
+		t.Errorf("%d of %d final intents still in etcd 60s after the load ended, e.g. %v", len(left), len(keys), some)
+	}
+	rows := inArchive(t, dsn, keys)
+	missing, twice := 0, 0
+	for _, k := range keys {
+		switch n := rows[k]; {
+		case n == 0 && !left[k]:
+			missing++
+			if missing <= 5 {
+				t.Errorf("%s is in neither tier", k)
+			}
+		case n > 1:
+			twice++
+			t.Errorf("%s has %d rows in the archive", k, n)
+		case n == 1 && left[k]:
+			t.Errorf("%s is in both tiers", k)
+		}
+	}
+	t.Logf("tiers: %d final intents, %d in the archive, %d still in etcd, %d in neither, %d twice", len(keys), len(rows), len(left), missing, twice)
+}
+
+// getBytes reads each key through c and returns Get's answers as
+// deterministic bytes.
+func getBytes(t *testing.T, c intentv1.IntentServiceClient, keys []string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		g, err := c.Get(ctx, &intentv1.GetRequest{Key: k})
+		cancel()
+		if err != nil {
+			t.Errorf("Get(%s): %v", k, err)
+			continue
+		}
+		out[k] = wireBytes(t, g)
+	}
+	return out
+}
+
+// TestArchiveReplicaKilledMidMove: two replicas archive under load
+// (--archive-after 1s: every pass of the janitor moves records); the
+// replica holding the janitor election (the one that moves) is SIGKILLed
+// three times while the archive is gaining rows (a pass under way), each
+// time restarted 1 s later; the next kill waits until moves resumed (the
+// dead janitor's election key lives out its session's TTL first). A kill between a
+// record's archive write and its etcd delete leaves it in etcd, answering
+// as before, and the next pass writes the same row again. Afterwards every
+// final intent is in exactly one tier (etcd holds nothing of it once it
+// moved, the archive one row), the intents read just before each kill
+// answer byte for byte as then, and every check of Finish holds.
+func TestArchiveReplicaKilledMidMove(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
+	admin, err := e.Cluster.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := sanitize(t.Name())
+	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
+	cold := prober.complete(name+"-cold", 4)
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
+	e.WaitOK(100, 20*time.Second)
+	// Moves begin once the storage format version advanced.
+	moved := awaitMoved(t, admin, cold, 60*time.Second)
+	t.Logf("the first records left etcd %v after the load began", moved.Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+
+	// Answers to keep: the intents most recently completed at each kill,
+	// in etcd or on their way out of it.
+	var reader intentv1.IntentServiceClient
+	{
+		cc, err := harness.Dial(e.Addrs()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cc.Close() })
+		reader = intentv1.NewIntentServiceClient(cc)
+	}
+	kept := map[string][]byte{}
+	recent := func(n int) []string {
+		settled := load.Settled()
+		keys := load.Keys()
+		var out []string
+		for i := len(keys) - 1; i >= 0 && len(out) < n; i-- {
+			if _, ok := settled[keys[i]]; ok {
+				out = append(out, keys[i])
+			}
+		}
+		return out
+	}
+	pgc, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() { _ = pgc.Close(context.Background()) })
+	rows := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var n int
+		if err := pgc.QueryRow(ctx, "SELECT count(*) FROM intents").Scan(&n); err != nil {
+			t.Fatalf("PostgreSQL: %v", err)
+		}
+		return n
+	}
+	// moving waits until the archive gained rows within the last 200ms:
+	// a pass of the archiver is under way. It returns the rows then and
+	// how long it waited.
+	moving := func() (int, time.Duration) {
+		start := time.Now()
+		last := rows()
+		for time.Since(start) < archiveResume {
+			time.Sleep(200 * time.Millisecond)
+			if n := rows(); n > last {
+				return n, time.Since(start)
+			} else {
+				last = n
+			}
+		}
+		t.Fatalf("the archive gained no row for %v: no replica moves records (a dead janitor's election key lives out a 10s session TTL; then another replica must lead)", archiveResume)
+		return 0, 0
+	}
+	var served []int64
+	for round := range 3 {
+		// A killed janitor's election key outlives it (its etcd session's
+		// TTL): moves resume once it expired and another replica leads.
+		n, waited := moving()
+		sweeper, other := janitorReplica(t, e)
+		for k, b := range getBytes(t, reader, recent(20)) {
+			kept[k] = b
+		}
+		ev := e.Faults.Inject("kill-janitor", "replica %s (the janitor's), SIGKILL mid-pass (archive at %d rows, growing; moves resumed after %v), restarted after 1s (kill %d of 3)",
+			sweeper.Name, n, waited.Round(100*time.Millisecond), round+1)
+		otherBefore := other.Served()
+		sweeper.Kill()
+		time.Sleep(time.Second)
+		served = append(served, other.Served()-otherBefore)
+		if err := sweeper.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		e.Faults.Heal(ev)
+	}
+	n, waited := moving()
+	t.Logf("moves resumed %v after the last kill's restart (archive at %d rows)", waited.Round(100*time.Millisecond), n)
+	time.Sleep(2 * time.Second)
+	e.Finish(load, FinishOptions{Noticed: func(ev FaultEvent, _ []Call) int {
+		for i, x := range e.Faults.Events() {
+			if x.Injected == ev.Injected {
+				return int(served[i])
+			}
+		}
+		return 0
+	}})
+
+	keys := load.Keys()
+	for _, it := range cold {
+		keys = append(keys, it.key)
+	}
+	checkTiers(t, admin, dsn, keys)
+
+	differ := 0
+	now := getBytes(t, reader, slices.Sorted(maps.Keys(kept)))
+	for k, b := range kept {
+		if !bytes.Equal(now[k], b) {
+			differ++
+			if differ <= 5 {
+				t.Errorf("Get(%s) differs from its answer just before a kill (%d bytes then, %d now)", k, len(b), len(now[k]))
+			}
+		}
+	}
+	t.Logf("answers kept at the kills: %d, the same after the moves: %d", len(kept), len(kept)-differ)
+	prober.untilSame(cold, 10*time.Second)
 }
