@@ -61,6 +61,9 @@
 //	   TestBlackholedEtcdMemberKeepsServing the same with the leader's client link black-holed (packets dropped, no reset)
 //	   TestGatewayUnderFaults        load through two fencing gateways (intentd gateway) to a courier without idempotency: etcd leader killed, a gateway SIGKILLed mid-call, the other restarted; one pickup per intent
 //	   TestRollingUpgrade            the last release (RELEASES) and this checkout as replicas under load, replaced one at a time and rolled back; the storage format version advances once both are new
+//	   TestArchivePostgresStoppedAndPaused  two replicas on one PostgreSQL archive: PostgreSQL SIGSTOPped 5s, then stopped 5s; live intents complete at half the rate before or more, archived ones answer as before or ARCHIVE_UNAVAILABLE
+//	   TestArchiveReplicaKilledMidMove      the janitor's replica SIGKILLed three times while records move; each final intent then in exactly one tier, answers unchanged
+//	   TestArchiveEtcdLeaderStalled         the etcd leader SIGSTOPped 3s while records move, under back-to-back load: the stall scenarios' rate bars, one tier per intent
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
 // The scenarios' files are named by fault family: members_test.go (etcd
@@ -68,8 +71,10 @@
 // etcd cut, half-open, slow), replicas_test.go (intentd processes killed),
 // clock_test.go, storage_test.go (compaction, quota, snapshot restore),
 // leases_test.go, stalls_test.go, workers_test.go (worker processes killed
-// and paused), gateway_test.go (the fencing gateway's processes) and
-// soak_test.go.
+// and paused), gateway_test.go (the fencing gateway's processes),
+// archive_test.go (the archive tier on a real PostgreSQL: the server paused
+// and stopped, the archiving replica killed, an etcd stall while records
+// move) and soak_test.go.
 //
 // The latest figures, and what this package cannot prove, are in
 // RELIABILITY.md beside it.
