@@ -5,7 +5,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +17,6 @@ import (
 	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/testing/pgtest"
-	"github.com/jackc/pgx/v5"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -449,32 +451,51 @@ func inEtcd(t *testing.T, admin *clientv3.Client, keys []string) map[string]bool
 	return held
 }
 
-// inArchive returns which of keys the archive's intents table holds, and
-// how many rows of each.
-func inArchive(t *testing.T, dsn string, keys []string) map[string]int {
+// psql runs sql on the database at dsn with PostgreSQL's own client (the
+// server's binaries: pgtest.Bin) and returns its rows, one a line, fields
+// separated by "|".
+func psql(t *testing.T, dsn, sql string) []string {
 	t.Helper()
+	bin, err := pgtest.Bin()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", sql)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
+		t.Fatalf("psql %q: %v: %s", sql, err, stderr.String())
 	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT key, count(*) FROM intents WHERE key = ANY($1) GROUP BY key", keys)
-	if err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
+	var rows []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if l != "" {
+			rows = append(rows, l)
+		}
+	}
+	return rows
+}
+
+// inArchive returns how many rows the archive's intents table holds of
+// each of keys (of any tenant) that it holds at all.
+func inArchive(t *testing.T, dsn string, keys []string) map[string]int {
+	t.Helper()
+	want := map[string]bool{}
+	for _, k := range keys {
+		want[k] = true
 	}
 	out := map[string]int{}
-	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			t.Fatalf("PostgreSQL: %v", err)
+	for _, row := range psql(t, dsn, "SELECT key, count(*) FROM intents GROUP BY key") {
+		k, n, ok := strings.Cut(row, "|")
+		c, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			t.Fatalf("psql: unexpected row %q", row)
 		}
-		out[k] = n
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
+		if want[k] {
+			out[k] = c
+		}
 	}
 	return out
 }
@@ -644,30 +665,23 @@ func TestArchiveReplicaKilledMidMove(t *testing.T) {
 	prober.untilSame(cold, 10*time.Second)
 }
 
-// archiveRows counts the rows of the archive's intents table, on a
-// connection of its own.
+// archiveRows counts the rows of the archive's intents table.
 type archiveRows struct {
-	t    *testing.T
-	conn *pgx.Conn
+	t   *testing.T
+	dsn string
 }
 
-func newArchiveRows(t *testing.T, dsn string) *archiveRows {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatalf("PostgreSQL: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return &archiveRows{t: t, conn: conn}
-}
+func newArchiveRows(t *testing.T, dsn string) *archiveRows { return &archiveRows{t: t, dsn: dsn} }
 
 func (a *archiveRows) count() int {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var n int
-	if err := a.conn.QueryRow(ctx, "SELECT count(*) FROM intents").Scan(&n); err != nil {
-		a.t.Fatalf("PostgreSQL: %v", err)
+	rows := psql(a.t, a.dsn, "SELECT count(*) FROM intents")
+	if len(rows) != 1 {
+		a.t.Fatalf("psql: count(*) answered %q", rows)
+	}
+	n, err := strconv.Atoi(rows[0])
+	if err != nil {
+		a.t.Fatalf("psql: count(*) answered %q", rows[0])
 	}
 	return n
 }
@@ -748,10 +762,40 @@ func TestArchiveEtcdLeaderStalled(t *testing.T) {
 		t.Errorf("after etcd %s came back, intents completed at %.1f/s: %.0f%% of the %.1f/s before, want at least %.0f%%",
 			m.Name, after.PerSecond, 100*after.PerSecond/before.PerSecond, before.PerSecond, 100*stallMinAfter)
 	}
+	logFailedSessionCalls(t, e.Rec.Calls())
 	keys := load.Keys()
 	for _, it := range cold {
 		keys = append(keys, it.key)
 	}
 	checkTiers(t, admin, dsn, keys)
 	prober.untilSame(cold, 10*time.Second)
+}
+
+// logFailedSessionCalls logs the Heartbeat and OpenSession calls that
+// failed, by method, code and reason, with the span of their ends: where
+// to look when workers lost their sessions.
+func logFailedSessionCalls(t *testing.T, calls []Call) {
+	t.Helper()
+	type span struct {
+		n          int
+		first, end time.Duration
+	}
+	seen := map[string]*span{}
+	for _, c := range calls {
+		if c.OK() || (c.Method != "Heartbeat" && c.Method != "OpenSession") {
+			continue
+		}
+		k := fmt.Sprintf("%s %v %s", c.Method, c.Code, c.Reason)
+		sp, ok := seen[k]
+		if !ok {
+			sp = &span{first: c.End}
+			seen[k] = sp
+		}
+		sp.n++
+		sp.first, sp.end = min(sp.first, c.End), max(sp.end, c.End)
+	}
+	for _, k := range slices.Sorted(maps.Keys(seen)) {
+		sp := seen[k]
+		t.Logf("failed session calls: %s: %d, ending %v–%v", k, sp.n, sp.first.Round(time.Millisecond), sp.end.Round(time.Millisecond))
+	}
 }
