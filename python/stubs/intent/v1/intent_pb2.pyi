@@ -58,6 +58,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
     ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
     ERROR_REASON_RATE_LIMITED: _ClassVar[ErrorReason]
+    ERROR_REASON_ARCHIVE_UNAVAILABLE: _ClassVar[ErrorReason]
 
 class ActionTaken(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -159,6 +160,7 @@ ERROR_REASON_INTERNAL: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_RATE_LIMITED: ErrorReason
+ERROR_REASON_ARCHIVE_UNAVAILABLE: ErrorReason
 ACTION_TAKEN_UNSPECIFIED: ActionTaken
 ACTION_TAKEN_NONE: ActionTaken
 ACTION_TAKEN_LEASE_ISSUED: ActionTaken
