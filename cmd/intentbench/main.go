@@ -36,7 +36,14 @@
 //   - gateway (not in the default run): a worker's cycle through the
 //     fencing gateway (intentd gateway) to a trivial upstream, against
 //     intentd's cycle, at each --levels concurrency; its figures on a line
-//     of their own, GATEWAY ... (gateway.go).
+//     of their own, GATEWAY ... (gateway.go);
+//   - archive (not in the default run; issue 26): intentd with a PostgreSQL
+//     archive (--archive-dsn, or a server of its own from Debian's
+//     packages) against intentd without one: etcd's database in use as
+//     retained intents grow from --archive-intents to ten times as many,
+//     the cycle at C=1 and C=64, replays answered from the archive (and
+//     byte for byte the answer before the move), the archive's bytes per
+//     intent; its figures on a line of their own, ARCHIVE ... (archive.go).
 //
 // CPU time per operation of each server process comes from
 // /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per
@@ -74,7 +81,7 @@ import (
 // only when --workloads names them, after those.
 var (
 	workloads         = []string{"replay", "cycle", "contention", "heartbeat", "scale"}
-	optionalWorkloads = []string{"tombstones", "gateway"}
+	optionalWorkloads = []string{"tombstones", "gateway", "archive"}
 )
 
 // config is the run's settings, from the flags.
@@ -112,6 +119,12 @@ type config struct {
 	tombstones        int
 	tombstoneBaseline string
 	tombstoneWorkers  int
+	// archiveDSN is the PostgreSQL the archive workload archives into
+	// ("": a server of its own); archiveIntents the N of its etcd growth
+	// curve (N to 10·N); archiveReplayKeys the intents it replays.
+	archiveDSN        string
+	archiveIntents    int
+	archiveReplayKeys int
 }
 
 func (c config) runs(w string) bool { return slices.Contains(c.workloads, w) }
@@ -153,6 +166,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.tombstones, "tombstones", 1000000, "tombstones stored in each intentd of the tombstones workload")
 	fs.StringVar(&c.tombstoneBaseline, "tombstone-baseline", "", "an earlier version's intentd binary, measured beside this version's in the tombstones workload (empty: this version's alone)")
 	fs.IntVar(&c.tombstoneWorkers, "tombstone-workers", 1, "concurrent calls in the tombstones workload")
+	fs.StringVar(&c.archiveDSN, "archive-dsn", "", "the archive workload's PostgreSQL: a database it may fill (empty: it starts a server of its own from Debian's packages, scripts/install-postgres.sh)")
+	fs.IntVar(&c.archiveIntents, "archive-intents", 2000, "retained intents at the first point of the archive workload's etcd growth curve; it ends at ten times as many")
+	fs.IntVar(&c.archiveReplayKeys, "archive-replay-keys", 2000, "archived intents the archive workload replays round-robin, far more than the smallest cache holds")
 	fs.StringVar(&c.heapProfiles, "heap-profiles", "", "write each started intentd's heap profile (pprof, in use after a GC) into this directory when its memory is reported: <name>.heap")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "use this running etcd cluster (comma-separated endpoints) as the raw peer instead of starting one; it must not be intentd's")
 	if err := fs.Parse(args); err != nil {
@@ -216,6 +232,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, bad("--tombstones %d: want at least 2", c.tombstones)
 	case c.tombstoneWorkers < 1:
 		return c, bad("--tombstone-workers %d: want at least 1", c.tombstoneWorkers)
+	case c.archiveIntents < 1:
+		return c, bad("--archive-intents %d: want at least 1", c.archiveIntents)
+	case c.archiveReplayKeys < 1:
+		return c, bad("--archive-replay-keys %d: want at least 1", c.archiveReplayKeys)
 	case len(c.intentdEtcd) > 0 && c.intentdAddr == "":
 		return c, bad("--intentd-etcd: only with --intentd-addr (a started intentd's etcd is known)")
 	}
@@ -333,6 +353,11 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 	if cfg.runs("tombstones") {
 		if err := b.runTombstones(ctx); err != nil {
+			return err
+		}
+	}
+	if cfg.runs("archive") {
+		if err := b.runArchive(ctx); err != nil {
 			return err
 		}
 	}
