@@ -377,14 +377,16 @@ func (r *archiveRun) cycle(ctx context.Context) error {
 			return 0, b.cycle(ctx, r.plain, ids[1][w], b.key("pc"))
 		}},
 	}
-	rows := [][]string{{"cycle", "with /s", "without /s", "with ÷ without", "with p50 / p99 ms", "without p50 / p99 ms", "with CPU µs/cycle", "without CPU µs/cycle", "archive reads/cycle"}}
+	rows := [][]string{{"cycle", "with /s", "without /s", "with ÷ without", "with p50 / p99 ms", "without p50 / p99 ms", "with CPU µs/cycle", "without CPU µs/cycle", "PostgreSQL CPU µs/cycle", "archive reads/cycle"}}
 	for _, c := range []int{archiveLow, archiveHigh} {
-		reads0, cycles0 := r.arch.metric("intentd_archive_reads_total"), archCycles.Load()
+		reads0, cycles0, pg0 := r.arch.metric("intentd_archive_reads_total"), archCycles.Load(), r.pg.cpu()
 		rs, err := b.interleave(ctx, "archive, cycle", peers, c)
 		if err != nil {
 			return err
 		}
-		reads := ratio(r.arch.metric("intentd_archive_reads_total")-reads0, float64(archCycles.Load()-cycles0))
+		cycles := archCycles.Load() - cycles0
+		reads := ratio(r.arch.metric("intentd_archive_reads_total")-reads0, float64(cycles))
+		pgCPU := perOp(pg0, r.pg.cpu(), cycles)
 		ratio := pairRatio(rs[0], rs[1])
 		if c == archiveLow {
 			r.fig.cycleC1 = ratio.med
@@ -396,11 +398,11 @@ func (r *archiveRun) cycle(ctx context.Context) error {
 			over(rs[0], round.rate).format(0), over(rs[1], round.rate).format(0), ratio.format(2),
 			latencies(rs[0]), latencies(rs[1]),
 			over(rs[0], round.cpuPerOp).format(0), over(rs[1], round.cpuPerOp).format(0),
-			num(reads, 2),
+			num(pgCPU, 0), num(reads, 2),
 		})
 	}
 	r.created += archCycles.Load()
-	fmt.Fprintf(b.out, "archive, cycle: fresh intent, Acquire with register (EXECUTE) + Complete, with the archive against without, %d B payloads; %d rounds of %s each, interleaved; median (min–max); CPU is intentd's (its embedded etcd's included, PostgreSQL's not)\n", b.cfg.payload, b.cfg.rounds, b.cfg.duration)
+	fmt.Fprintf(b.out, "archive, cycle: fresh intent, Acquire with register (EXECUTE) + Complete, with the archive against without, %d B payloads; %d rounds of %s each, interleaved; median (min–max); CPU: intentd's (its embedded etcd's included), and PostgreSQL's (its live processes, warm-ups and the archiver's moves included) per cycle with the archive\n", b.cfg.payload, b.cfg.rounds, b.cfg.duration)
 	table(b.out, rows)
 	return nil
 }
@@ -506,7 +508,7 @@ func (r *archiveRun) replay(ctx context.Context) error {
 	if len(archKeys) == 0 {
 		return fmt.Errorf("archive, replay: every answer was read too late to be before its move (%d)", late)
 	}
-	reads0, memory0, calls0 := r.arch.metric("intentd_archive_reads_total"), r.arch.metric("intentd_store_replays_from_memory_total"), archCalls.Load()
+	reads0, memory0, calls0, pg0 := r.arch.metric("intentd_archive_reads_total"), r.arch.metric("intentd_store_replays_from_memory_total"), archCalls.Load(), r.pg.cpu()
 	rs, err := b.interleave(ctx, "archive, replay", []peer{
 		{"from the archive", r.arch.proc, nil, replayOp(r.arch, archIDs[0], archKeys, &archNext, &archCalls)},
 		{"from etcd, no archive", r.plain.proc, nil, replayOp(r.plain, plainIDs[0], plainKeys, &plainNext, nil)},
@@ -515,6 +517,7 @@ func (r *archiveRun) replay(ctx context.Context) error {
 		return err
 	}
 	calls := float64(archCalls.Load() - calls0)
+	pgCPU := perOp(pg0, r.pg.cpu(), archCalls.Load()-calls0)
 	readsPer := ratio(r.arch.metric("intentd_archive_reads_total")-reads0, calls)
 	fromMemory := ratio(r.arch.metric("intentd_store_replays_from_memory_total")-memory0, calls)
 	p50, p99 := pctMs(0.5), pctMs(0.99)
@@ -523,10 +526,10 @@ func (r *archiveRun) replay(ctx context.Context) error {
 	fmt.Fprintf(b.out, "archive, replay: Acquire (with register, same fingerprint) of %d distinct COMPLETED intents round-robin at C=%d, each intentd restarted with --cache-bytes %d (its smallest) once they moved: from the archive, against the same of as many intents in etcd on the intentd without one; %d rounds of %s, interleaved\n",
 		n, archiveLow, missCacheBytes, b.cfg.rounds, b.cfg.duration)
 	table(b.out, [][]string{
-		{"replay", "p50 ms", "p99 ms", "per s", "CPU µs/call", "archive reads/replay", "from memory"},
-		{"from the archive", over(rs[0], p50).format(2), over(rs[0], p99).format(2), over(rs[0], round.rate).format(0), over(rs[0], round.cpuPerOp).format(0), num(readsPer, 2), percent(fromMemory)},
-		{"from etcd, no archive", over(rs[1], p50).format(2), over(rs[1], p99).format(2), over(rs[1], round.rate).format(0), over(rs[1], round.cpuPerOp).format(0), "", ""},
-		{"archive ÷ etcd", pairQuantileRatio(rs[0], rs[1], 0.5).format(2), pairQuantileRatio(rs[0], rs[1], 0.99).format(2), "", "", "", ""},
+		{"replay", "p50 ms", "p99 ms", "per s", "intentd CPU µs/call", "PostgreSQL CPU µs/call", "archive reads/replay", "from memory"},
+		{"from the archive", over(rs[0], p50).format(2), over(rs[0], p99).format(2), over(rs[0], round.rate).format(0), over(rs[0], round.cpuPerOp).format(0), num(pgCPU, 0), num(readsPer, 2), percent(fromMemory)},
+		{"from etcd, no archive", over(rs[1], p50).format(2), over(rs[1], p99).format(2), over(rs[1], round.rate).format(0), over(rs[1], round.cpuPerOp).format(0), "", "", ""},
+		{"archive ÷ etcd", pairQuantileRatio(rs[0], rs[1], 0.5).format(2), pairQuantileRatio(rs[0], rs[1], 0.99).format(2), "", "", "", "", ""},
 	})
 	verdict := "byte for byte the same"
 	if len(differ) > 0 {
@@ -750,6 +753,47 @@ func pgEnv() []string {
 		return strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=")
 	})
 	return append(out, "LC_ALL=C", "TZ=UTC")
+}
+
+// cpu is the CPU time, user and system, of the server's processes alive
+// now (the postmaster's process group: its connections' backends, which
+// the pools keep, and its background workers); negative when unknown.
+func (p *pgServer) cpu() time.Duration {
+	if p == nil || p.c == nil {
+		return -1
+	}
+	pgrp := strconv.Itoa(p.c.pid())
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return -1
+	}
+	var sum time.Duration
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		// After the command name: state, ppid, pgrp.
+		if f := strings.Fields(string(b[i+1:])); len(f) > 2 && f[2] == pgrp {
+			if c := (proc{pid}).cpu(); c > 0 {
+				sum += c
+			}
+		}
+	}
+	return sum
+}
+
+// perOp is the CPU spent from c0 to c1 per op, in µs; NaN when unknown.
+func perOp(c0, c1 time.Duration, ops int64) float64 {
+	if c0 < 0 || c1 < 0 || ops <= 0 {
+		return math.NaN()
+	}
+	return float64((c1 - c0).Microseconds()) / float64(ops)
 }
 
 // dsn names database db on the server, as the superuser, over loopback.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMain lets the test binary serve as the servers a real run starts
@@ -193,5 +194,24 @@ func TestArchiveWorkload(t *testing.T) {
 	}
 	if m[5] != "true" {
 		t.Errorf("answers after the move differ from those before: %s\n%s", line, out.String())
+	}
+}
+
+func TestPerOp(t *testing.T) {
+	var none *pgServer
+	for _, tc := range []struct {
+		name   string
+		c0, c1 time.Duration
+		ops    int64
+		want   float64
+	}{
+		{"measured", time.Second, 3 * time.Second, 1000, 2000},
+		{"no ops", time.Second, 3 * time.Second, 0, math.NaN()},
+		{"unknown before", -1, time.Second, 10, math.NaN()},
+		{"a server the benchmark did not start", none.cpu(), none.cpu(), 10, math.NaN()},
+	} {
+		if got := perOp(tc.c0, tc.c1, tc.ops); !same(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
