@@ -402,7 +402,7 @@ func (r *archiveRun) cycle(ctx context.Context) error {
 		})
 	}
 	r.created += archCycles.Load()
-	fmt.Fprintf(b.out, "archive, cycle: fresh intent, Acquire with register (EXECUTE) + Complete, with the archive against without, %d B payloads; %d rounds of %s each, interleaved; median (min–max); CPU: intentd's (its embedded etcd's included), and PostgreSQL's (its live processes, warm-ups and the archiver's moves included) per cycle with the archive\n", b.cfg.payload, b.cfg.rounds, b.cfg.duration)
+	fmt.Fprintf(b.out, "archive, cycle: fresh intent, Acquire with register (EXECUTE) + Complete, with the archive against without, %d B payloads; %d rounds of %s each, interleaved; median (min–max); CPU: intentd's (its embedded etcd's included), and PostgreSQL's (the postmaster and its live children, warm-ups and the archiver's moves included) per cycle with the archive\n", b.cfg.payload, b.cfg.rounds, b.cfg.duration)
 	table(b.out, rows)
 	return nil
 }
@@ -756,13 +756,14 @@ func pgEnv() []string {
 }
 
 // cpu is the CPU time, user and system, of the server's processes alive
-// now (the postmaster's process group: its connections' backends, which
-// the pools keep, and its background workers); negative when unknown.
+// now: the postmaster and its children (its connections' backends, which
+// the pools keep, and its background workers; each in a process group of
+// its own); negative when unknown.
 func (p *pgServer) cpu() time.Duration {
 	if p == nil || p.c == nil {
 		return -1
 	}
-	pgrp := strconv.Itoa(p.c.pid())
+	postmaster := strconv.Itoa(p.c.pid())
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return -1
@@ -778,8 +779,8 @@ func (p *pgServer) cpu() time.Duration {
 		if err != nil || i < 0 {
 			continue
 		}
-		// After the command name: state, ppid, pgrp.
-		if f := strings.Fields(string(b[i+1:])); len(f) > 2 && f[2] == pgrp {
+		// After the command name: state, ppid.
+		if f := strings.Fields(string(b[i+1:])); e.Name() == postmaster || (len(f) > 1 && f[1] == postmaster) {
 			if c := (proc{pid}).cpu(); c > 0 {
 				sum += c
 			}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestMain lets the test binary serve as the servers a real run starts
@@ -213,5 +215,44 @@ func TestPerOp(t *testing.T) {
 		if got := perOp(tc.c0, tc.c1, tc.ops); !same(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPostgresServer: the workload's own server starts, makes a database,
+// answers on it, counts its processes' CPU, and leaves nothing behind.
+func TestPostgresServer(t *testing.T) {
+	bin, err := pgBin(pgBinDirs)
+	if err != nil {
+		t.Skipf("%v: run ./scripts/install-postgres.sh", err)
+	}
+	ctx := t.Context()
+	p, err := startPostgres(ctx, bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+	dsn, err := p.createDB(ctx, "bench_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0 := p.cpu()
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM generate_series(1, 3000000)").Scan(&n); err != nil || n != 3000000 {
+		t.Fatalf("a query: %d, %v", n, err)
+	}
+	if c1 := p.cpu(); c0 < 0 || c1-c0 < 10*time.Millisecond {
+		t.Errorf("the server's CPU: %v before a query that takes some, %v after", c0, c1)
+	}
+	conn.Close(ctx)
+	p.stop()
+	if _, err := os.Stat(p.base); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left behind: %v", p.base, err)
+	}
+	if p.cpu() >= 0 && p.c.exited() == nil {
+		t.Error("the server still runs after stop")
 	}
 }
