@@ -16,6 +16,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/intentd/intentd/etcdstore/tombstones"
 	"github.com/intentd/intentd/intent"
 )
 
@@ -310,6 +311,29 @@ func (a *Archive) Get(ctx context.Context, tenant, key string) (Record, bool, er
 		return Record{}, false, wrap("get", err)
 	}
 	return r, true, nil
+}
+
+// Hashes calls fn with the hash (tombstones.HashOf) of every key the
+// archive holds a record or a tombstone of, in no order, streaming: a
+// replica's filter of archived keys is loaded from it. A key may come
+// twice (its record and its tombstone). It stops at fn's first error.
+func (a *Archive) Hashes(ctx context.Context, fn func(tombstones.Hash) error) error {
+	rows, err := a.pool.Query(ctx, "SELECT tenant, key FROM intents")
+	if err != nil {
+		return wrap("hashes", err)
+	}
+	var tenant, key string
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &key}, func() error { return fn(tombstones.HashOf(tenant, key)) })
+	if err != nil {
+		return wrap("hashes", err)
+	}
+	rows, err = a.pool.Query(ctx, "SELECT hash FROM tombstones")
+	if err != nil {
+		return wrap("hashes", err)
+	}
+	var h [16]byte
+	_, err = pgx.ForEachRow(rows, []any{&h}, func() error { return fn(tombstones.Hash(h)) })
+	return wrap("hashes", err)
 }
 
 // Cursor is a position in List's order: (RegisteredAt, Key).

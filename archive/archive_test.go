@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -805,4 +806,48 @@ func TestUnavailable(t *testing.T) {
 			t.Fatalf("%v", err)
 		}
 	})
+}
+
+// Hashes gives the hash of every key the archive holds, records and
+// tombstones, and nothing else; it stops at fn's error.
+func TestHashes(t *testing.T) {
+	a, _, _ := open(t)
+	ctx := ctxT(t)
+	want := map[tombstones.Hash]bool{}
+	var recs []archive.Record
+	for i := range 300 {
+		r := rec([]string{"t1", "t2"}[i%2], fmt.Sprintf("k%d", i), int64(i+1), "x")
+		recs = append(recs, r)
+		want[tombstones.HashOf(r.Tenant, r.Key)] = true
+	}
+	if err := a.Put(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	var es []tombstones.Entry
+	for i := range 50 {
+		e := tombstones.NewEntry("t1", fmt.Sprintf("gone%d", i), intent.StateCompleted, now, now.Add(40*24*time.Hour))
+		es = append(es, e)
+		want[e.Hash] = true
+	}
+	if err := a.PutTombstones(ctx, es); err != nil {
+		t.Fatal(err)
+	}
+	got := map[tombstones.Hash]bool{}
+	if err := a.Hashes(ctx, func(h tombstones.Hash) error { got[h] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%d hashes, want %d (the same)", len(got), len(want))
+	}
+	stop := errors.New("enough")
+	n := 0
+	err := a.Hashes(ctx, func(tombstones.Hash) error {
+		if n++; n == 10 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || n != 10 {
+		t.Fatalf("stopped after %d: %v; want after 10 with its error", n, err)
+	}
 }

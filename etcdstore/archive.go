@@ -36,6 +36,10 @@ type Archive interface {
 	// List is the records of one tenant matching q, in (RegisteredAt, Key)
 	// order, after q.After, at most q.Limit of them.
 	List(ctx context.Context, q ArchiveQuery) ([]ArchivedRecord, error)
+	// Hashes calls fn with the hash (tombstones.HashOf) of every key the
+	// archive holds a record or a tombstone of, until fn's first error:
+	// what the filter of archived keys loads (archivefilter.go).
+	Hashes(ctx context.Context, fn func(tombstones.Hash) error) error
 }
 
 // ArchivedRecord is a final intent as the archive keeps it: the columns it
@@ -93,6 +97,9 @@ type archiveTier struct {
 	// marked is set once this store saw the cluster marked as using an
 	// archive (archivegate.go).
 	marked atomic.Bool
+	// filter tells keys never archived without asking the archive
+	// (archivefilter.go).
+	filter archiveFilter
 }
 
 // on reports whether the store has an archive.
@@ -312,6 +319,14 @@ type ArchiveStats struct {
 	// without the archive's index: before it was turned on, or by a
 	// replica without it) since it was last elected.
 	Backfilled bool
+	// FilterReady is whether this replica's filter of archived keys
+	// (RunArchiveFilter) is loaded and following the moves; FilterKeys
+	// the keys it holds, FilterBytes its memory. FilterRuledOut counts the
+	// lookups it answered without the archive, FilterPassed those it sent
+	// to the archive while ready (archived keys and its false positives).
+	FilterReady                  bool
+	FilterKeys, FilterBytes      int64
+	FilterRuledOut, FilterPassed int64
 }
 
 // ArchiveStats returns what the store counted of its archive.
@@ -321,7 +336,9 @@ func (s *Store) ArchiveStats() ArchiveStats {
 		return ArchiveStats{}
 	}
 	out := ArchiveStats{Enabled: true, Moved: t.moved.Load(), Reads: t.reads.Load(), ReadTime: time.Duration(t.readNanos.Load()),
-		Unavailable: t.unavailable.Load(), Corrupt: t.corrupt.Load(), Backfilled: t.backfill.isDone()}
+		Unavailable: t.unavailable.Load(), Corrupt: t.corrupt.Load(), Backfilled: t.backfill.isDone(),
+		FilterReady: t.filter.ready.Load(), FilterKeys: t.filter.size(), FilterBytes: t.filter.bytes(),
+		FilterRuledOut: t.filter.ruledOut.Load(), FilterPassed: t.filter.passed.Load()}
 	if o := t.oldest.Load(); o != 0 {
 		out.OldestFinal = max(0, s.cfg.Now().Sub(time.Unix(0, o)))
 		out.Lag = max(0, out.OldestFinal-t.after)
@@ -330,9 +347,11 @@ func (s *Store) ArchiveStats() ArchiveStats {
 }
 
 // archiveHolds reports whether the archive holds tenant's key, a record or
-// a tombstone (false without an archive).
-func (s *Store) archiveHolds(ctx context.Context, tenant, key string) (bool, error) {
-	if !s.archive.on() {
+// a tombstone (false without an archive), for a caller that certified the
+// key's chunk at mod revision chunkRev: the filter of archived keys
+// answers when it can.
+func (s *Store) archiveHolds(ctx context.Context, tenant, key string, chunkRev int64) (bool, error) {
+	if !s.archive.on() || s.archive.filter.rulesOut(tombstones.HashOf(tenant, key), chunkRev) {
 		return false, nil
 	}
 	rec, _, tomb, err := s.archiveLookup(ctx, tenant, key)

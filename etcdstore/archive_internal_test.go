@@ -45,6 +45,10 @@ func (p pgArchive) PutTombstones(ctx context.Context, es []tombstones.Entry) err
 	return p.a.PutTombstones(ctx, es)
 }
 
+func (p pgArchive) Hashes(ctx context.Context, fn func(tombstones.Hash) error) error {
+	return p.a.Hashes(ctx, fn)
+}
+
 func (p pgArchive) List(ctx context.Context, q ArchiveQuery) ([]ArchivedRecord, error) {
 	aq := archive.Query{Tenant: q.Tenant, State: q.State, Label: q.Label, Parent: q.Parent, Limit: q.Limit}
 	if q.After != nil {

@@ -332,7 +332,9 @@ func (s *Store) dropTogether(ctx context.Context, spot machine.TombstoneSpot, pa
 		ops = append(ops, clientv3.OpDelete(s.keys.intent(c.tenant, c.key)))
 		ops = s.keys.appendIndexOps(ops, c.rec, nil)
 	}
-	ops = append(ops, clientv3.OpPut(spot.Place, string(value)))
+	// The chunk again, and the moved keys for the replicas' filters of
+	// archived keys (archivefilter.go), at the same revision.
+	ops = append(ops, clientv3.OpPut(spot.Place, string(value)), clientv3.OpPut(s.keys.archiveMoved(), movedValue(part)))
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := s.kv.Txn(tctx).If(cmps...).Then(ops...).Commit()

@@ -48,6 +48,10 @@
 //	cluster/archive                     written once before the first move to
 //	                                    an archive, never removed
 //	                                    (archivegate.go)
+//	cluster/archive-moved               the 16-byte hashes of the keys the
+//	                                    last move moved, written by its
+//	                                    transaction; the filter of archived
+//	                                    keys watches it (archivefilter.go)
 //	installation                        this installation's random id, written
 //	                                    once (create-if-absent) and never
 //	                                    changed: a snapshot restore keeps it,
@@ -284,6 +288,11 @@
 //     is created twice, and a moved record answers as before its move:
 //     the same bytes decode to the same record at the same revision
 //     (replays, mismatches, Get, history).
+//   - The lookup is spared when this replica's filter of archived keys
+//     (RunArchiveFilter, archivefilter.go) rules the key out: it holds
+//     every key moved up to a revision at or past the chunk's, so a new
+//     key is one etcd write, as without an archive, also while the
+//     archive is down.
 //   - An archived record is final and never written again: a late
 //     report's evidence is not recorded (Report answers its refusal
 //     without the write). The archive is read only for what etcd does not

@@ -115,7 +115,7 @@ func (s *Store) Acquire(ctx context.Context, req intent.AcquireRequest) (*intent
 		// it rewrote the chunk and fails the guard (see the package doc,
 		// "Archive").
 		if spot, ok := s.certifiedSpot(req.Tenant, req.Key); ok {
-			if held, err := s.archiveHolds(ctx, req.Tenant, req.Key); err != nil {
+			if held, err := s.archiveHolds(ctx, req.Tenant, req.Key, spot.Rev); err != nil {
 				return nil, done(err)
 			} else if !held {
 				start = &machine.View{Key: req.Key, Sessions: map[string]int64{sess.id: sess.rev}, Spots: map[string]machine.TombstoneSpot{req.Key: spot}}

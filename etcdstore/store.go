@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/intentd/intentd/etcdstore/tombstones"
 	"github.com/intentd/intentd/internal/core/bytelru"
 	"github.com/intentd/intentd/internal/core/machine"
 )
@@ -184,10 +185,12 @@ func (s *Store) readView(ctx context.Context, tenant, key string, spot bool, oth
 	if errors.Is(err, errStaleBound) {
 		v, err = s.readOnce(ctx, tenant, key, spot, false, others, sessionIDs)
 	}
-	if err == nil && !spot && v.Rec == nil && v.Tomb == nil && s.archive.on() {
-		// etcd does not hold the key: the archive may (archive.go).
-		// Asked after the read, it holds every record moved before it
-		// (see the package doc, "Archive").
+	if err == nil && !spot && v.Rec == nil && v.Tomb == nil && s.archive.on() &&
+		!s.archive.filter.rulesOut(tombstones.HashOf(tenant, key), v.Spots[key].Rev) {
+		// etcd does not hold the key: the archive may (archive.go), unless
+		// its filter rules the key out (archivefilter.go). Asked after the
+		// read, it holds every record moved before it (see the package
+		// doc, "Archive").
 		if err := s.fromArchive(ctx, tenant, key, v); err != nil {
 			return nil, err
 		}

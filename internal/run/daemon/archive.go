@@ -182,6 +182,13 @@ func (ad archiveAdapter) List(ctx context.Context, q etcdstore.ArchiveQuery) ([]
 	return out, nil
 }
 
+// Hashes streams every archived key's hash, for the store's filter of
+// archived keys; not retried (the filter loads again after a failure).
+func (ad archiveAdapter) Hashes(ctx context.Context, fn func(tombstones.Hash) error) error {
+	defer ad.m.observe("hashes", time.Now())
+	return ad.m.failed(ad.a.Hashes(ctx, fn))
+}
+
 // archiveMetrics is what /metrics shows of the archive beyond the store's
 // own figures (etcdstore.ArchiveStats): each call's latency by operation,
 // failures by kind, the archive's rows and bytes from its last Stats, and
@@ -274,6 +281,26 @@ func (am *archiveMetrics) register(m *metrics, store *etcdstore.Store) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "intentd_archive_corrupt_records_total", Help: "Archived records that did not decode (answered as an internal fault of the archive, never as absent).",
 		}, func() float64 { return float64(stats().Corrupt) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "intentd_archive_filter_ready", Help: "1 while this replica's filter of archived keys is loaded and follows the moves: a key etcd does not hold is then known new without asking the archive (registrations continue while PostgreSQL is down); 0 while it loads or after its watch failed (every such key asks the archive).",
+		}, func() float64 {
+			if stats().FilterReady {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "intentd_archive_filter_keys", Help: "Keys in this replica's filter of archived keys (it only grows until the replica restarts).",
+		}, func() float64 { return float64(stats().FilterKeys) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "intentd_archive_filter_bytes", Help: "Memory of this replica's filter of archived keys (about 2 bytes a key).",
+		}, func() float64 { return float64(stats().FilterBytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "intentd_archive_lookups_skipped_total", Help: "Lookups of a key etcd does not hold that the filter of archived keys answered (never archived) without asking PostgreSQL.",
+		}, func() float64 { return float64(stats().FilterRuledOut) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "intentd_archive_lookups_passed_total", Help: "Lookups the loaded filter of archived keys sent to PostgreSQL: archived keys, and its false positives (about 0.1 % of new keys per filter).",
+		}, func() float64 { return float64(stats().FilterPassed) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "intentd_archive_backfilled", Help: "1 once this replica's archiver went through every final record in etcd since it was last elected janitor (records finished before the archive was turned on included), else 0.",
 		}, func() float64 {

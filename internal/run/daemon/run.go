@@ -114,10 +114,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	every := dbSizeEvery * cfg.HealthInterval
 	lead := &janitorLease{every: cfg.JanitorInterval}
 	am.register(m, store)
-	watchArch, expireArch := idle, idle
+	watchArch, expireArch, filterArch := idle, idle, idle
 	if arch != nil {
 		watchArch = func(ctx context.Context) error {
 			watchArchive(ctx, arch, am, api.serving, cfg.HealthInterval, every, cfg.Store.RequestTimeout, log)
+			return nil
+		}
+		filterArch = func(ctx context.Context) error {
+			store.RunArchiveFilter(ctx, cfg.HealthInterval, func(err error) {
+				log.Warn("the filter of archived keys stopped; every key etcd does not hold asks the archive until it is loaded again", "err", err)
+			})
 			return nil
 		}
 		now := scfg.Now
@@ -147,6 +153,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		janitor(store, cli, id, cfg.JanitorInterval, lead, m, log),
 		watchArch,
 		expireArch,
+		filterArch,
 		serveGRPC(api.srv, lis, cfg.ShutdownTimeout, log),
 		// Before the in-process server its pages call.
 		serveConsole(cfg.ConsoleListen, review, log),
