@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,8 +208,10 @@ func TestArchiveFilterBehindAMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := make(chan struct{})
+	release := sync.OnceFunc(func() { close(held) })
 	archiveFilterHook = func() { <-held }
-	t.Cleanup(func() { archiveFilterHook = nil })
+	// Before startFilter's cleanup, which waits for the filter to stop.
+	t.Cleanup(func() { release(); archiveFilterHook = nil })
 	finish(t, other, "t1", "moved", intent.StateCompleted)
 	ti.c.Advance(2 * time.Hour)
 	if r, err := other.Sweep(ctx); err != nil || r.Archived != 1 {
@@ -226,7 +229,7 @@ func TestArchiveFilterBehindAMove(t *testing.T) {
 	if ti.etcdValue(t, s, "t1", "moved") != nil {
 		t.Fatal("a second intent in etcd")
 	}
-	close(held)
+	release()
 	archiveFilterHook = nil
 	h := tombstones.HashOf("t1", "moved")
 	deadline := time.Now().Add(5 * time.Second)
