@@ -214,8 +214,8 @@ func (s *Store) RunArchiveFilter(ctx context.Context, retry time.Duration, repor
 }
 
 // archiveFilterHook, set by tests, runs before the filter applies each
-// answer of its watch.
-var archiveFilterHook func()
+// answer of its watch (a pointer: a test sets it while filters run).
+var archiveFilterHook atomic.Pointer[func()]
 
 // errWatchClosed is keepArchiveFilter's error when etcd closed its watch.
 var errWatchClosed = errors.New("etcdstore: the archive filter's watch closed")
@@ -265,8 +265,8 @@ func (s *Store) keepArchiveFilter(ctx context.Context) error {
 			if !ok {
 				return errWatchClosed
 			}
-			if archiveFilterHook != nil {
-				archiveFilterHook()
+			if hook := archiveFilterHook.Load(); hook != nil {
+				(*hook)()
 			}
 			if err := wr.Err(); err != nil {
 				return unavailable(err)

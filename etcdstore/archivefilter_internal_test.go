@@ -209,9 +209,10 @@ func TestArchiveFilterBehindAMove(t *testing.T) {
 	}
 	held := make(chan struct{})
 	release := sync.OnceFunc(func() { close(held) })
-	archiveFilterHook = func() { <-held }
+	hold := func() { <-held }
+	archiveFilterHook.Store(&hold)
 	// Before startFilter's cleanup, which waits for the filter to stop.
-	t.Cleanup(func() { release(); archiveFilterHook = nil })
+	t.Cleanup(func() { release(); archiveFilterHook.Store(nil) })
 	finish(t, other, "t1", "moved", intent.StateCompleted)
 	ti.c.Advance(2 * time.Hour)
 	if r, err := other.Sweep(ctx); err != nil || r.Archived != 1 {
@@ -230,7 +231,7 @@ func TestArchiveFilterBehindAMove(t *testing.T) {
 		t.Fatal("a second intent in etcd")
 	}
 	release()
-	archiveFilterHook = nil
+	archiveFilterHook.Store(nil)
 	h := tombstones.HashOf("t1", "moved")
 	deadline := time.Now().Add(5 * time.Second)
 	for {
