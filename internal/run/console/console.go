@@ -70,6 +70,9 @@ type Config struct {
 	Directory func() *access.Directory
 	// Activity feeds the overview's refusals and chart; nil: none shown.
 	Activity *Activity
+	// Tiers feeds the overview's storage section, shown to admins only
+	// (its figures are the cluster's, across tenants); nil: not shown.
+	Tiers func() Tiers
 	// IdleTimeout ends a session after this long without a request;
 	// MaxSessionAge ends it this long after it began, however busy.
 	IdleTimeout, MaxSessionAge time.Duration

@@ -794,3 +794,44 @@ func TestNextSurvivesSignIn(t *testing.T) {
 		}
 	}
 }
+
+// TestOverviewTiers: admins see where the cluster keeps its intents —
+// etcd's final intents and database, the archive's rows, size, state and
+// filter — as the daemon's Tiers says; a tenant's reviewer does not (the
+// figures are across tenants), and without an archive its row is absent.
+func TestOverviewTiers(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		tiers     console.Tiers
+		who       member
+		want, not []string
+	}{
+		{"with an archive, admin", console.Tiers{EtcdFinal: 1234, EtcdSize: 64 << 20, EtcdInUse: 20 << 20, EtcdQuota: 2 << 30,
+			Archive: &console.ArchiveTier{Intents: 10_000_000, Tombstones: 2_500_000, Bytes: 12 << 30, Moved: 4321, Lag: 90 * time.Second, FilterReady: true, FilterKeys: 12_500_000}}, ops,
+			[]string{"Where intents are kept", "1,234 final intents not moved yet", "20 MiB in use of a 64 MiB file, quota 2.0 GiB (3 % used)",
+				"10,000,000 finished intents, 2,500,000 tombstones", "12 GiB", "answering, 4,321 moved by this replica", "archive lag: 1m30s behind --archive-after",
+				"ready, 12,500,000 keys"}, []string{"NOT ANSWERING", "--archive-dsn"}},
+		{"the archive down, filter loading", console.Tiers{Archive: &console.ArchiveTier{Unavailable: true}}, ops,
+			[]string{"NOT ANSWERING", "ARCHIVE_UNAVAILABLE", "loading: new keys ask PostgreSQL", "not measured yet", "none overdue"}, []string{"answering,"}},
+		{"without an archive", console.Tiers{EtcdFinal: 7, EtcdSize: 1 << 20, EtcdInUse: 1 << 19}, ops,
+			[]string{"7 final intents, besides", "no archive configured", "--archive-dsn"}, []string{"archive (PostgreSQL)", "not moved yet"}},
+		{"a tenant's reviewer", console.Tiers{EtcdFinal: 1234}, alice, nil, []string{"Where intents are kept", "1,234"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, true, func(c *console.Config) { c.Tiers = func() console.Tiers { return tc.tiers } })
+			b := e.browser()
+			b.signIn(tc.who)
+			p := b.get("/console/t/acme/overview")
+			contains(t, "overview", p, tc.want...)
+			for _, s := range tc.not {
+				if strings.Contains(p.body, s) {
+					t.Errorf("the overview says %q:\n%s", s, p.body)
+				}
+			}
+		})
+	}
+	e := newEnv(t, false)
+	if p := e.browser().get("/console/t/default/overview"); strings.Contains(p.body, "Where intents are kept") {
+		t.Error("an overview without Config.Tiers shows the storage section")
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	"golang.org/x/sync/errgroup"
@@ -443,6 +445,7 @@ type overviewData struct {
 	Counts   []stateCount
 	Refusals []refusalView
 	Chart    chart
+	Tiers    *tiersView // nil: not shown
 	Error    string
 }
 
@@ -461,26 +464,32 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, v *viewer, te
 	d.Counts = make([]stateCount, len(states))
 	ctx, cancel := c.call(r, v)
 	defer cancel()
-	g, gctx := errgroup.WithContext(ctx)
+	// Each state on its own: with the archive (PostgreSQL) down, the
+	// final states cannot be counted, and the live ones, the review
+	// queue's among them, still can.
+	errs := make([]error, len(states))
+	var wg sync.WaitGroup
 	for i, s := range states {
-		g.Go(func() error {
-			n, more, err := c.count(gctx, tenant, s)
-			if err != nil {
-				return err
-			}
-			word := strconv.Itoa(n)
-			if more {
-				word += "+"
+		wg.Go(func() {
+			word := "?"
+			n, more, err := c.count(ctx, tenant, s)
+			if errs[i] = err; err == nil {
+				word = strconv.Itoa(n)
+				if more {
+					word += "+"
+				}
 			}
 			d.Counts[i] = stateCount{State: s.String(), Word: stateWord(s), Count: word}
-			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
+	wg.Wait()
+	if err := firstNotArchive(errs); err != nil {
 		if c.refused(w, r, v, err) {
 			return
 		}
 		d.Error = explain(err)
+	} else if i := slices.IndexFunc(errs, func(err error) bool { return err != nil }); i >= 0 {
+		d.Error = "The archive (PostgreSQL) is not answering: finished intents cannot be counted (?) until it is back; live intents and the review queue are read from etcd. " + explain(errs[i])
 	}
 	if a := c.cfg.Activity; a != nil {
 		for _, rf := range a.Refusals(tenant, 20) {
@@ -488,7 +497,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, v *viewer, te
 		}
 		d.Chart = newChart(a.Unknowns(tenant))
 	}
+	if c.cfg.Tiers != nil && v.p.Has(access.RoleAdmin) {
+		d.Tiers = newTiersView(c.cfg.Tiers())
+	}
 	c.render(w, r, http.StatusOK, "overview", page{Title: "Overview", Viewer: v, Tenant: tenant, Nav: "overview", Data: d})
+}
+
+// firstNotArchive is the first of errs that is not the archive's
+// unavailability (nil: none).
+func firstNotArchive(errs []error) error {
+	for _, err := range errs {
+		if err != nil && reasonOf(err) != vocab.Reason(intentv1.ErrorReason_ERROR_REASON_ARCHIVE_UNAVAILABLE) {
+			return err
+		}
+	}
+	return nil
 }
 
 // count counts tenant's intents in state s, up to countCap (more: there

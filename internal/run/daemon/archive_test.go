@@ -138,6 +138,18 @@ func TestArchiveInTheDaemon(t *testing.T) {
 	if g, err := c.Get(call(t), &intentv1.GetRequest{Key: "moved-1"}); err != nil || g.Intent.State != intentv1.State_STATE_COMPLETED {
 		t.Fatalf("Get(moved-1) from the archive = %v, %v; want COMPLETED", g, err)
 	}
+	// The console's overview shows both tiers (authentication off: the
+	// visitor is the anonymous admin).
+	overview := func(wants ...string) {
+		t.Helper()
+		code, page := httpBody(t, metricsURL+"/console/t/default/overview")
+		for _, w := range wants {
+			if code != http.StatusOK || !strings.Contains(page, w) {
+				t.Errorf("console overview: %d, lacks %q:\n%s", code, w, page)
+			}
+		}
+	}
+	overview("Where intents are kept", "final intents not moved yet", "archive (PostgreSQL)", "answering, 1 moved by this replica")
 
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
@@ -168,6 +180,8 @@ func TestArchiveInTheDaemon(t *testing.T) {
 	if v, _ := metricValue(scrape(t, cfg.MetricsListen), "intentd_archive_unavailable"); v != 1 {
 		t.Errorf("intentd_archive_unavailable = %v with PostgreSQL stopped, want 1", v)
 	}
+	// The live states are still counted (from etcd), the final ones not.
+	overview("NOT ANSWERING", "finished intents cannot be counted", `<span class="n">0</span> <span class="badge state-in-progress">IN_PROGRESS</span>`, `<span class="n">?</span> <span class="badge state-completed">COMPLETED</span>`)
 
 	if err := pg.Start(); err != nil {
 		t.Fatal(err)

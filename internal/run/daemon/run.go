@@ -91,7 +91,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if err != nil {
 		return err
 	}
-	review, closeReview, err := newConsole(cfg, api, store.ConsoleSessions(), activity, scfg.Now, log)
+	review, closeReview, err := newConsole(cfg, api, store.ConsoleSessions(), activity, consoleTiers(m, am, store, arch != nil), scfg.Now, log)
 	if err != nil {
 		return err
 	}
@@ -345,9 +345,9 @@ func newAPI(cfg Config, store *etcdstore.Store, m *metrics, tr *tracing.Tracing,
 
 // newConsole builds the review console on a client of the in-process
 // server, its sign-in sessions in etcd beside the intents (so that every
-// replica sees them), on the store's clock (nil: the wall clock);
-// closeConn closes that client.
-func newConsole(cfg Config, a *api, sessions console.SessionStore, activity *console.Activity, now func() time.Time, log *slog.Logger) (h http.Handler, closeConn func(), err error) {
+// replica sees them), its overview's storage section from tiers, on the
+// store's clock (nil: the wall clock); closeConn closes that client.
+func newConsole(cfg Config, a *api, sessions console.SessionStore, activity *console.Activity, tiers func() console.Tiers, now func() time.Time, log *slog.Logger) (h http.Handler, closeConn func(), err error) {
 	conn, err := grpc.NewClient("passthrough:///intentd-console",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return a.inProcessLis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -356,7 +356,7 @@ func newConsole(cfg Config, a *api, sessions console.SessionStore, activity *con
 		return nil, nil, fmt.Errorf("intentd: console: %w", err)
 	}
 	ccfg := console.DefaultConfig()
-	ccfg.Service, ccfg.Sessions, ccfg.Activity, ccfg.Now, ccfg.Log = intentv1.NewIntentServiceClient(conn), sessions, activity, now, log
+	ccfg.Service, ccfg.Sessions, ccfg.Activity, ccfg.Tiers, ccfg.Now, ccfg.Log = intentv1.NewIntentServiceClient(conn), sessions, activity, tiers, now, log
 	if a.tokens != nil {
 		ccfg.Directory = a.tokens.Directory
 	}
