@@ -63,6 +63,8 @@ import (
 //	archive_replay_identical   every answer after the move byte for byte the one before (target true)
 //	archive_bytes_per_intent   the archive's bytes per archived intent (target ≤ 1,200)
 //	archive_etcd_growth        etcd's database in use at 10·N retained intents ÷ at N (target ≤ 1.10)
+//	archive_scale_register     a new registration's p99 with --archive-scale rows ÷ before (target ≤ 1.3; archivescale.go)
+//	archive_scale_replay       an archived replay's p99 the same way (target ≤ 1.3)
 
 const (
 	// archiveAfter is the archived intentd's --archive-after: short, so
@@ -104,11 +106,13 @@ type archiveFigures struct {
 	replayP50, replayP99   float64
 	checked, identical     bool
 	bytesPerIntent, growth float64
+	// scaleRegister and scaleReplay: the scale phase's p99 ratios.
+	scaleRegister, scaleReplay float64
 }
 
 func noArchiveFigures() archiveFigures {
 	nan := math.NaN()
-	return archiveFigures{cycleC1: nan, cycleC64: nan, replayP50: nan, replayP99: nan, bytesPerIntent: nan, growth: nan}
+	return archiveFigures{cycleC1: nan, cycleC64: nan, replayP50: nan, replayP99: nan, bytesPerIntent: nan, growth: nan, scaleRegister: nan, scaleReplay: nan}
 }
 
 // line is the ARCHIVE line: every figure, in order, even those not
@@ -124,8 +128,8 @@ func (f archiveFigures) line() string {
 	if f.checked {
 		same = strconv.FormatBool(f.identical)
 	}
-	return fmt.Sprintf("ARCHIVE archive_cycle_ratio_c1=%s archive_cycle_ratio_c64=%s archive_replay_p50_ms=%s archive_replay_p99_ms=%s archive_replay_identical=%s archive_bytes_per_intent=%s archive_etcd_growth=%s",
-		v(f.cycleC1, 2), v(f.cycleC64, 2), v(f.replayP50, 2), v(f.replayP99, 2), same, v(f.bytesPerIntent, 0), v(f.growth, 3))
+	return fmt.Sprintf("ARCHIVE archive_cycle_ratio_c1=%s archive_cycle_ratio_c64=%s archive_replay_p50_ms=%s archive_replay_p99_ms=%s archive_replay_identical=%s archive_bytes_per_intent=%s archive_etcd_growth=%s archive_scale_register=%s archive_scale_replay=%s",
+		v(f.cycleC1, 2), v(f.cycleC64, 2), v(f.replayP50, 2), v(f.replayP99, 2), same, v(f.bytesPerIntent, 0), v(f.growth, 3), v(f.scaleRegister, 2), v(f.scaleReplay, 2))
 }
 
 // archiveRun is one run of the workload: its PostgreSQL, its two intentds.
@@ -232,10 +236,17 @@ func (r *archiveRun) run(ctx context.Context) error {
 	if err := r.cycle(ctx); err != nil {
 		return err
 	}
-	if err := r.replay(ctx); err != nil {
+	replayKeys, err := r.replay(ctx)
+	if err != nil {
 		return err
 	}
-	return r.bytes(ctx)
+	if err := r.bytes(ctx); err != nil {
+		return err
+	}
+	if b.cfg.archiveScale == 0 {
+		return nil
+	}
+	return r.scale(ctx, replayKeys)
 }
 
 // rows is how many intents the archive holds.
@@ -422,45 +433,45 @@ type kept struct {
 // the archived one's answers read before the move, waits for the move,
 // restarts both intentds with the smallest cache, compares the answers
 // and times replays at C=1.
-func (r *archiveRun) replay(ctx context.Context) error {
+func (r *archiveRun) replay(ctx context.Context) ([]string, error) {
 	b, n := r.b, r.b.cfg.archiveReplayKeys
 	b.progress("archive, replay: completing %d intents on each intentd", n)
 	ids, err := b.sessions(ctx, r.arch, 16, cycleTTL)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keptAnswers, late, err := r.completeKeeping(ctx, ids, n)
 	b.closeSessions(r.arch, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.created += int64(n)
 	if ids, err = b.sessions(ctx, r.plain, 16, cycleTTL); err != nil {
-		return err
+		return nil, err
 	}
 	plainKeys, err := b.completeMany(ctx, r.plain, ids, "pr", n)
 	b.closeSessions(r.plain, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.waitMoved(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	b.progress("archive, replay: restarting both intentds with --cache-bytes %d", missCacheBytes)
 	for _, s := range []**intentdServer{&r.arch, &r.plain} {
 		name, archived := (*s).name, *s == r.arch
 		(*s).close()
 		if *s, err = b.startIntentdBin(ctx, name, "", nil, r.flags(archived, true)...); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var archIDs, plainIDs []string
 	if archIDs, err = b.sessions(ctx, r.arch, 1, cycleTTL); err != nil {
-		return err
+		return nil, err
 	}
 	defer b.closeSessions(r.arch, archIDs)
 	if plainIDs, err = b.sessions(ctx, r.plain, 1, cycleTTL); err != nil {
-		return err
+		return nil, err
 	}
 	defer b.closeSessions(r.plain, plainIDs)
 
@@ -470,11 +481,11 @@ func (r *archiveRun) replay(ctx context.Context) error {
 	for _, k := range keptAnswers {
 		resp, err := r.arch.rpc.Acquire(ctx, b.acquireRequest(k.key, archIDs[0], "after-"+k.key))
 		if err != nil {
-			return fmt.Errorf("archive, replay of the archived %s: %w", k.key, err)
+			return nil, fmt.Errorf("archive, replay of the archived %s: %w", k.key, err)
 		}
 		got, err := answer(resp)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !bytes.Equal(got, k.answer) {
 			differ = append(differ, k.key)
@@ -506,7 +517,7 @@ func (r *archiveRun) replay(ctx context.Context) error {
 		archKeys[i] = k.key
 	}
 	if len(archKeys) == 0 {
-		return fmt.Errorf("archive, replay: every answer was read too late to be before its move (%d)", late)
+		return nil, fmt.Errorf("archive, replay: every answer was read too late to be before its move (%d)", late)
 	}
 	reads0, memory0, calls0, pg0 := r.arch.metric("intentd_archive_reads_total"), r.arch.metric("intentd_store_replays_from_memory_total"), archCalls.Load(), r.pg.cpu()
 	rs, err := b.interleave(ctx, "archive, replay", []peer{
@@ -514,7 +525,7 @@ func (r *archiveRun) replay(ctx context.Context) error {
 		{"from etcd, no archive", r.plain.proc, nil, replayOp(r.plain, plainIDs[0], plainKeys, &plainNext, nil)},
 	}, archiveLow)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	calls := float64(archCalls.Load() - calls0)
 	pgCPU := perOp(pg0, r.pg.cpu(), archCalls.Load()-calls0)
@@ -537,7 +548,7 @@ func (r *archiveRun) replay(ctx context.Context) error {
 	}
 	fmt.Fprintf(b.out, "answers after the move against before it: %d compared, %s (%s archive reads for them); %d read too late to be before the move, not compared\n\n",
 		len(keptAnswers), verdict, num(checkReads, 0), late)
-	return nil
+	return archKeys, nil
 }
 
 // completeKeeping completes n fresh intents on the archived intentd with

@@ -24,10 +24,10 @@ func TestMain(m *testing.M) {
 }
 
 // archiveLine is the ARCHIVE line's form.
-var archiveLine = regexp.MustCompile(`^ARCHIVE archive_cycle_ratio_c1=(\S+) archive_cycle_ratio_c64=(\S+) archive_replay_p50_ms=(\S+) archive_replay_p99_ms=(\S+) archive_replay_identical=(true|false|n/a) archive_bytes_per_intent=(\S+) archive_etcd_growth=(\S+)$`)
+var archiveLine = regexp.MustCompile(`^ARCHIVE archive_cycle_ratio_c1=(\S+) archive_cycle_ratio_c64=(\S+) archive_replay_p50_ms=(\S+) archive_replay_p99_ms=(\S+) archive_replay_identical=(true|false|n/a) archive_bytes_per_intent=(\S+) archive_etcd_growth=(\S+) archive_scale_register=(\S+) archive_scale_replay=(\S+)$`)
 
 func TestArchiveLine(t *testing.T) {
-	every := archiveFigures{cycleC1: 0.934, cycleC64: 1.016, replayP50: 0.8149, replayP99: 2.5, checked: true, identical: true, bytesPerIntent: 1158.4, growth: 1.0149}
+	every := archiveFigures{cycleC1: 0.934, cycleC64: 1.016, replayP50: 0.8149, replayP99: 2.5, checked: true, identical: true, bytesPerIntent: 1158.4, growth: 1.0149, scaleRegister: 1.046, scaleReplay: 1.2}
 	differ := every
 	differ.identical = false
 	partial := noArchiveFigures()
@@ -37,10 +37,10 @@ func TestArchiveLine(t *testing.T) {
 		fig  archiveFigures
 		want string
 	}{
-		{"every figure", every, "ARCHIVE archive_cycle_ratio_c1=0.93 archive_cycle_ratio_c64=1.02 archive_replay_p50_ms=0.81 archive_replay_p99_ms=2.50 archive_replay_identical=true archive_bytes_per_intent=1158 archive_etcd_growth=1.015"},
-		{"an answer that changed", differ, "ARCHIVE archive_cycle_ratio_c1=0.93 archive_cycle_ratio_c64=1.02 archive_replay_p50_ms=0.81 archive_replay_p99_ms=2.50 archive_replay_identical=false archive_bytes_per_intent=1158 archive_etcd_growth=1.015"},
-		{"nothing measured", noArchiveFigures(), "ARCHIVE archive_cycle_ratio_c1=n/a archive_cycle_ratio_c64=n/a archive_replay_p50_ms=n/a archive_replay_p99_ms=n/a archive_replay_identical=n/a archive_bytes_per_intent=n/a archive_etcd_growth=n/a"},
-		{"some, one infinite", partial, "ARCHIVE archive_cycle_ratio_c1=0.50 archive_cycle_ratio_c64=n/a archive_replay_p50_ms=n/a archive_replay_p99_ms=n/a archive_replay_identical=n/a archive_bytes_per_intent=n/a archive_etcd_growth=n/a"},
+		{"every figure", every, "ARCHIVE archive_cycle_ratio_c1=0.93 archive_cycle_ratio_c64=1.02 archive_replay_p50_ms=0.81 archive_replay_p99_ms=2.50 archive_replay_identical=true archive_bytes_per_intent=1158 archive_etcd_growth=1.015 archive_scale_register=1.05 archive_scale_replay=1.20"},
+		{"an answer that changed", differ, "ARCHIVE archive_cycle_ratio_c1=0.93 archive_cycle_ratio_c64=1.02 archive_replay_p50_ms=0.81 archive_replay_p99_ms=2.50 archive_replay_identical=false archive_bytes_per_intent=1158 archive_etcd_growth=1.015 archive_scale_register=1.05 archive_scale_replay=1.20"},
+		{"nothing measured", noArchiveFigures(), "ARCHIVE archive_cycle_ratio_c1=n/a archive_cycle_ratio_c64=n/a archive_replay_p50_ms=n/a archive_replay_p99_ms=n/a archive_replay_identical=n/a archive_bytes_per_intent=n/a archive_etcd_growth=n/a archive_scale_register=n/a archive_scale_replay=n/a"},
+		{"some, one infinite", partial, "ARCHIVE archive_cycle_ratio_c1=0.50 archive_cycle_ratio_c64=n/a archive_replay_p50_ms=n/a archive_replay_p99_ms=n/a archive_replay_identical=n/a archive_bytes_per_intent=n/a archive_etcd_growth=n/a archive_scale_register=n/a archive_scale_replay=n/a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.fig.line()

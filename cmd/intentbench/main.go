@@ -121,10 +121,13 @@ type config struct {
 	tombstoneWorkers  int
 	// archiveDSN is the PostgreSQL the archive workload archives into
 	// ("": a server of its own); archiveIntents the N of its etcd growth
-	// curve (N to 10·N); archiveReplayKeys the intents it replays.
+	// curve (N to 10·N); archiveReplayKeys the intents it replays;
+	// archiveScale the rows its scale phase grows the archive to (0: no
+	// such phase).
 	archiveDSN        string
 	archiveIntents    int
 	archiveReplayKeys int
+	archiveScale      int
 }
 
 func (c config) runs(w string) bool { return slices.Contains(c.workloads, w) }
@@ -169,6 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.archiveDSN, "archive-dsn", "", "the archive workload's PostgreSQL: a database it may fill (empty: it starts a server of its own from Debian's packages, scripts/install-postgres.sh)")
 	fs.IntVar(&c.archiveIntents, "archive-intents", 2000, "retained intents at the first point of the archive workload's etcd growth curve; it ends at ten times as many")
 	fs.IntVar(&c.archiveReplayKeys, "archive-replay-keys", 2000, "archived intents the archive workload replays round-robin, far more than the smallest cache holds")
+	fs.IntVar(&c.archiveScale, "archive-scale", 0, "rows the archive workload's scale phase grows the archive to in bulk, comparing new registrations and archived replays before and after (0: no scale phase; issue 26's target is 10000000, about 12 GB of PostgreSQL)")
 	fs.StringVar(&c.heapProfiles, "heap-profiles", "", "write each started intentd's heap profile (pprof, in use after a GC) into this directory when its memory is reported: <name>.heap")
 	etcdEndpoints := fs.String("etcd-endpoints", "", "use this running etcd cluster (comma-separated endpoints) as the raw peer instead of starting one; it must not be intentd's")
 	if err := fs.Parse(args); err != nil {
@@ -236,6 +240,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, bad("--archive-intents %d: want at least 1", c.archiveIntents)
 	case c.archiveReplayKeys < 1:
 		return c, bad("--archive-replay-keys %d: want at least 1", c.archiveReplayKeys)
+	case c.archiveScale < 0:
+		return c, bad("--archive-scale %d: want 0 (no scale phase) or the archive's rows", c.archiveScale)
 	case len(c.intentdEtcd) > 0 && c.intentdAddr == "":
 		return c, bad("--intentd-etcd: only with --intentd-addr (a started intentd's etcd is known)")
 	}
