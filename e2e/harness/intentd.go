@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -216,6 +217,23 @@ func (d *Intentd) Exited(wait time.Duration) bool {
 	case <-time.After(wait):
 		return false
 	}
+}
+
+// Pause stops the process (SIGSTOP): it answers nothing and its etcd
+// sessions' leases run out, until Resume.
+func (d *Intentd) Pause() error { return d.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT) where it stopped.
+func (d *Intentd) Resume() error { return d.signal(syscall.SIGCONT) }
+
+func (d *Intentd) signal(sig syscall.Signal) error {
+	d.mu.Lock()
+	p := d.proc
+	d.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("harness: %s is not running", d.Name)
+	}
+	return p.Signal(sig)
 }
 
 // Kill sends SIGKILL and waits until the process is gone.

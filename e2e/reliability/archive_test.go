@@ -52,6 +52,10 @@ const (
 	// archiveResume bounds how long moves may stop after the janitor's
 	// replica was killed: its election key's session TTL (10s) and a pass.
 	archiveResume = 20 * time.Second
+	// archivePause is how long TestArchiveJanitorPausedPastItsElection
+	// holds the janitor's replica: past its election's session TTL (10s),
+	// so that another replica leads and moves meanwhile.
+	archivePause = 18 * time.Second
 )
 
 // archiveFlags are a replica's flags for an archive at dsn.
@@ -662,6 +666,107 @@ func TestArchiveReplicaKilledMidMove(t *testing.T) {
 		}
 	}
 	t.Logf("answers kept at the kills: %d, the same after the moves: %d", len(kept), len(kept)-differ)
+	prober.untilSame(cold, 10*time.Second)
+}
+
+// TestArchiveJanitorPausedPastItsElection: two replicas archiving the same
+// intents at once. The replica holding the janitor election is SIGSTOPped
+// mid-pass (the archive gaining rows: some records written to PostgreSQL
+// and not yet deleted from etcd) for archivePause, longer than its
+// election's session TTL: the other replica is elected and moves the same
+// due records, those the paused one had already written included; then
+// the paused one resumes where it stopped, still believing it leads, and
+// finishes its pass. Moves resume while it is paused; afterwards every
+// final intent is in exactly one tier (one archive row, nothing in etcd),
+// the intents read just before the pause answer byte for byte as then,
+// and every check of Finish holds.
+func TestArchiveJanitorPausedPastItsElection(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
+	admin, err := e.Cluster.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := sanitize(t.Name())
+	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
+	cold := prober.complete(name+"-cold", 4)
+	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
+	e.WaitOK(100, 20*time.Second)
+	moved := awaitMoved(t, admin, cold, 60*time.Second)
+	t.Logf("the first records left etcd %v after the load began", moved.Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+
+	cc, err := harness.Dial(e.Addrs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	reader := intentv1.NewIntentServiceClient(cc)
+	var recent []string
+	settled, keys := load.Settled(), load.Keys()
+	for i := len(keys) - 1; i >= 0 && len(recent) < 40; i-- {
+		if _, ok := settled[keys[i]]; ok {
+			recent = append(recent, keys[i])
+		}
+	}
+	kept := getBytes(t, reader, recent)
+
+	arch := newArchiveRows(t, dsn)
+	n, _ := arch.moving()
+	sweeper, other := janitorReplica(t, e)
+	ev := e.Faults.Inject("pause-janitor", "replica %s (the janitor's), SIGSTOP for %v mid-pass (archive at %d rows, growing), then SIGCONT", sweeper.Name, archivePause, n)
+	otherBefore := other.Served()
+	if err := sweeper.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = sweeper.Resume()
+		}
+	})
+	start := time.Now()
+	// The other replica takes over once the paused one's election key
+	// expired: moves resume while it is still paused.
+	arch.moving()
+	if into := time.Since(start); into >= archivePause {
+		t.Errorf("moves resumed only %v after the janitor was paused, not while it was", into.Round(100*time.Millisecond))
+	} else {
+		t.Logf("moves resumed %v into the pause", into.Round(100*time.Millisecond))
+	}
+	if d := archivePause - time.Since(start); d > 0 {
+		time.Sleep(d)
+	}
+	served := other.Served() - otherBefore
+	if err := sweeper.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	e.Faults.Heal(ev)
+	// The resumed replica finishes its pass and finds itself no longer
+	// elected; moves go on.
+	time.Sleep(3 * time.Second)
+	n, waited := arch.moving()
+	t.Logf("after the resume: archive at %d rows, moving (%v)", n, waited.Round(100*time.Millisecond))
+	e.Finish(load, FinishOptions{Noticed: func(FaultEvent, []Call) int { return int(served) }})
+
+	keys = load.Keys()
+	for _, it := range cold {
+		keys = append(keys, it.key)
+	}
+	checkTiers(t, admin, dsn, keys)
+	now := getBytes(t, reader, recent)
+	differ := 0
+	for k, b := range kept {
+		if !bytes.Equal(now[k], b) {
+			differ++
+			if differ <= 5 {
+				t.Errorf("Get(%s) differs from its answer before the pause (%d bytes then, %d now)", k, len(b), len(now[k]))
+			}
+		}
+	}
+	t.Logf("answers kept before the pause: %d, the same after it: %d", len(kept), len(kept)-differ)
 	prober.untilSame(cold, 10*time.Second)
 }
 
