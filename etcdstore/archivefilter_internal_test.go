@@ -88,7 +88,7 @@ func TestArchiveFilterGrows(t *testing.T) {
 
 // startFilter runs s's filter of archived keys until the test ends, and
 // waits until it is loaded.
-func startFilter(t *testing.T, s *Store) {
+func startFilter(t testing.TB, s *Store) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

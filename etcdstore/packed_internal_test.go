@@ -82,7 +82,7 @@ func packedStore(t *testing.T, cli *clientv3.Client, c *clock) *Store {
 }
 
 // finish registers key, acquires it and ends it in state.
-func finish(t *testing.T, s *Store, tenant, key string, state intent.State) *intent.Intent {
+func finish(t testing.TB, s *Store, tenant, key string, state intent.State) *intent.Intent {
 	t.Helper()
 	ctx := context.Background()
 	reg := intent.Registration{Tenant: tenant, Key: key, Params: []byte(`{"n":1}`)}
