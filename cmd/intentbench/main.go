@@ -43,7 +43,10 @@
 //     retained intents grow from --archive-intents to ten times as many,
 //     the cycle at C=1 and C=64, replays answered from the archive (and
 //     byte for byte the answer before the move), the archive's bytes per
-//     intent; its figures on a line of their own, ARCHIVE ... (archive.go).
+//     intent, and with --archive-scale new registrations and archived
+//     replays before and after the archive grows to that many rows in
+//     bulk; its figures on a line of their own, ARCHIVE ... (archive.go,
+//     archivescale.go).
 //
 // CPU time per operation of each server process comes from
 // /proc/<pid>/stat, memory from /proc/<pid>/status. It prints a table per

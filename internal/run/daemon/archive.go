@@ -293,7 +293,7 @@ func (am *archiveMetrics) register(m *metrics, store *etcdstore.Store) {
 			Name: "intentd_archive_filter_keys", Help: "Keys in this replica's filter of archived keys (it only grows until the replica restarts).",
 		}, func() float64 { return float64(stats().FilterKeys) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "intentd_archive_filter_bytes", Help: "Memory of this replica's filter of archived keys (about 2 bytes a key).",
+			Name: "intentd_archive_filter_bytes", Help: "Memory of this replica's filter of archived keys (1.8 to 3.6 bytes a key).",
 		}, func() float64 { return float64(stats().FilterBytes) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "intentd_archive_lookups_skipped_total", Help: "Lookups of a key etcd does not hold that the filter of archived keys answered (never archived) without asking PostgreSQL.",
