@@ -576,34 +576,13 @@ func getBytes(t *testing.T, c intentv1.IntentServiceClient, keys []string) map[s
 // moved, the archive one row), the intents read just before each kill
 // answer byte for byte as then, and every check of Finish holds.
 func TestArchiveReplicaKilledMidMove(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
-	admin, err := e.Cluster.Admin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := sanitize(t.Name())
-	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
-	cold := prober.complete(name+"-cold", 4)
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
-	e.WaitOK(100, 20*time.Second)
-	// Moves begin once the storage format version advanced.
-	moved := awaitMoved(t, admin, cold, 60*time.Second)
-	t.Logf("the first records left etcd %v after the load began", moved.Round(time.Millisecond))
+	sc := startArchiveScenario(t, LoadConfig{Redeliver: 20, Seed: harness.Seed()})
+	e, load := sc.e, sc.load
 	time.Sleep(2 * time.Second)
 
 	// Answers to keep: the intents most recently completed at each kill,
 	// in etcd or on their way out of it.
-	var reader intentv1.IntentServiceClient
-	{
-		cc, err := harness.Dial(e.Addrs()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cc.Close() })
-		reader = intentv1.NewIntentServiceClient(cc)
-	}
+	reader := sc.reader()
 	kept := map[string][]byte{}
 	recent := func(n int) []string {
 		settled := load.Settled()
@@ -616,7 +595,7 @@ func TestArchiveReplicaKilledMidMove(t *testing.T) {
 		}
 		return out
 	}
-	arch := newArchiveRows(t, dsn)
+	arch := sc.rows
 	var served []int64
 	for round := range 3 {
 		// A killed janitor's election key outlives it (its etcd session's
@@ -649,24 +628,7 @@ func TestArchiveReplicaKilledMidMove(t *testing.T) {
 		return 0
 	}})
 
-	keys := load.Keys()
-	for _, it := range cold {
-		keys = append(keys, it.key)
-	}
-	checkTiers(t, admin, dsn, keys)
-
-	differ := 0
-	now := getBytes(t, reader, slices.Sorted(maps.Keys(kept)))
-	for k, b := range kept {
-		if !bytes.Equal(now[k], b) {
-			differ++
-			if differ <= 5 {
-				t.Errorf("Get(%s) differs from its answer just before a kill (%d bytes then, %d now)", k, len(b), len(now[k]))
-			}
-		}
-	}
-	t.Logf("answers kept at the kills: %d, the same after the moves: %d", len(kept), len(kept)-differ)
-	prober.untilSame(cold, 10*time.Second)
+	sc.check(reader, kept, "just before a kill")
 }
 
 // TestArchiveJanitorPausedPastItsElection: two replicas archiving the same
@@ -681,28 +643,11 @@ func TestArchiveReplicaKilledMidMove(t *testing.T) {
 // the intents read just before the pause answer byte for byte as then,
 // and every check of Finish holds.
 func TestArchiveJanitorPausedPastItsElection(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
-	admin, err := e.Cluster.Admin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := sanitize(t.Name())
-	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
-	cold := prober.complete(name+"-cold", 4)
-	load := e.StartLoad(LoadConfig{Redeliver: 20, Seed: harness.Seed()})
-	e.WaitOK(100, 20*time.Second)
-	moved := awaitMoved(t, admin, cold, 60*time.Second)
-	t.Logf("the first records left etcd %v after the load began", moved.Round(time.Millisecond))
+	sc := startArchiveScenario(t, LoadConfig{Redeliver: 20, Seed: harness.Seed()})
+	e, load := sc.e, sc.load
 	time.Sleep(2 * time.Second)
 
-	cc, err := harness.Dial(e.Addrs()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	reader := intentv1.NewIntentServiceClient(cc)
+	reader := sc.reader()
 	var recent []string
 	settled, keys := load.Settled(), load.Keys()
 	for i := len(keys) - 1; i >= 0 && len(recent) < 40; i-- {
@@ -712,7 +657,7 @@ func TestArchiveJanitorPausedPastItsElection(t *testing.T) {
 	}
 	kept := getBytes(t, reader, recent)
 
-	arch := newArchiveRows(t, dsn)
+	arch := sc.rows
 	n, _ := arch.moving()
 	sweeper, other := janitorReplica(t, e)
 	ev := e.Faults.Inject("pause-janitor", "replica %s (the janitor's), SIGSTOP for %v mid-pass (archive at %d rows, growing), then SIGCONT", sweeper.Name, archivePause, n)
@@ -751,23 +696,79 @@ func TestArchiveJanitorPausedPastItsElection(t *testing.T) {
 	t.Logf("after the resume: archive at %d rows, moving (%v)", n, waited.Round(100*time.Millisecond))
 	e.Finish(load, FinishOptions{Noticed: func(FaultEvent, []Call) int { return int(served) }})
 
-	keys = load.Keys()
-	for _, it := range cold {
+	sc.check(reader, kept, "before the pause")
+}
+
+// archiveScenario is how the scenarios with a replica or etcd failing
+// under load begin: PostgreSQL, two replicas archiving into it
+// (archiveFlags), four cold intents completed and moved, the load of cfg
+// running and answering, and the first records moved (once the storage
+// format version advanced).
+type archiveScenario struct {
+	t      *testing.T
+	e      *Env
+	admin  *clientv3.Client
+	dsn    string
+	prober *coldProber
+	cold   []*coldIntent
+	load   *Load
+	rows   *archiveRows
+}
+
+func startArchiveScenario(t *testing.T, cfg LoadConfig) *archiveScenario {
+	t.Helper()
+	pg := pgtest.Start(t)
+	dsn := pg.NewDatabase(t)
+	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
+	admin, err := e.Cluster.Admin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
+	cold := prober.complete(sanitize(t.Name())+"-cold", 4)
+	load := e.StartLoad(cfg)
+	e.WaitOK(100, 20*time.Second)
+	moved := awaitMoved(t, admin, cold, 60*time.Second)
+	t.Logf("the first records left etcd %v after the load began", moved.Round(time.Millisecond))
+	return &archiveScenario{t: t, e: e, admin: admin, dsn: dsn, prober: prober, cold: cold, load: load, rows: newArchiveRows(t, dsn)}
+}
+
+// reader is a client of every replica, for the answers a scenario keeps.
+func (sc *archiveScenario) reader() intentv1.IntentServiceClient {
+	cc, err := harness.Dial(sc.e.Addrs()...)
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.t.Cleanup(func() { _ = cc.Close() })
+	return intentv1.NewIntentServiceClient(cc)
+}
+
+// check, after Finish: every final intent of the load and the cold ones
+// is in exactly one tier; each answer in kept (read through reader
+// before the fault, when) is byte for byte Get's answer now; the cold
+// intents answer as before their move.
+func (sc *archiveScenario) check(reader intentv1.IntentServiceClient, kept map[string][]byte, when string) {
+	t := sc.t
+	t.Helper()
+	keys := sc.load.Keys()
+	for _, it := range sc.cold {
 		keys = append(keys, it.key)
 	}
-	checkTiers(t, admin, dsn, keys)
-	now := getBytes(t, reader, recent)
-	differ := 0
-	for k, b := range kept {
-		if !bytes.Equal(now[k], b) {
-			differ++
-			if differ <= 5 {
-				t.Errorf("Get(%s) differs from its answer before the pause (%d bytes then, %d now)", k, len(b), len(now[k]))
+	checkTiers(t, sc.admin, sc.dsn, keys)
+	if len(kept) > 0 {
+		differ := 0
+		now := getBytes(t, reader, slices.Sorted(maps.Keys(kept)))
+		for k, b := range kept {
+			if !bytes.Equal(now[k], b) {
+				differ++
+				if differ <= 5 {
+					t.Errorf("Get(%s) differs from its answer %s (%d bytes then, %d now)", k, when, len(b), len(now[k]))
+				}
 			}
 		}
+		t.Logf("answers kept %s: %d, the same after the moves: %d", when, len(kept), len(kept)-differ)
 	}
-	t.Logf("answers kept before the pause: %d, the same after it: %d", len(kept), len(kept)-differ)
-	prober.untilSame(cold, 10*time.Second)
+	sc.prober.untilSame(sc.cold, 10*time.Second)
 }
 
 // archiveRows counts the rows of the archive's intents table.
@@ -820,20 +821,8 @@ func (a *archiveRows) moving() (int, time.Duration) {
 // tier, archived intents answer as before their move, and every check of
 // Finish holds.
 func TestArchiveEtcdLeaderStalled(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
-	admin, err := e.Cluster.Admin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
-	cold := prober.complete(sanitize(t.Name())+"-cold", 4)
-	load := e.StartLoad(LoadConfig{Workers: 8, SelfRegister: true, Redeliver: 10, Seed: harness.Seed()})
-	e.WaitOK(100, 20*time.Second)
-	moved := awaitMoved(t, admin, cold, 60*time.Second)
-	t.Logf("the first records left etcd %v after the load began", moved.Round(time.Millisecond))
-	rows := newArchiveRows(t, dsn)
+	sc := startArchiveScenario(t, LoadConfig{Workers: 8, SelfRegister: true, Redeliver: 10, Seed: harness.Seed()})
+	e, load, rows := sc.e, sc.load, sc.rows
 	time.Sleep(stallBefore)
 
 	n, _ := rows.moving()
@@ -868,12 +857,7 @@ func TestArchiveEtcdLeaderStalled(t *testing.T) {
 			m.Name, after.PerSecond, 100*after.PerSecond/before.PerSecond, before.PerSecond, 100*stallMinAfter)
 	}
 	logFailedSessionCalls(t, e.Rec.Calls())
-	keys := load.Keys()
-	for _, it := range cold {
-		keys = append(keys, it.key)
-	}
-	checkTiers(t, admin, dsn, keys)
-	prober.untilSame(cold, 10*time.Second)
+	sc.check(nil, nil, "")
 }
 
 // logFailedSessionCalls logs the Heartbeat and OpenSession calls that
