@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,6 +130,64 @@ func (t *archiveTier) observe(d time.Duration, err error) error {
 // or neither. Both are asked at once: a key etcd does not hold is most
 // often a new one, of neither, which needs both answers.
 func (s *Store) archiveLookup(ctx context.Context, tenant, key string) (*machine.Record, int64, *machine.Tombstone, error) {
+	memo, _ := ctx.Value(archiveMemoKey{}).(*archiveMemo)
+	if f, ok := memo.get(tenant, key); ok {
+		return f.rec, f.rev, f.tomb, nil
+	}
+	rec, rev, tomb, err := s.askArchive(ctx, tenant, key)
+	if err == nil && (rec != nil || tomb != nil) {
+		memo.put(tenant, key, archiveFound{rec, rev, tomb})
+	}
+	return rec, rev, tomb, err
+}
+
+// archiveMemoKey carries, in an operation's context (archiveScope), what
+// the archive answered about keys it holds.
+type archiveMemoKey struct{}
+
+// archiveMemo keeps, for one operation, the keys the archive was found
+// to hold, so that a second lookup of one of them (Acquire asks before
+// its optimistic write, then again after the read that follows when the
+// key was archived) does not read PostgreSQL again. Only what was found:
+// an archived record is final and never written again, and a tombstone
+// ends a key for good; "holds nothing" is never reused, since a lookup
+// must follow the etcd read it completes (a move in between).
+type archiveMemo struct {
+	mu    sync.Mutex
+	found map[[2]string]archiveFound
+}
+
+// archiveFound is one key's answer.
+type archiveFound struct {
+	rec  *machine.Record
+	rev  int64
+	tomb *machine.Tombstone
+}
+
+func (m *archiveMemo) get(tenant, key string) (archiveFound, bool) {
+	if m == nil {
+		return archiveFound{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.found[[2]string{tenant, key}]
+	return f, ok
+}
+
+func (m *archiveMemo) put(tenant, key string, f archiveFound) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.found == nil {
+		m.found = map[[2]string]archiveFound{}
+	}
+	m.found[[2]string{tenant, key}] = f
+}
+
+// askArchive is archiveLookup's reads of the archive.
+func (s *Store) askArchive(ctx context.Context, tenant, key string) (*machine.Record, int64, *machine.Tombstone, error) {
 	t := &s.archive
 	actx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
@@ -271,7 +330,8 @@ func (s *Store) archivable(ctx context.Context, decide decideFunc) (context.Cont
 // ends it when the archive cannot be asked.
 type archiveScopeKey struct{}
 
-// archiveScope prepares an operation that may ask the archive: the write
+// archiveScope prepares an operation that may ask the archive, with a
+// memo of the keys it found there (archiveMemo). The write
 // loop retries a failed read until the operation's timeout, which is right
 // for etcd (a leader change passes) but not for an archive that is down
 // (each retry would wait for it again). A failed archive lookup ends the
@@ -283,6 +343,7 @@ func (s *Store) archiveScope(ctx context.Context) (context.Context, func(error) 
 	}
 	ctx, stop := context.WithCancelCause(ctx)
 	ctx = context.WithValue(ctx, archiveScopeKey{}, stop)
+	ctx = context.WithValue(ctx, archiveMemoKey{}, &archiveMemo{})
 	return ctx, func(err error) error {
 		defer stop(nil)
 		if err != nil {

@@ -152,6 +152,15 @@ func TestArchiveFilterRegistersWithoutTheArchive(t *testing.T) {
 	if !st.FilterReady || st.FilterKeys != 5 || st.FilterBytes == 0 || st.FilterRuledOut < 20 {
 		t.Fatalf("the filter's figures: %+v, want it ready with the 5 archived keys and at least 20 lookups ruled out", st)
 	}
+	// A retry of an archived intent asks the archive once (its record and
+	// tombstone together: two reads), though Acquire looks it up before
+	// its optimistic write and again after the read that follows.
+	if a, err := acquire("old2"); err != nil || a.Outcome != intent.OutcomeCompleted {
+		t.Fatalf("old2, archived: %v %v", a, err)
+	}
+	if got := fresh.ArchiveStats().Reads - st.Reads; got != 2 {
+		t.Errorf("a replay of an archived intent read the archive %d times, want 2 (one lookup)", got)
+	}
 	if err := ti.pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
