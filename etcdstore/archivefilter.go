@@ -85,11 +85,15 @@ const (
 	nudgeEvery = 2 * time.Millisecond
 )
 
-// reset empties the filter; it is not ready until loaded again.
+// reset empties the filter; it is not ready until loaded again, and
+// covers no revision until then (a reload's load and watch start from a
+// revision of their own). Under the lock, which rulesOut holds from its
+// first check to its last: no lookup sees it half reset.
 func (f *archiveFilter) reset() {
-	f.ready.Store(false)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ready.Store(false)
+	f.upTo.Store(0)
 	f.blooms, f.room, f.keys = nil, 0, 0
 }
 
@@ -133,6 +137,8 @@ func (f *archiveFilter) advance(rev int64) {
 // caller that read, or certified, the key's chunk at mod revision rev;
 // false when the filter cannot tell (see the package's filter doc).
 func (f *archiveFilter) rulesOut(h tombstones.Hash, rev int64) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
 	if !f.ready.Load() || rev <= 0 {
 		return false
 	}
@@ -140,8 +146,6 @@ func (f *archiveFilter) rulesOut(h tombstones.Hash, rev int64) bool {
 		f.askProgress()
 		return false
 	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
 	for _, b := range f.blooms {
 		if b.Test(h[:]) {
 			f.passed.Add(1)

@@ -54,6 +54,30 @@ func TestArchiveFilterRulesOut(t *testing.T) {
 	}
 }
 
+// A filter reset for a reload (its watch failed, the archive did not
+// answer its load) forgets the revision it covered: once loaded again it
+// covers only what the new load and watch gave it, and a lookup never sees
+// it half reset.
+func TestArchiveFilterResetForgetsItsRevision(t *testing.T) {
+	var f archiveFilter
+	h := tombstones.HashOf("t1", "moved-while-reloading")
+	f.advance(100)
+	f.ready.Store(true)
+	if !f.rulesOut(h, 50) {
+		t.Fatal("a ready filter covering revision 100 does not rule out a key it never held, at 50")
+	}
+	f.reset()
+	if f.rulesOut(h, 50) {
+		t.Fatal("a reset filter rules a key out")
+	}
+	// Loaded again as of revision 10: moves after it are not in it yet.
+	f.advance(10)
+	f.ready.Store(true)
+	if f.rulesOut(h, 50) {
+		t.Fatal("a reloaded filter covering revision 10 rules out a key at 50: it kept the revision of before its reset")
+	}
+}
+
 // The filter grows past its first capacity and keeps every key; a moved
 // value of a length not a multiple of a hash is refused.
 func TestArchiveFilterGrows(t *testing.T) {
