@@ -63,6 +63,7 @@
 //	   TestRollingUpgrade            the last release (RELEASES) and this checkout as replicas under load, replaced one at a time and rolled back; the storage format version advances once both are new
 //	   TestArchivePostgresStoppedAndPaused  two replicas on one PostgreSQL archive: PostgreSQL SIGSTOPped 5s, then stopped 5s; live intents complete at half the rate before or more, archived ones answer as before or ARCHIVE_UNAVAILABLE
 //	   TestArchiveReplicaKilledMidMove      the janitor's replica SIGKILLed three times while records move; each final intent then in exactly one tier, answers unchanged
+//	   TestArchiveJanitorPausedPastItsElection  the janitor's replica SIGSTOPped mid-pass past its election's TTL, the other moving the same records, then resumed: moves go on, one tier per intent
 //	   TestArchiveEtcdLeaderStalled         the etcd leader SIGSTOPped 3s while records move, under back-to-back load: the stall scenarios' rate bars, one tier per intent
 //	14 TestSoak                      seeded mixed faults (-soak for an hour, -seed to vary)
 //
@@ -73,8 +74,8 @@
 // leases_test.go, stalls_test.go, workers_test.go (worker processes killed
 // and paused), gateway_test.go (the fencing gateway's processes),
 // archive_test.go (the archive tier on a real PostgreSQL: the server paused
-// and stopped, the archiving replica killed, an etcd stall while records
-// move) and soak_test.go.
+// and stopped, the archiving replica killed or paused past its election,
+// an etcd stall while records move) and soak_test.go.
 //
 // The latest figures, and what this package cannot prove, are in
 // RELIABILITY.md beside it.
