@@ -146,16 +146,14 @@ func (s *Store) archiveLookup(ctx context.Context, tenant, key string) (*machine
 type archiveMemoKey struct{}
 
 // archiveMemo keeps, for one operation, the keys the archive was found
-// to hold, so that a second lookup of one of them (Acquire asks before
-// its optimistic write, then again after the read that follows when the
-// key was archived) does not read PostgreSQL again. Only what was found:
-// an archived record is final and never written again, and a tombstone
-// ends a key for good; "holds nothing" is never reused, since a lookup
-// must follow the etcd read it completes (a move in between).
-type archiveMemo struct {
-	mu    sync.Mutex
-	found map[[2]string]archiveFound
-}
+// to hold (by [2]string{tenant, key}), so that a second lookup of one of
+// them (Acquire asks before its optimistic write, then again after the
+// read that follows when the key was archived) does not read PostgreSQL
+// again. Only what was found: an archived record is final and never
+// written again, and a tombstone ends a key for good; "holds nothing" is
+// never reused, since a lookup must follow the etcd read it completes (a
+// move in between).
+type archiveMemo struct{ found sync.Map }
 
 // archiveFound is one key's answer.
 type archiveFound struct {
@@ -168,22 +166,17 @@ func (m *archiveMemo) get(tenant, key string) (archiveFound, bool) {
 	if m == nil {
 		return archiveFound{}, false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f, ok := m.found[[2]string{tenant, key}]
-	return f, ok
+	f, ok := m.found.Load([2]string{tenant, key})
+	if !ok {
+		return archiveFound{}, false
+	}
+	return f.(archiveFound), true
 }
 
 func (m *archiveMemo) put(tenant, key string, f archiveFound) {
-	if m == nil {
-		return
+	if m != nil {
+		m.found.Store([2]string{tenant, key}, f)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.found == nil {
-		m.found = map[[2]string]archiveFound{}
-	}
-	m.found[[2]string{tenant, key}] = f
 }
 
 // askArchive is archiveLookup's reads of the archive.

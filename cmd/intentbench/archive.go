@@ -495,23 +495,6 @@ func (r *archiveRun) replay(ctx context.Context) ([]string, error) {
 	r.fig.checked, r.fig.identical = len(keptAnswers) > 0, len(differ) == 0
 
 	var archNext, plainNext, archCalls atomic.Int64
-	replayOp := func(s *intentdServer, session string, keys []string, next *atomic.Int64, calls *atomic.Int64) op {
-		return func(ctx context.Context, w int) (time.Duration, error) {
-			i := next.Add(1)
-			key := keys[int(i)%len(keys)]
-			resp, err := s.rpc.Acquire(ctx, b.acquireRequest(key, session, fmt.Sprintf("ar-%s-%d", b.run, i)))
-			if err != nil {
-				return 0, fmt.Errorf("acquire %s: %w", key, err)
-			}
-			if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-				return 0, fmt.Errorf("acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
-			}
-			if calls != nil {
-				calls.Add(1)
-			}
-			return 0, nil
-		}
-	}
 	archKeys := make([]string, len(keptAnswers))
 	for i, k := range keptAnswers {
 		archKeys[i] = k.key
@@ -521,8 +504,8 @@ func (r *archiveRun) replay(ctx context.Context) ([]string, error) {
 	}
 	reads0, memory0, calls0, pg0 := r.arch.metric("intentd_archive_reads_total"), r.arch.metric("intentd_store_replays_from_memory_total"), archCalls.Load(), r.pg.cpu()
 	rs, err := b.interleave(ctx, "archive, replay", []peer{
-		{"from the archive", r.arch.proc, nil, replayOp(r.arch, archIDs[0], archKeys, &archNext, &archCalls)},
-		{"from etcd, no archive", r.plain.proc, nil, replayOp(r.plain, plainIDs[0], plainKeys, &plainNext, nil)},
+		{"from the archive", r.arch.proc, nil, b.replayOp(r.arch, archIDs[0], archKeys, &archNext, &archCalls)},
+		{"from etcd, no archive", r.plain.proc, nil, b.replayOp(r.plain, plainIDs[0], plainKeys, &plainNext, nil)},
 	}, archiveLow)
 	if err != nil {
 		return nil, err
@@ -848,4 +831,25 @@ func (p *pgServer) stop() {
 		}
 	}
 	os.RemoveAll(p.base)
+}
+
+// replayOp replays keys round-robin on s (Acquire with register, the same
+// fingerprint) under session, wanting COMPLETED; calls, when set, counts
+// them.
+func (b *bench) replayOp(s *intentdServer, session string, keys []string, next, calls *atomic.Int64) op {
+	return func(ctx context.Context, w int) (time.Duration, error) {
+		i := next.Add(1)
+		key := keys[int(i)%len(keys)]
+		resp, err := s.rpc.Acquire(ctx, b.acquireRequest(key, session, fmt.Sprintf("ar-%s-%d", b.run, i)))
+		if err != nil {
+			return 0, fmt.Errorf("acquire %s: %w", key, err)
+		}
+		if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
+			return 0, fmt.Errorf("acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
+		}
+		if calls != nil {
+			calls.Add(1)
+		}
+		return 0, nil
+	}
 }

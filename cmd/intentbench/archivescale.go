@@ -3,9 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
-
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
 // The archive workload's scale phase (only with --archive-scale; issue
@@ -106,7 +105,6 @@ func (r *archiveRun) scalePoint(ctx context.Context, keys []string, started time
 	}
 	defer b.closeSessions(r.arch, ids)
 	session := ids[0]
-	var next int64
 	register := func(ctx context.Context, _ int) (time.Duration, error) {
 		key := b.key("sr")
 		t := time.Now()
@@ -117,18 +115,8 @@ func (r *archiveRun) scalePoint(ctx context.Context, keys []string, started time
 		}
 		return lat, b.complete(ctx, r.arch, key, token)
 	}
-	replay := func(ctx context.Context, _ int) (time.Duration, error) {
-		next++
-		key := keys[int(next)%len(keys)]
-		resp, err := r.arch.rpc.Acquire(ctx, b.acquireRequest(key, session, fmt.Sprintf("as-%s-%d", b.run, next)))
-		if err != nil {
-			return 0, fmt.Errorf("acquire %s: %w", key, err)
-		}
-		if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-			return 0, fmt.Errorf("acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
-		}
-		return 0, nil
-	}
+	var next atomic.Int64
+	replay := b.replayOp(r.arch, session, keys, &next, nil)
 	// The archive reads of registrations alone: none while the filter
 	// rules every new key out.
 	const alone = 200

@@ -335,13 +335,7 @@ func feedBank(load *Load, keys []string, stop <-chan struct{}) (wait func() int)
 // never another; once it is back, they are the ones before the move.
 // Every check of Finish holds.
 func TestArchivePostgresStoppedAndPaused(t *testing.T) {
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
-	admin, err := e.Cluster.Admin()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pg, _, e, admin := archiveEnv(t)
 	name := sanitize(t.Name())
 
 	// Cold intents, completed on r0 and asked about on r1; one set for
@@ -715,15 +709,23 @@ type archiveScenario struct {
 	rows   *archiveRows
 }
 
-func startArchiveScenario(t *testing.T, cfg LoadConfig) *archiveScenario {
+// archiveEnv starts PostgreSQL with a database of the test's and two
+// replicas archiving into it (archiveFlags).
+func archiveEnv(t *testing.T) (pg *pgtest.Server, dsn string, e *Env, admin *clientv3.Client) {
 	t.Helper()
-	pg := pgtest.Start(t)
-	dsn := pg.NewDatabase(t)
-	e := NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
+	pg = pgtest.Start(t)
+	dsn = pg.NewDatabase(t)
+	e = NewEnv(t, report, EnvConfig{Replicas: 2, Intentd: harness.IntentdConfig{Flags: archiveFlags(dsn)}})
 	admin, err := e.Cluster.Admin()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pg, dsn, e, admin
+}
+
+func startArchiveScenario(t *testing.T, cfg LoadConfig) *archiveScenario {
+	t.Helper()
+	_, dsn, e, admin := archiveEnv(t)
 	prober := newColdProber(t, e.Intentds[0].Addr, e.Intentds[1].Addr)
 	cold := prober.complete(sanitize(t.Name())+"-cold", 4)
 	load := e.StartLoad(cfg)
