@@ -30,11 +30,12 @@ import (
 // spotOps reads tenant's key's spots: its tombstone of an earlier version,
 // and the chunk that covers its hash, the first chunk whose upper bound is
 // not below it: a range from its hash, limit 1. etcd counts every key of a
-// range, limit or not, so the range ends, when bounded is set and the
-// store knows the chunks there, after the chunk it knows to cover the hash
-// and the one after (which a merge would make the covering one). A
-// bounded read that finds no chunk knew wrong (errStaleBound): read again
-// without the bound.
+// range, limit or not, and reads the value of one more key than the limit
+// (to say whether there are more), so the range ends, when bounded is set
+// and the store knows the chunks there, at the chunk it knows to cover the
+// hash: a lookup reads one chunk, not two. A bounded read that finds no
+// chunk knew wrong (a merge took that chunk into the next: errStaleBound):
+// read again without the bound.
 // It returns whether it bounded the range.
 func (s *Store) spotOps(tenant, key string, bounded bool) ([]clientv3.Op, bool) {
 	h := tombstones.HashOf(tenant, key)
@@ -599,18 +600,14 @@ func (m *chunkMap) certify(h tombstones.Hash) (tombstones.Hash, int64, bool) {
 }
 
 // rangeEnd is where a read of the chunk that covers h may end: the upper
-// bound of the chunk after the known one that covers h (or of that one,
-// when the map does not know the next, or it is the last). False when no
-// known chunk covers h, or the map knows that there is no chunk at all.
+// bound of the known chunk that covers h. False when no known chunk covers
+// h, or the map knows that there is no chunk at all.
 func (m *chunkMap) rangeEnd(h tombstones.Hash) (tombstones.Hash, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	i := sort.Search(len(m.known), func(i int) bool { return !before(m.known[i].hi, h) })
 	if i == len(m.known) || m.known[i].rev == 0 || !(m.known[i].lo == tombstones.Hash{} || before(m.known[i].lo, h)) {
 		return tombstones.Hash{}, false
-	}
-	if i+1 < len(m.known) && m.known[i+1].lo == m.known[i].hi {
-		return m.known[i+1].hi, true
 	}
 	return m.known[i].hi, true
 }

@@ -648,3 +648,46 @@ func TestStaleChunkBoundsReadAgain(t *testing.T) {
 		t.Errorf("the store knows %d chunks, want the one there is", chunks)
 	}
 }
+
+// A bounded read of a key's chunk ranges over that chunk alone: etcd reads
+// the value of one key more than a range's limit (to tell whether there
+// are more), so a range that held the next chunk too read two chunks'
+// values to answer with one.
+func TestBoundedSpotReadsOneChunk(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
+	s := packedStore(t, cli, c)
+	ctx := context.Background()
+	today := tombstones.Today(c.Now())
+	set := tombstones.NewSet()
+	for i := range 8 * tombstones.MaxEntries {
+		set.Add(tombstones.NewEntry("default", fmt.Sprintf("tomb-%d", i), intent.StateCompleted, c.Now(), c.Now().Add(48*time.Hour)), today)
+	}
+	if err := StoreTombstones(ctx, cli, s.keys.prefix, set); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LearnTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(set.Chunks()); n < 8 {
+		t.Fatalf("%d chunks, want several", n)
+	}
+	for i := range 200 {
+		key := fmt.Sprintf("tomb-%d", i*37%(8*tombstones.MaxEntries))
+		ops, bounded := s.spotOps("default", key, true)
+		if !bounded {
+			t.Fatalf("%s: the store knows its chunk, yet read it unbounded", key)
+		}
+		chunk := ops[1]
+		resp, err := cli.Get(ctx, string(chunk.KeyBytes()), clientv3.WithRange(string(chunk.RangeBytes())), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Count != 1 {
+			t.Fatalf("%s: its chunk's range holds %d chunks, want 1", key, resp.Count)
+		}
+		if _, err := s.Get(ctx, "default", key); !errors.Is(err, intent.ErrExpired) {
+			t.Fatalf("Get(%s) = %v, want EXPIRED", key, err)
+		}
+	}
+}
