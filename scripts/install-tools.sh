@@ -58,11 +58,9 @@ build_tool go.etcd.io/etcd/etcdutl/v3 "$ETCD_VERSION" etcdutl
 # Debian packages for the Python stubs and the Python suite: protoc and
 # grpc_python_plugin generate gen/python; the runtimes run it as
 # /usr/bin/python3. Pinned to exact versions: the generated code must match the
-# runtime it imports into. chromium runs the review console's browser tests
-# (e2e/console, headless). Installed only when a version differs (quiet and
+# runtime it imports into. Installed only when a version differs (quiet and
 # idempotent), and checked afterwards.
 DEBIAN_PACKAGES=(
-  chromium=156.0.8078.114-1~deb12u1
   protobuf-compiler=3.21.12-3+deb12u1
   protobuf-compiler-grpc=1.51.1-3+b1
   python3-grpcio=1.51.1-3+b1
@@ -98,6 +96,34 @@ if [[ -n "$missing" ]]; then
       echo "install-tools: Debian package ${spec%%=*} is at '$(debian_version "${spec%%=*}")', want ${spec#*=}" >&2
     done
     exit 1
+  fi
+fi
+
+# chromium runs the review console's browser tests (e2e/console, headless).
+# Debian ships it from bookworm-security, which serves only its newest
+# build: a pinned build it has replaced cannot be installed any more (the
+# day 156.0.8078.114 gave way to .129, this script failed every CI run). So
+# the pinned build is wanted, and when the archive no longer has it, the
+# archive's current build of the same major is installed, and said.
+CHROMIUM_VERSION=156.0.8078.129-1~deb12u1
+if [[ "$(debian_version chromium)" != "$CHROMIUM_VERSION" ]]; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-tools: chromium is missing or at another version; as root run:" >&2
+    echo "  apt-get update && apt-get install -y chromium=$CHROMIUM_VERSION" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -qq --allow-downgrades "chromium=$CHROMIUM_VERSION" >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    if ! apt-get install -y -qq --allow-downgrades "chromium=$CHROMIUM_VERSION" >/dev/null 2>&1; then
+      candidate=$(apt-cache policy chromium | sed -n 's/^ *Candidate: //p')
+      if [[ "${candidate%%.*}" != "${CHROMIUM_VERSION%%.*}" ]]; then
+        echo "install-tools: chromium $CHROMIUM_VERSION is not served, and the archive's $candidate is another major: update CHROMIUM_VERSION" >&2
+        exit 1
+      fi
+      echo "install-tools: chromium $CHROMIUM_VERSION is not served any more; installing the archive's $candidate (update CHROMIUM_VERSION)" >&2
+      apt-get install -y -qq --allow-downgrades "chromium=$candidate" >/dev/null
+    fi
   fi
 fi
 
