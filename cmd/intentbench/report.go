@@ -124,6 +124,21 @@ func pctMs(q float64) func(round) float64 {
 	return func(r round) float64 { return float64(r.pct(q)) / float64(time.Millisecond) }
 }
 
+// pooled is one round of rs's calls together: its quantiles are the run's,
+// not a round's. A tail event rarer than a round (a collection of a large
+// heap) shows in few rounds' quantiles, so a median of rounds can hide it;
+// pooled, it counts for the calls it delayed.
+func pooled(rs []round) round {
+	var p round
+	for _, r := range rs {
+		p.ops += r.ops
+		p.elapsed += r.elapsed
+		p.lat = append(p.lat, r.lat...)
+	}
+	slices.Sort(p.lat)
+	return p
+}
+
 // ratio is a ÷ b, NaN when either is unknown or b is zero.
 func ratio(a, b float64) float64 {
 	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {

@@ -204,3 +204,33 @@ func TestPayloadTextIsWhatItSays(t *testing.T) {
 		t.Errorf("repeat text = %q", got)
 	}
 }
+
+// A tail in one round of five, 1.2 % of the run's calls: the median
+// of the rounds' p99 hides it, the pooled p99 does not.
+func TestPooledKeepsARareTail(t *testing.T) {
+	ms := time.Millisecond
+	quiet := func() round {
+		r := round{ops: 100, elapsed: time.Second}
+		for range 100 {
+			r.lat = append(r.lat, ms)
+		}
+		return r
+	}
+	rs := []round{quiet(), quiet(), quiet(), quiet(), quiet()}
+	for i := range 6 {
+		rs[2].lat[94+i] = 10 * ms // already sorted: the slowest last
+	}
+	if got := over(rs, pctMs(0.99)).med; got != 1 {
+		t.Errorf("median of the rounds' p99 = %v ms, want 1", got)
+	}
+	all := pooled(rs)
+	if all.ops != 500 || all.elapsed != 5*time.Second || len(all.lat) != 500 {
+		t.Fatalf("pooled: %d ops in %v, %d latencies; want 500 in 5s", all.ops, all.elapsed, len(all.lat))
+	}
+	if got := pctMs(0.99)(all); got != 10 {
+		t.Errorf("pooled p99 = %v ms, want 10", got)
+	}
+	if got := pctMs(0.98)(all); got != 1 {
+		t.Errorf("pooled p98 = %v ms, want 1", got)
+	}
+}

@@ -132,21 +132,35 @@ func (b *bench) runTombstones(ctx context.Context) error {
 	}
 	whats := []string{"Register of a tombstoned key", "Acquire of a tombstoned key", "Acquire with register, fresh key"}
 	results := make([][][]round, len(whats))
+	// Go's collections in each intentd during each call's rounds (and its
+	// warm-up): how often its collector ran says whether its tail is the
+	// collector's (its live heap sets how often).
+	gcs := make([][]float64, len(whats))
 	for i, what := range whats {
+		for _, st := range stores {
+			gcs[i] = append(gcs[i], st.s.metric("go_gc_duration_seconds_count"))
+		}
 		var err error
 		if results[i], err = b.interleave(ctx, "tombstones, "+what, peers[i], b.cfg.tombstoneWorkers); err != nil {
 			return err
 		}
+		for j, st := range stores {
+			gcs[i][j] = st.s.metric("go_gc_duration_seconds_count") - gcs[i][j]
+		}
 	}
 	fmt.Fprintf(b.out, "tombstones: %d stored in each intentd, C=%d, %d rounds of %s, interleaved\n", n, b.cfg.tombstoneWorkers, b.cfg.rounds, b.cfg.duration)
 	p50, p99 := pctMs(0.5), pctMs(0.99)
-	rows := [][]string{{"call", "intentd", "p50 ms", "p99 ms", "per s"}}
+	rows := [][]string{{"call", "intentd", "p50 ms", "p99 ms", "p99 ms, rounds pooled", "per s", "collections"}}
 	for i, what := range whats {
+		var all []round
 		for j, st := range stores {
-			rows = append(rows, []string{what, st.label, over(results[i][j], p50).format(2), over(results[i][j], p99).format(2), over(results[i][j], round.rate).format(0)})
+			all = append(all, pooled(results[i][j]))
+			rows = append(rows, []string{what, st.label, over(results[i][j], p50).format(2), over(results[i][j], p99).format(2),
+				num(p99(all[j]), 2), over(results[i][j], round.rate).format(0), num(gcs[i][j], 0)})
 		}
 		if len(stores) == 2 {
-			rows = append(rows, []string{what, "p99 this ÷ baseline", "", pairQuantileRatio(results[i][0], results[i][1], 0.99).format(2), ""})
+			rows = append(rows, []string{what, "p99 this ÷ baseline", "", pairQuantileRatio(results[i][0], results[i][1], 0.99).format(2),
+				num(ratio(p99(all[0]), p99(all[1])), 2), "", ""})
 		}
 	}
 	table(b.out, rows)
