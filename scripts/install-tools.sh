@@ -76,20 +76,26 @@ debian_missing() {
   done
 }
 
-missing=$(debian_missing)
-if [[ -n "$missing" ]]; then
+# apt_install installs the package specs given ("name=version"), as root
+# (else it says the command to run, and fails), reading the archives'
+# lists again only when the ones at hand do not have them.
+apt_install() {
   if [[ $(id -u) -ne 0 ]]; then
-    echo "install-tools: these Debian packages are missing or at another version; as root run:" >&2
-    echo "  apt-get update && apt-get install -y $(echo $missing)" >&2
+    echo "install-tools: Debian packages missing or at another version; as root run:" >&2
+    echo "  apt-get update && apt-get install -y $*" >&2
     exit 1
   fi
-  echo "install-tools: apt-get install $(echo $missing)" >&2
   export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --allow-downgrades "$@" >/dev/null 2>&1 && return
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --allow-downgrades "$@" >/dev/null
+}
+
+missing=$(debian_missing)
+if [[ -n "$missing" ]]; then
+  echo "install-tools: apt-get install $(echo $missing)" >&2
   # shellcheck disable=SC2086 # one word per package
-  if ! apt-get install -y -qq --allow-downgrades $missing >/dev/null 2>&1; then
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --allow-downgrades $missing >/dev/null
-  fi
+  apt_install $missing
   missing=$(debian_missing)
   if [[ -n "$missing" ]]; then
     for spec in $missing; do
@@ -106,25 +112,14 @@ fi
 # the pinned build is wanted, and when the archive no longer has it, the
 # archive's current build of the same major is installed, and said.
 CHROMIUM_VERSION=156.0.8078.129-1~deb12u1
-if [[ "$(debian_version chromium)" != "$CHROMIUM_VERSION" ]]; then
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "install-tools: chromium is missing or at another version; as root run:" >&2
-    echo "  apt-get update && apt-get install -y chromium=$CHROMIUM_VERSION" >&2
+if [[ "$(debian_version chromium)" != "$CHROMIUM_VERSION" ]] && ! apt_install "chromium=$CHROMIUM_VERSION"; then
+  candidate=$(apt-cache policy chromium | sed -n 's/^ *Candidate: //p')
+  if [[ "${candidate%%.*}" != "${CHROMIUM_VERSION%%.*}" ]]; then
+    echo "install-tools: chromium $CHROMIUM_VERSION is not served, and the archive's $candidate is another major: update CHROMIUM_VERSION" >&2
     exit 1
   fi
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -qq --allow-downgrades "chromium=$CHROMIUM_VERSION" >/dev/null 2>&1; then
-    apt-get update -qq >/dev/null
-    if ! apt-get install -y -qq --allow-downgrades "chromium=$CHROMIUM_VERSION" >/dev/null 2>&1; then
-      candidate=$(apt-cache policy chromium | sed -n 's/^ *Candidate: //p')
-      if [[ "${candidate%%.*}" != "${CHROMIUM_VERSION%%.*}" ]]; then
-        echo "install-tools: chromium $CHROMIUM_VERSION is not served, and the archive's $candidate is another major: update CHROMIUM_VERSION" >&2
-        exit 1
-      fi
-      echo "install-tools: chromium $CHROMIUM_VERSION is not served any more; installing the archive's $candidate (update CHROMIUM_VERSION)" >&2
-      apt-get install -y -qq --allow-downgrades "chromium=$candidate" >/dev/null
-    fi
-  fi
+  echo "install-tools: chromium $CHROMIUM_VERSION is not served any more; installing the archive's $candidate (update CHROMIUM_VERSION)" >&2
+  apt_install "chromium=$candidate"
 fi
 
 ./scripts/install-postgres.sh # Debian's PostgreSQL server, for the archive's tests (internal/testing/pgtest)
