@@ -354,11 +354,17 @@ func (s *Store) LearnTombstones(ctx context.Context) error {
 		}
 		if !resp.More {
 			s.chunks.trim()
+			s.learntOnce.Do(func() { close(s.learnt) })
 			return nil
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
+
+// TombstonesLearnt is closed once the store has learnt every chunk of
+// packed tombstones (LearnTombstones, which RunJanitor calls as it
+// starts): the last of what a start reads through.
+func (s *Store) TombstonesLearnt() <-chan struct{} { return s.learnt }
 
 // rewritesPerSweep bounds the chunks one janitor pass rewrites: an entry
 // may stay a day past its end anyway.

@@ -691,3 +691,33 @@ func TestBoundedSpotReadsOneChunk(t *testing.T) {
 		}
 	}
 }
+
+// TombstonesLearnt closes when LearnTombstones has read every chunk, and
+// only then: the daemon gives the start's memory back at that moment.
+func TestTombstonesLearntClosesAfterLearning(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
+	janitor, replica := packedStore(t, cli, c), packedStore(t, cli, c)
+	ctx := context.Background()
+	finish(t, janitor, "default", "earlier", intent.StateCompleted)
+	c.Advance(2 * time.Hour)
+	if _, err := janitor.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-replica.TombstonesLearnt():
+		t.Fatal("closed before the replica learnt the chunks")
+	default:
+	}
+	if err := replica.LearnTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-replica.TombstonesLearnt():
+	default:
+		t.Fatal("still open after LearnTombstones")
+	}
+	if err := replica.LearnTombstones(ctx); err != nil { // learning again closes nothing twice
+		t.Fatal(err)
+	}
+}

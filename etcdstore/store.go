@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -52,6 +53,9 @@ type Store struct {
 	// walk where the janitor's walk over them is (packed.go).
 	chunks chunkMap
 	walk   walkCursor
+	// learnt is closed once LearnTombstones first succeeds.
+	learnt     chan struct{}
+	learntOnce sync.Once
 	// answersKept is set once this store found a memo handed out with a
 	// replay holding what its caller derived from it (the gRPC server does
 	// on every replay's first): see cache.go. finals is the table of
@@ -148,6 +152,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 		tracer: newTracer(cfg.TracerProvider), finals: newFinalHints(finalHintSlots(cfg.CacheBytes))}
 	s.archive.a, s.archive.after = cfg.Archive, cfg.ArchiveAfter
 	s.floor.wentBack = make(chan struct{})
+	s.learnt = make(chan struct{})
 	// Every key-space call goes through the floor, in this one place.
 	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
 	s.group = &committer{kv: s.kv, timeout: cfg.RequestTimeout, observe: cfg.ObserveBatch}

@@ -67,8 +67,10 @@ type tombStore struct {
 	s                *intentdServer
 	format           string // "keys" (an etcd key and an index key per tombstone) or "packed"
 	// before and after are intentd's memory after a restart with one
-	// tombstone stored and with all of them; heap0 and heap1 its Go heap.
+	// tombstone stored and with all of them, after 200 lookups; idle0 and
+	// idle1 before them; heap0 and heap1 its Go heap.
 	before, after mem
+	idle0, idle1  mem
 	heap0, heap1  int64
 	seeded        time.Duration
 	// inUse0 and inUse1 are etcd's database in use, after compaction and
@@ -165,10 +167,13 @@ func (b *bench) runTombstones(ctx context.Context) error {
 	}
 	table(b.out, rows)
 	per := func(a, b int64) string { return num(float64(b-a)/float64(n), 2) }
-	mem := [][]string{{"intentd", "format", "stored in", "VmRSS 1 → all", "VmRSS per tombstone", "RssAnon per", "RssFile per", "Go heap per", "etcd db in use per"}}
+	// Idle is what a started intentd holds; after lookups adds their
+	// garbage, which stays as the collector's headroom (up to intentd's
+	// --gc-heap-floor, or twice the live heap, whichever is more).
+	mem := [][]string{{"intentd", "format", "stored in", "VmRSS 1 → all", "VmRSS per tombstone", "RssAnon per, idle", "RssAnon per, after lookups", "RssFile per", "Go heap per", "etcd db in use per"}}
 	for _, st := range stores {
 		mem = append(mem, []string{st.label, st.format, st.seeded.Round(time.Millisecond).String(),
-			mib(st.before.rss) + " → " + mib(st.after.rss), per(st.before.rss, st.after.rss), per(st.before.anon, st.after.anon),
+			mib(st.before.rss) + " → " + mib(st.after.rss), per(st.before.rss, st.after.rss), per(st.idle0.anon, st.idle1.anon), per(st.before.anon, st.after.anon),
 			per(st.before.file, st.after.file), per(st.heap0, st.heap1), per(st.inUse0, st.inUse1)})
 	}
 	table(b.out, mem)
@@ -216,7 +221,7 @@ func (b *bench) prepareTombstones(ctx context.Context, st *tombStore, n int, nam
 	if st.inUse0, err = compactDefrag(ctx, st.s.etcd); err != nil {
 		return err
 	}
-	if st.before, st.heap0, err = b.restartForMemory(ctx, st, name(0)); err != nil {
+	if st.idle0, st.before, st.heap0, err = b.restartForMemory(ctx, st, name(0)); err != nil {
 		return err
 	}
 	b.progress("tombstones, %s: storing %d tombstones", st.label, n)
@@ -233,45 +238,65 @@ func (b *bench) prepareTombstones(ctx context.Context, st *tombStore, n int, nam
 	if _, err := st.s.rpc.Register(ctx, &intentv1.RegisterRequest{Key: name(n / 2), Params: b.params}); reasonOf(err) != "INTENT_EXPIRED" {
 		return fmt.Errorf("register of the stored tombstone %s: %v, want INTENT_EXPIRED: the tombstones were not stored as the janitor stores them", name(n/2), err)
 	}
-	st.after, st.heap1, err = b.restartForMemory(ctx, st, name(n-1))
+	st.idle1, st.after, st.heap1, err = b.restartForMemory(ctx, st, name(n-1))
 	return err
 }
 
 // restartForMemory restarts st's intentd on its data directory (its
-// defaults, its profiles served), makes a few calls (Register of a
-// tombstoned key), lets it settle (what starting etcd on the database
-// read and dropped is collected and, mostly, given back), and reads its
-// memory and Go heap.
-func (b *bench) restartForMemory(ctx context.Context, st *tombStore, tombstoned string) (mem, int64, error) {
+// defaults, its profiles served) and reads its memory twice: idle once it
+// answers (one Register of a tombstoned key) and has settled (what
+// starting etcd on the database read and dropped is collected and, mostly,
+// given back), and again after 200 more such Registers, which leave their
+// garbage where the collector lets it stay; and its Go heap.
+func (b *bench) restartForMemory(ctx context.Context, st *tombStore, tombstoned string) (idle, used mem, heap int64, err error) {
 	st.s.close()
 	pprof, err := freeAddr()
 	if err != nil {
-		return mem{}, 0, err
+		return mem{}, mem{}, 0, err
 	}
 	if st.s, err = b.startIntentdBin(ctx, st.name, st.bin, nil, "--pprof-listen", pprof); err != nil {
-		return mem{}, 0, err
+		return mem{}, mem{}, 0, err
 	}
-	for range 200 {
-		if _, err := st.s.rpc.Register(ctx, &intentv1.RegisterRequest{Key: tombstoned, Params: b.params}); reasonOf(err) != "INTENT_EXPIRED" {
-			return mem{}, 0, fmt.Errorf("register %s after a restart: %v, want INTENT_EXPIRED", tombstoned, err)
+	registers := func(n int) error {
+		for range n {
+			if _, err := st.s.rpc.Register(ctx, &intentv1.RegisterRequest{Key: tombstoned, Params: b.params}); reasonOf(err) != "INTENT_EXPIRED" {
+				return fmt.Errorf("register %s after a restart: %v, want INTENT_EXPIRED", tombstoned, err)
+			}
 		}
+		return nil
 	}
-	for range 3 {
-		// A collection now (a heap profile after a GC), then time for
-		// the scavenger to hand freed pages back.
-		resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + pprof + "/debug/pprof/heap?gc=1")
-		if err != nil {
-			return mem{}, 0, fmt.Errorf("forcing a collection: %w", err)
+	settle := func() error {
+		for range 3 {
+			// A collection now (a heap profile after a GC), then time
+			// for the scavenger to hand freed pages back.
+			resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + pprof + "/debug/pprof/heap?gc=1")
+			if err != nil {
+				return fmt.Errorf("forcing a collection: %w", err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Second):
+			}
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		select {
-		case <-ctx.Done():
-			return mem{}, 0, ctx.Err()
-		case <-time.After(5 * time.Second):
-		}
+		return nil
 	}
-	return st.s.proc.memory(), st.s.heap(), nil
+	if err := registers(1); err != nil {
+		return mem{}, mem{}, 0, err
+	}
+	if err := settle(); err != nil {
+		return mem{}, mem{}, 0, err
+	}
+	idle = st.s.proc.memory()
+	if err := registers(200); err != nil {
+		return mem{}, mem{}, 0, err
+	}
+	if err := settle(); err != nil {
+		return mem{}, mem{}, 0, err
+	}
+	return idle, st.s.proc.memory(), st.s.heap(), nil
 }
 
 // seedTombstones stores tombstones name(1) … name(n-1) beside the

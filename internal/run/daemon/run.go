@@ -151,6 +151,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 		// Its election carries the replica's id, which tells an
 		// announced replica from one of a release before format versions.
 		janitor(store, cli, id, cfg.JanitorInterval, lead, m, log),
+		returnStartMemory(store),
 		watchArch,
 		expireArch,
 		filterArch,
@@ -394,6 +395,25 @@ func janitor(store *etcdstore.Store, cli *clientv3.Client, id string, every time
 				log.Info("janitor pass", "lapsed", r.Lapsed, "removed", r.Removed, "archived", r.Archived, "tombstones_removed", r.TombstonesRemoved, "overdue_unfinished", r.Overdue)
 			}
 		})
+		return nil
+	}
+}
+
+// returnStartMemory gives the memory a start read through back to the
+// system once the store has learnt the tombstones: etcd's recovery and
+// LearnTombstones read the whole database once, and under the collector's
+// floor (intentd --gc-heap-floor) Go's scavenger keeps freed pages up to
+// the floor as headroom, so an idle intentd would hold them; from here its
+// resident memory is what it keeps, until load grows the heap again.
+func returnStartMemory(store *etcdstore.Store) component {
+	return func(ctx context.Context) error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-store.TombstonesLearnt():
+			debug.FreeOSMemory()
+		}
+		<-ctx.Done()
 		return nil
 	}
 }

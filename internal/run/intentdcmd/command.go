@@ -25,6 +25,7 @@ import (
 
 	"github.com/intentd/intentd/internal/run/cliflag"
 	"github.com/intentd/intentd/internal/run/daemon"
+	"github.com/intentd/intentd/internal/run/heapfloor"
 	"github.com/intentd/intentd/internal/run/version"
 )
 
@@ -89,8 +90,15 @@ func envName(flag string) string {
 	return "INTENTD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
+// defaultHeapFloor is --gc-heap-floor's default: see package heapfloor
+// and docs/PERFORMANCE.md, "The collector's floor".
+const defaultHeapFloor = 128 << 20
+
 func newCommand(stderr io.Writer, configure Configure) *cobra.Command {
 	cfg := daemon.DefaultConfig()
+	// The heap floor is the process's, not the daemon's: Run is also
+	// called in-process by tests, several at once.
+	heapFloor := int64(defaultHeapFloor)
 	cmd := &cobra.Command{
 		Use:     "intentd",
 		Version: version.String(),
@@ -123,6 +131,9 @@ at start).`,
 			if err := cfg.Validate(); err != nil {
 				return &usageError{err: err}
 			}
+			if heapFloor < 0 {
+				return &usageError{err: fmt.Errorf("--gc-heap-floor %d: want 0 (off) or a number of bytes", heapFloor)}
+			}
 			if configure != nil {
 				if err := configure(&cfg); err != nil {
 					return err
@@ -130,11 +141,18 @@ at start).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			log := cfg.Logger()
+			if heapFloor > 0 && heapfloor.Chosen() {
+				log.Info("GOGC is set in the environment: it governs the collector, --gc-heap-floor does not", "gogc", os.Getenv("GOGC"))
+			}
+			floorHeld := make(chan struct{})
+			go func() { defer close(floorHeld); heapfloor.Hold(ctx, uint64(heapFloor)) }()
+			defer func() { stop(); <-floorHeld }()
 			var ready func(addr string)
 			if cfg.LogFormat == "text" {
 				ready = func(addr string) { fmt.Fprint(stderr, nextSteps(addr, cfg)) }
 			}
-			return daemon.Run(ctx, cfg, cfg.Logger(), ready)
+			return daemon.Run(ctx, cfg, log, ready)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: cliflag.Explain(err)} })
@@ -168,6 +186,7 @@ at start).`,
 	f.DurationVar(&cfg.Store.TombstoneRetention, "tombstone-retention", cfg.Store.TombstoneRetention, "how long the tombstone of a removed record is kept")
 	f.IntVar(&cfg.Store.MaxAttempts, "max-attempts", cfg.Store.MaxAttempts, "attempts of an intent that may end without a report (lease lapsed, MarkUnknown) before it goes to NEEDS_REVIEW, unless its registration sets max_attempts (1-1000)")
 	f.Int64Var(&cfg.Store.CacheBytes, "cache-bytes", cfg.Store.CacheBytes, "memory for remembered records (final ones replay without etcd) and sessions, in bytes of heap (at least 1 MiB)")
+	f.Int64Var(&heapFloor, "gc-heap-floor", heapFloor, "smallest heap, in bytes, Go's collector lets intentd grow to before it collects (0: GOGC alone); a fixed amount of memory under load that spares a small heap frequent collections; GOGC set in the environment wins, GOMEMLIMIT still caps")
 	f.StringVar(&cfg.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that final intents move to after --archive-after (postgres://user:password@host:5432/db?sslmode=verify-full, or key=value pairs; TLS and credentials are the DSN's); empty: etcd keeps every record. Prefer the environment variable or the config file to the command line, which other users of the machine can read")
 	f.DurationVar(&cfg.Store.ArchiveAfter, "archive-after", cfg.Store.ArchiveAfter, "with --archive-dsn: how long a final intent stays in etcd before it moves to the archive")
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate of the gRPC listener (turns TLS on; reloaded on change or SIGHUP)")

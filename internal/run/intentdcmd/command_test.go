@@ -86,6 +86,8 @@ func TestBadFlagIsNotSilent(t *testing.T) {
 			`intentd: --max-recv-msg-size "x": not valid, want a whole number`},
 		{"bad bool", nil, []string{"--insecure=maybe"}, exitUsage,
 			`intentd: --insecure "maybe": not valid, want true or false`},
+		{"negative heap floor", nil, []string{"--gc-heap-floor", "-1"}, exitUsage,
+			`intentd: --gc-heap-floor -1: want 0 (off) or a number of bytes`},
 		{"unknown flag", nil, []string{"--foo"}, exitUsage,
 			`intentd: unknown flag: --foo`},
 		{"flag without its value", nil, []string{"--listen"}, exitUsage,
