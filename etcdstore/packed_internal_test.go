@@ -238,16 +238,25 @@ func TestPackedLookupIsExact(t *testing.T) {
 // a key's tombstone still refuses the key: its registration writes at
 // once, comparing the chunk as it knew it, which etcd refuses; the write
 // loop reads the chunk then and answers EXPIRED.
-func TestStaleChunkKnowledgeRefusesTheWrite(t *testing.T) {
+// twoReplicasOneTombstone is two stores on one etcd, the first of which
+// (the janitor) has swept one intent, "earlier", into a tombstone, and
+// their clock.
+func twoReplicasOneTombstone(t *testing.T) (janitor, replica *Store, c *clock) {
+	t.Helper()
 	cli := etcdtest.Start(t).Client(t)
-	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
-	janitor, replica := packedStore(t, cli, c), packedStore(t, cli, c)
-	ctx := context.Background()
+	c = &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
+	janitor, replica = packedStore(t, cli, c), packedStore(t, cli, c)
 	finish(t, janitor, "default", "earlier", intent.StateCompleted)
 	c.Advance(2 * time.Hour)
-	if _, err := janitor.Sweep(ctx); err != nil {
+	if _, err := janitor.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return janitor, replica, c
+}
+
+func TestStaleChunkKnowledgeRefusesTheWrite(t *testing.T) {
+	janitor, replica, c := twoReplicasOneTombstone(t)
+	ctx := context.Background()
 	if err := replica.LearnTombstones(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -695,15 +704,8 @@ func TestBoundedSpotReadsOneChunk(t *testing.T) {
 // TombstonesLearnt closes when LearnTombstones has read every chunk, and
 // only then: the daemon gives the start's memory back at that moment.
 func TestTombstonesLearntClosesAfterLearning(t *testing.T) {
-	cli := etcdtest.Start(t).Client(t)
-	c := &clock{now: time.Date(2030, 3, 1, 9, 0, 0, 0, time.UTC)}
-	janitor, replica := packedStore(t, cli, c), packedStore(t, cli, c)
+	_, replica, _ := twoReplicasOneTombstone(t)
 	ctx := context.Background()
-	finish(t, janitor, "default", "earlier", intent.StateCompleted)
-	c.Advance(2 * time.Hour)
-	if _, err := janitor.Sweep(ctx); err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-replica.TombstonesLearnt():
 		t.Fatal("closed before the replica learnt the chunks")

@@ -26,6 +26,8 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/intentd/intentd/internal/core/periodic"
 )
 
 // Every is how often Hold reads the collector's figures: a new cycle is
@@ -88,16 +90,7 @@ func Hold(ctx context.Context, floor uint64) {
 		}
 	}
 	adjust()
-	t := time.NewTicker(Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			adjust()
-		}
-	}
+	periodic.Every(ctx, Every, adjust)
 }
 
 // uint64Of is a sample's value, 0 when this Go does not know the metric.
