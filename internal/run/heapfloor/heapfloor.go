@@ -7,9 +7,10 @@
 // one, so an intentd with 20 MiB live and a call that allocates 30 KB
 // collects every few hundred calls; each cycle takes a quarter of the
 // CPUs for its marking and slows the calls that allocate during it, which
-// is what a p99 at one client shows. A floor of a few tens of MiB costs a
-// fixed amount of memory under load (the heap grows to the floor before a
-// cycle) and nothing per record kept: above it, GOGC governs as before.
+// is what a p99 at one client shows. A floor (intentd's default is 128
+// MiB) costs a fixed amount of memory under load (the heap grows to the
+// floor before a cycle) and nothing per record kept: above it, GOGC
+// governs as before.
 //
 // Hold raises GOGC after each cycle to what makes the goal reach the
 // floor, and never lowers it below the GOGC the process started with. An
