@@ -140,14 +140,13 @@ at start).`,
 				}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
 			log := cfg.Logger()
 			if heapFloor > 0 && heapfloor.Chosen() {
 				log.Info("GOGC is set in the environment: it governs the collector, --gc-heap-floor does not", "gogc", os.Getenv("GOGC"))
 			}
 			floorHeld := make(chan struct{})
 			go func() { defer close(floorHeld); heapfloor.Hold(ctx, uint64(heapFloor)) }()
-			defer func() { stop(); <-floorHeld }()
+			defer func() { stop(); <-floorHeld }() // the floor is let go once intentd has stopped
 			var ready func(addr string)
 			if cfg.LogFormat == "text" {
 				ready = func(addr string) { fmt.Fprint(stderr, nextSteps(addr, cfg)) }
