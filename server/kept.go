@@ -1,13 +1,10 @@
 package server
 
 import (
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"unsafe"
-	"weak"
 
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
@@ -20,94 +17,81 @@ import (
 // sends, and all the memo holds for as long as the store remembers the
 // version (the store counts them; see etcdstore, "cache.go").
 //
-// A handler must still return the answer as a message, for the
-// interceptors that read it and for in-process callers: keptResponse
-// decodes it from the kept bytes and hands the same message to every
-// replay while one is in use (a weak pointer: a message nothing uses any
-// more is garbage at the next collection, not a second copy held with
-// the bytes). The server's codec (RequestCodec) sends a kept message as
-// its kept bytes, without encoding it again (keptEncoding).
+// A handler must still return the answer as a message. A replay's message
+// is a stand-in (kept.response): its outcome decoded, because the
+// interceptors that count answers read it, and every other field carried
+// as the kept bytes it was encoded to, in the message's unknown fields.
+// Encoding the stand-in writes its outcome and then those bytes, which is
+// the kept encoding to the byte (known fields go first, in field-number
+// order, and the outcome is field 1), so the answer on the wire is the
+// full one; but a caller in the same process that reads the stand-in's
+// intent, lease or statement finds them empty. Decoding the whole answer
+// from the bytes on each replay, as intentd did before, was 11 % of its
+// CPU when it replayed 10,000 intents (docs/PERFORMANCE.md, "Replays
+// beyond the cache").
 
 // kept is what a memo keeps of a replay answer: its encoding, and the
-// decoded message while something uses it.
+// outcome read from the encoding's first field.
 type kept struct {
-	wire   []byte
-	answer atomic.Pointer[weak.Pointer[intentv1.AcquireResponse]]
+	wire    []byte
+	outcome intentv1.Outcome
+	head    int // the outcome field's bytes at the start of wire
 }
-
-// keptMessage is a message decoded from kept bytes, by its address: the
-// codec's way back from a message to its bytes (keptBytes). It does not
-// keep the message alive: a cleanup removes it once the message is
-// garbage, and the weak pointer tells a message from a later one that
-// took its address before the cleanup ran.
-type keptMessage struct {
-	msg  weak.Pointer[intentv1.AcquireResponse]
-	wire []byte
-}
-
-var keptWire sync.Map // uintptr (a message's address) → *keptMessage
 
 // keep stores r, the replay answer of the version m belongs to, in m as
-// its encoding. Two first replays of a version may both keep theirs: both
-// are the same answer, to the byte.
-func keep(m *intent.Memo, r *intentv1.AcquireResponse) {
+// its encoding, and returns what the memo keeps. Two first replays of a
+// version may both keep theirs: both are the same answer, to the byte.
+func keep(m *intent.Memo, r *intentv1.AcquireResponse) (*kept, bool) {
 	// Deterministic, so that every replay of the version sends the same
 	// bytes: a map's entries (params, labels, external refs) are in key
 	// order, where a plain encoding orders them at random on each call.
 	wire, err := (proto.MarshalOptions{Deterministic: true}).Marshal(r)
 	if err != nil {
-		return // answered as made; the next replay tries again
+		return nil, false // answered as made; the next replay tries again
 	}
 	k := &kept{wire: wire}
-	k.hold(r)
+	if num, typ, n := protowire.ConsumeTag(wire); num == outcomeField && typ == protowire.VarintType {
+		v, m := protowire.ConsumeVarint(wire[n:])
+		if m < 0 {
+			return nil, false // cannot happen: the bytes are an encoding of r
+		}
+		k.outcome, k.head = intentv1.Outcome(v), n+m
+	}
 	m.Store(k)
+	return k, true
 }
 
-// keptResponse is the replay answer kept in m, if any: the message in use
-// by another replay, or one decoded from the kept bytes.
+// outcomeField is AcquireResponse.outcome's number.
+const outcomeField = 1
+
+// keptResponse is a stand-in for the replay answer kept in m, if any.
 func keptResponse(m *intent.Memo) (*intentv1.AcquireResponse, bool) {
 	k, ok := m.Load().(*kept)
 	if !ok {
 		return nil, false
 	}
-	if p := k.answer.Load(); p != nil {
-		if r := p.Value(); r != nil {
-			return r, true
-		}
-	}
-	r := new(intentv1.AcquireResponse)
-	if err := proto.Unmarshal(k.wire, r); err != nil {
-		return nil, false // cannot happen: the bytes are an encoding of one
-	}
-	k.hold(r)
-	return r, true
+	return k.response(), true
 }
 
-// hold makes r the message of k's bytes: shared by the replays while in
-// use, and sent as those bytes.
-func (k *kept) hold(r *intentv1.AcquireResponse) {
-	w := weak.Make(r)
-	km := &keptMessage{msg: w, wire: k.wire}
-	addr := uintptr(unsafe.Pointer(r))
-	keptWire.Store(addr, km)
-	runtime.AddCleanup(r, func(addr uintptr) { keptWire.CompareAndDelete(addr, km) }, addr)
-	k.answer.Store(&w)
+// response is a stand-in for k's answer: its outcome, and the rest of its
+// encoding as unknown fields. The stand-in shares the kept bytes (capped,
+// so that nothing appended to its unknown fields can reach them); nothing
+// may modify it.
+func (k *kept) response() *intentv1.AcquireResponse {
+	r := &intentv1.AcquireResponse{Outcome: k.outcome}
+	r.ProtoReflect().SetUnknown(k.wire[k.head:len(k.wire):len(k.wire)])
+	return r
 }
 
-// keptEncoding returns the encoding of v if v is an Acquire answer: a kept
-// replay answer's kept bytes, any other answer encoded as they were made,
-// deterministically. So a replay that had to read etcd (its version not
-// remembered, or remembered without a memo) sends the very bytes a replay
-// from memory sends.
+// keptEncoding returns the encoding of v if v is an Acquire answer,
+// deterministic: a stand-in for a kept replay answer encodes to the kept
+// bytes, and any other answer as the replay that kept it did. So a replay
+// that had to read etcd (its version not remembered, or remembered without
+// a memo) sends the very bytes a replay from memory sends.
 func keptEncoding(v any) (mem.BufferSlice, bool) {
 	r, ok := v.(*intentv1.AcquireResponse)
 	if !ok {
 		return nil, false
-	}
-	if wire, ok := keptBytes(r); ok {
-		// A SliceBuffer's Free does nothing: the transport's release of
-		// the message after sending leaves the kept bytes as they are.
-		return mem.BufferSlice{mem.SliceBuffer(wire)}, true
 	}
 	// As grpc-go's codec encodes, deterministically: a large answer in a
 	// buffer of the transport's pool, which it frees once sent.
@@ -129,23 +113,8 @@ func keptEncoding(v any) (mem.BufferSlice, bool) {
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, true
 }
 
-// keptBytes is the encoding kept with r, if r is a kept replay answer.
-func keptBytes(r *intentv1.AcquireResponse) ([]byte, bool) {
-	v, ok := keptWire.Load(uintptr(unsafe.Pointer(r)))
-	if !ok {
-		return nil, false
-	}
-	km := v.(*keptMessage)
-	if km.msg.Value() != r {
-		return nil, false // an earlier message's, at the same address
-	}
-	return km.wire, true
-}
-
-// HeapBytes is the heap k holds for as long as its memo: the bytes, its
-// struct and the weak pointer's box (a store counts it: see etcdstore,
-// "cache.go"). A message decoded from the bytes is held only while a
-// replay uses it.
+// HeapBytes is the heap k holds for as long as its memo: the bytes and
+// its struct (a store counts it: see etcdstore, "cache.go").
 func (k *kept) HeapBytes() int64 {
-	return int64(cap(k.wire)) + int64(unsafe.Sizeof(*k)) + int64(unsafe.Sizeof(weak.Pointer[intentv1.AcquireResponse]{}))
+	return int64(cap(k.wire)) + int64(unsafe.Sizeof(*k))
 }

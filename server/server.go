@@ -151,9 +151,10 @@ func (s *Server) Acquire(ctx context.Context, req *intentv1.AcquireRequest) (*in
 // record is converted once per version of that record and kept in the
 // version's memo (intent.Memo) as its encoding (see keep): converting the
 // record (its params above all) and encoding the answer were the largest
-// part of a replay's own work. The answer decoded from it is shared by the
-// replays of that version while in use (keptResponse), so nothing may
-// modify an AcquireResponse once returned.
+// part of a replay's own work. Every replay of the version, the first
+// included, returns a stand-in that encodes to those bytes and decodes
+// only the outcome (kept.response); nothing may modify an AcquireResponse
+// once returned.
 func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
 	if a.Memo != nil {
 		if r, ok := keptResponse(a.Memo); ok {
@@ -172,7 +173,11 @@ func acquireResponse(a *intent.Acquisition) *intentv1.AcquireResponse {
 		Statement:   statement(a),
 	}
 	if a.Memo != nil {
-		keep(a.Memo, r)
+		if k, ok := keep(a.Memo, r); ok {
+			// What every later replay of the version returns, so that
+			// this one's message is garbage once sent.
+			return k.response()
+		}
 	}
 	return r
 }

@@ -125,9 +125,13 @@ func TestDescriptionAddsNoBytesUnlessGiven(t *testing.T) {
 	a.Intent.Action, a.Intent.Identity, a.Intent.Summary = "refund.issue", []byte(`{"order_id":"ORD-88412","return_id":"RA-20931"}`), "Refund 40.00 USD to Alice"
 	fresh := *a
 	a.Memo = new(intent.Memo)
-	kept := acquireResponse(a)
-	if got, want := wire(kept), wire(acquireResponse(&fresh)); got != want {
-		t.Errorf("kept answer of a described intent differs from its fresh conversion:\n%q\nwant\n%q", got, want)
+	sent := wire(acquireResponse(a))
+	if want := wire(acquireResponse(&fresh)); sent != want {
+		t.Errorf("kept answer of a described intent differs from its fresh conversion:\n%q\nwant\n%q", sent, want)
+	}
+	kept := new(intentv1.AcquireResponse) // as the client reads it
+	if err := proto.Unmarshal([]byte(sent), kept); err != nil {
+		t.Fatal(err)
 	}
 	if got := kept.GetIntent().GetIdentity().GetFields()["return_id"].GetStringValue(); got != "RA-20931" {
 		t.Errorf("kept answer's identity %v, want return_id RA-20931", kept.GetIntent().GetIdentity())
