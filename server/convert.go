@@ -84,26 +84,28 @@ func intentToProto(in *intent.Intent) *intentv1.Intent {
 }
 
 // paramsToProto turns stored canonical JSON (params, an identity) back into
-// a Struct. Stored params were a Struct on the way in, so this cannot fail short of corruption, in
-// which case the params are omitted rather than the whole answer lost.
+// a Struct. Stored params were a Struct on the way in, so this cannot fail
+// short of corruption, in which case the params are omitted rather than
+// the whole answer lost.
 //
-// encoding/json and structpb.NewStruct read it as protojson would (numbers
-// as float64, null as NullValue; canonical JSON has no duplicate keys and is
-// valid UTF-8) with fewer allocations and less CPU, and every Acquire replay
-// converts its params (BenchmarkParamsToProto; the figures are in
-// docs/PERFORMANCE.md, "The hot spots").
+// The Struct holds its fields as their encoding, in its unknown fields
+// (structFields, in structwire.go): encoding the Struct writes them as
+// they are, which is what a deterministic Marshal of the Struct protojson
+// reads from the text writes, and a client decodes them as the Struct's
+// fields. In this process the Struct looks empty: answers are for the
+// wire, and nothing in intentd reads them back (the review console is a
+// client of its own). Every Acquire replay that reads etcd converts its
+// params (BenchmarkParamsToProto).
 func paramsToProto(raw json.RawMessage) *structpb.Struct {
 	if len(raw) == 0 {
 		return nil
 	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
+	fields, ok := structFields(nil, raw)
+	if !ok {
 		return nil
 	}
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		return nil
-	}
+	s := new(structpb.Struct)
+	s.ProtoReflect().SetUnknown(fields)
 	return s
 }
 
