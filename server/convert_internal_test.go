@@ -232,3 +232,35 @@ func TestKeptReplayAnswerIsTheConvertedOne(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParamsToProto: for any JSON object text intent.CanonicalJSON accepts,
+// paramsToProto writes what a deterministic Marshal of protojson's Struct
+// writes.
+//
+//	go test -run '^$' -fuzz FuzzParamsToProto -fuzztime 60s ./server
+func FuzzParamsToProto(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"a":[1,{"b":null}],"c":"\u00e9\ud83d\ude00","d":-1.5e-7,"e":true}`, `{"\ud83d\ude00":1,"\uffff":2}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		canonical, err := intent.CanonicalJSON(raw)
+		if err != nil || len(canonical) == 0 || canonical[0] != '{' {
+			return
+		}
+		want := &structpb.Struct{}
+		if err := protojson.Unmarshal(canonical, want); err != nil {
+			return // beyond what protojson reads; never stored
+		}
+		wantWire, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotWire, err := proto.Marshal(paramsToProto(canonical))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(gotWire, wantWire) {
+			t.Errorf("paramsToProto(%s) encodes to\n%q\nwant\n%q", canonical, gotWire, wantWire)
+		}
+	})
+}

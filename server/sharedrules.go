@@ -182,7 +182,7 @@ func newSharedRuleChecks(descs []protoreflect.MessageDescriptor) (*sharedRuleChe
 	c.skipThem = []protovalidate.ValidationOption{protovalidate.WithFilter(protovalidate.FilterFunc(
 		func(_ protoreflect.Message, d protoreflect.Descriptor) bool {
 			fd, ok := d.(protoreflect.FieldDescriptor)
-			return !ok || !c.skip[fd]
+			return !ok || fd.Kind() != protoreflect.StringKind || !c.skip[fd]
 		}))}
 	return c, nil
 }
