@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -34,15 +36,24 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address with a port that was free a moment ago.
+// freeAddr is a loopback address with a port that was free a moment ago,
+// drawn at random below Linux's ephemeral range (32768 and up). A port the
+// kernel picks (":0") is one the next listener on ":0" can be given as
+// soon as it is closed: a test in another package, running alongside,
+// once took this one's pprof port in that moment, and the test read its
+// 404s for profiles.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue // taken
+		}
+		defer l.Close()
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 127.0.0.1:20000-31999 after 100 tries")
+	return ""
 }
 
 // scrape reads /metrics at addr, waiting up to 10s for it to serve.
