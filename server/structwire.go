@@ -73,40 +73,60 @@ func (p *jsonText) space() {
 // characters past U+FFFF; an object whose keys are not in byte order is
 // written again, sorted (sortedObject).
 func (p *jsonText) object(b []byte, depth int) ([]byte, bool) {
-	start, written := p.i, len(b)
-	if depth > intent.MaxDepth || !p.consume('{') {
+	if depth > intent.MaxDepth {
 		return b, false
+	}
+	start, written := p.i, len(b)
+	var prev []byte
+	unsorted := false
+	ok := p.members(func(key []byte) bool {
+		if prev != nil && bytes.Compare(key, prev) < 0 {
+			unsorted = true
+			return false
+		}
+		prev = key
+		var ok bool
+		b, ok = p.entry(b, key, depth)
+		return ok
+	})
+	if unsorted {
+		p.i = start
+		return p.sortedObject(b[:written], depth)
+	}
+	return b, ok
+}
+
+// members reads an object, calling member with each key once the text is
+// at the key's value, which member reads. It reports whether the object is
+// well formed and every call of member succeeded.
+func (p *jsonText) members(member func(key []byte) bool) bool {
+	if !p.consume('{') {
+		return false
 	}
 	p.space()
 	if p.consume('}') {
-		return b, true
+		return true
 	}
-	var prev []byte
 	for {
 		p.space()
 		key, ok := p.str()
 		if !ok {
-			return b, false
+			return false
 		}
-		if prev != nil && bytes.Compare(key, prev) < 0 {
-			p.i = start
-			return p.sortedObject(b[:written], depth)
-		}
-		prev = key
 		p.space()
 		if !p.consume(':') {
-			return b, false
+			return false
 		}
 		p.space()
-		if b, ok = p.entry(b, key, depth); !ok {
-			return b, false
+		if !member(key) {
+			return false
 		}
 		p.space()
 		if p.consume('}') {
-			return b, true
+			return true
 		}
 		if !p.consume(',') {
-			return b, false
+			return false
 		}
 	}
 }
@@ -131,38 +151,22 @@ type member struct {
 // sortedObject is object for an object whose keys are out of byte order:
 // it reads the members first, then writes them sorted.
 func (p *jsonText) sortedObject(b []byte, depth int) ([]byte, bool) {
-	var members []member
-	p.consume('{')
-	for {
-		p.space()
-		key, ok := p.str()
-		if !ok {
-			return b, false
-		}
-		p.space()
-		if !p.consume(':') {
-			return b, false
-		}
-		p.space()
-		members = append(members, member{key, p.i})
+	var list []member
+	ok := p.members(func(key []byte) bool {
+		list = append(list, member{key, p.i})
 		mark := len(b)
-		if b, ok = p.value(b, depth+1); !ok {
-			return b, false
-		}
+		var ok bool
+		b, ok = p.value(b, depth+1)
 		b = b[:mark] // read past it: written below, in order
-		p.space()
-		if p.consume('}') {
-			break
-		}
-		if !p.consume(',') {
-			return b, false
-		}
+		return ok
+	})
+	if !ok {
+		return b, false
 	}
 	end := p.i
-	slices.SortFunc(members, func(x, y member) int { return bytes.Compare(x.key, y.key) })
-	for _, m := range members {
+	slices.SortFunc(list, func(x, y member) int { return bytes.Compare(x.key, y.key) })
+	for _, m := range list {
 		p.i = m.value
-		var ok bool
 		if b, ok = p.entry(b, m.key, depth); !ok {
 			return b, false
 		}
