@@ -50,17 +50,9 @@ func TestParamsToProtoReadsAsProtojson(t *testing.T) {
 		if err != nil {
 			t.Fatalf("canonical %s: %v", raw, err)
 		}
-		want := &structpb.Struct{}
-		if err := protojson.Unmarshal(canonical, want); err != nil {
+		want, wantWire, gotWire, err := paramsWires(t, canonical)
+		if err != nil {
 			t.Fatalf("protojson %s: %v", canonical, err)
-		}
-		wantWire, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotWire, err := proto.Marshal(paramsToProto(canonical))
-		if err != nil {
-			t.Fatal(err)
 		}
 		if !bytes.Equal(gotWire, wantWire) {
 			t.Errorf("paramsToProto(%.200s) encodes to\n%q\nwant\n%q", canonical, gotWire, wantWire)
@@ -247,20 +239,32 @@ func FuzzParamsToProto(f *testing.F) {
 		if err != nil || len(canonical) == 0 || canonical[0] != '{' {
 			return
 		}
-		want := &structpb.Struct{}
-		if err := protojson.Unmarshal(canonical, want); err != nil {
+		_, wantWire, gotWire, err := paramsWires(t, canonical)
+		if err != nil {
 			return // beyond what protojson reads; never stored
-		}
-		wantWire, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotWire, err := proto.Marshal(paramsToProto(canonical))
-		if err != nil {
-			t.Fatal(err)
 		}
 		if !bytes.Equal(gotWire, wantWire) {
 			t.Errorf("paramsToProto(%s) encodes to\n%q\nwant\n%q", canonical, gotWire, wantWire)
 		}
 	})
+}
+
+// paramsWires reads canonical as protojson does and returns that Struct,
+// its deterministic encoding, and the encoding of paramsToProto's Struct;
+// err is protojson's, when it cannot read canonical.
+func paramsWires(t *testing.T, canonical []byte) (want *structpb.Struct, wantWire, gotWire []byte, err error) {
+	t.Helper()
+	want = &structpb.Struct{}
+	if err := protojson.Unmarshal(canonical, want); err != nil {
+		return nil, nil, nil, err
+	}
+	wantWire, err = proto.MarshalOptions{Deterministic: true}.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotWire, err = proto.Marshal(paramsToProto(canonical))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, wantWire, gotWire, nil
 }
