@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/intentd/intentd/e2e/harness"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
@@ -95,7 +96,7 @@ type mcpGuard struct {
 
 func startMCPGuard(t *testing.T, intentdAddr, downstream string) *mcpGuard {
 	t.Helper()
-	port, err := harness.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

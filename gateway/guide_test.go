@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/intentd/intentd/gateway"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
@@ -54,16 +55,6 @@ func block(t *testing.T, name string) string {
 	return strings.TrimSuffix(body, "```")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestGuideDemo runs docs/GATEWAY.md as a reader does: intentd, the
 // gateway with the guide's config file, and the guide's program, saved and
 // run from the repository root; it must print exactly what the guide shows.
@@ -80,7 +71,7 @@ func TestGuideDemo(t *testing.T) {
 			t.Fatalf("the guide's program names %s %d times, want once", a, strings.Count(src, a))
 		}
 	}
-	courier := freeAddr(t)
+	courier := freeport.Addr(t)
 	conf := strings.Replace(block(t, "gateway-config"), guideCourier, courier, 1)
 	j, err := yaml.YAMLToJSON([]byte(conf))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"go/format"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/mcpguard"
 )
 
@@ -51,16 +51,6 @@ func block(t *testing.T, name string) string {
 	return strings.TrimSuffix(body, "```")
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestGuideConfig: the guide's config file is one the guard reads.
 func TestGuideConfig(t *testing.T) {
 	j, err := yaml.YAMLToJSON([]byte(block(t, "mcp-config")))
@@ -96,7 +86,7 @@ func TestGuideDemo(t *testing.T) {
 			t.Fatalf("the guide's program names %s %d times, want once", s, strings.Count(src, s))
 		}
 	}
-	refunds, dir := freeAddr(t), t.TempDir()
+	refunds, dir := freeport.Addr(t), t.TempDir()
 	conf := strings.NewReplacer(guideIntentd, intentdAddr, guideRefunds, refunds).Replace(block(t, "mcp-config"))
 	confPath := filepath.Join(dir, "mcp-guard.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
@@ -17,12 +17,7 @@ import (
 // etcd: the cluster's format version and every live replica, this one
 // among them; -o json passes the answer through.
 func TestFormatsShowsTheClusterAndEachReplica(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics := lis.Addr().String()
-	lis.Close()
+	metrics := freeport.Addr(t)
 	cfg := intentdtest.Config(t.TempDir())
 	cfg.MetricsListen = metrics
 	intentdtest.Start(t, cfg, slog.New(slog.DiscardHandler))

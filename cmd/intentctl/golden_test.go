@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
@@ -225,7 +225,7 @@ func TestExitStatusesAreDocumentedAndTrue(t *testing.T) {
 	}
 	f := newFixture(t)
 	key := f.pending("exit")
-	closed := freeAddr(t)
+	closed := freeport.Addr(t)
 	for _, tt := range []struct {
 		name string
 		env  []string
@@ -247,18 +247,6 @@ func TestExitStatusesAreDocumentedAndTrue(t *testing.T) {
 			}
 		})
 	}
-}
-
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := lis.Addr().String()
-	_ = lis.Close()
-	return a
 }
 
 // Every output format of every reading command: json and yaml are the

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +20,7 @@ import (
 	"github.com/intentd/intentd/access"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
@@ -102,12 +102,7 @@ func TestRefusals(t *testing.T) {
 // intentctl toward an address nobody listens on used to retry until the
 // whole --timeout (10s) ran out; it must fail at once, saying why.
 func TestRefusedConnectionFailsAtOnce(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := lis.Addr().String()
-	_ = lis.Close()
+	closed := freeport.Addr(t)
 	start := time.Now()
 	r := invocation{args: []string{"get", "k", "--timeout", "10s"}, env: map[string]string{envAddr: closed}}.run(t)
 	took := time.Since(start)

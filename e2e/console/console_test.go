@@ -24,6 +24,7 @@ import (
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // TestMain builds cmd/intentd once (see harness.Main).
@@ -68,7 +69,7 @@ func newWorld(t *testing.T) *world {
 	if err := os.WriteFile(tokens, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, err := harness.FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

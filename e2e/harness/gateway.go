@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
@@ -36,7 +37,7 @@ type Gateway struct {
 // ends. It logs JSON, and gives in-flight calls 5s on SIGTERM.
 func StartGateway(t testing.TB, bins Binaries, name, intentdAddr, config string, flags ...string) *Gateway {
 	t.Helper()
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

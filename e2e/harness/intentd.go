@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 )
 
@@ -84,7 +85,7 @@ func StartIntentd(t testing.TB, bins Binaries, name string, cfg IntentdConfig) *
 			t.Fatal("harness: an injected clock needs Want.FaultClock")
 		}
 	}
-	port, err := FreePort()
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -138,33 +136,4 @@ func (p *Process) Terminate(grace time.Duration) bool {
 		p.Kill()
 		return false
 	}
-}
-
-// handedOut remembers the ports FreePort returned: each is given once.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// FreePort returns a loopback port nobody listens on, never the same twice,
-// chosen below the kernel's ephemeral range so that no outgoing connection
-// takes it between the check and the bind, nor while a process is down for
-// a restart.
-func FreePort() (int, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for range 200 {
-		port := 20000 + rand.IntN(12000)
-		if handedOut.ports[port] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		_ = ln.Close()
-		handedOut.ports[port] = true
-		return port, nil
-	}
-	return 0, fmt.Errorf("harness: no free loopback port in 20000-32000")
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/e2e/harness"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -84,11 +85,11 @@ func StartCluster(t testing.TB, bin string, cfg ClusterConfig) *Cluster {
 	c := &Cluster{t: t, bin: bin, cfg: cfg}
 	var initial []string
 	for i := range cfg.Members {
-		cport, err := harness.FreePort()
+		cport, err := freeport.Port()
 		if err != nil {
 			t.Fatal(err)
 		}
-		pport, err := harness.FreePort()
+		pport, err := freeport.Port()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/intentd/intentd/fencing"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -291,15 +291,7 @@ func TestCmpOpInUserTxn(t *testing.T) {
 // one: with no etcd listening, Admit fails after the Checker's timeout
 // instead of waiting forever.
 func TestDefaultDeadline(t *testing.T) {
-	// A loopback port nobody listens on: take one from the kernel, free it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
+	addr := freeport.Addr(t) // a loopback port nobody listens on
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("clientv3.New: %v", err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"go/format"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 
@@ -76,17 +76,6 @@ func block(t *testing.T, text, name string) string {
 		t.Fatalf("README.md: the %s block is not one fenced code block:\n%s", name, b)
 	}
 	return strings.TrimSuffix(body, "```")
-}
-
-// freeAddr returns a loopback address no one listened on a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 // TestReadmeShape: the README starts with the two commands, stays within
@@ -205,7 +194,7 @@ func TestReadmeStartup(t *testing.T) {
 		t.Skip("builds and runs intentd with go run")
 	}
 	want := strings.Split(strings.TrimSpace(block(t, readme(t), "startup")), "\n")
-	grpcAddr, consoleAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, consoleAddr := freeport.Addr(t), freeport.Addr(t)
 	for i, l := range want {
 		l = strings.ReplaceAll(l, defaultGRPC, grpcAddr)
 		want[i] = strings.ReplaceAll(l, defaultConsole, consoleAddr)

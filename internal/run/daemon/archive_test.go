@@ -18,6 +18,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/run/daemon"
+	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/pgtest"
 )
 
@@ -35,7 +36,7 @@ func TestArchiveDSNRefusedAtStart(t *testing.T) {
 		says      string
 	}{
 		{"does not parse", "postgres://intentd:" + password + "@127.0.0.1:notaport/db", false, "--archive-dsn"},
-		{"nothing answers", "postgres://intentd:" + password + "@" + freeAddr(t) + "/db?sslmode=disable", true, "did not answer"},
+		{"nothing answers", "postgres://intentd:" + password + "@" + freeport.Addr(t) + "/db?sslmode=disable", true, "did not answer"},
 		{"refused", "postgres://" + pgtest.Superuser + ":" + password + "@" + pg.Addr() + "/nosuchdb?sslmode=disable", true, "refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,7 +92,7 @@ func TestArchiveInTheDaemon(t *testing.T) {
 	cfg.ArchiveDSN = pg.NewDatabase(t)
 	cfg.Store.ArchiveAfter = time.Second
 	cfg.JanitorInterval = 200 * time.Millisecond
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	in := start(t, cfg)
 	c := intentv1.NewIntentServiceClient(in.conn)
 	sess, err := c.OpenSession(call(t), &intentv1.OpenSessionRequest{Worker: "w", Ttl: durationpb.New(time.Minute)})
@@ -272,7 +273,7 @@ func TestBackupAndRestoreWithTheArchive(t *testing.T) {
 	cfg.ArchiveDSN = pg.NewDatabase(t)
 	cfg.Store.ArchiveAfter = 3 * time.Second
 	cfg.JanitorInterval = 200 * time.Millisecond
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	work := t.TempDir()
 	env := []string{"DATA_DIR=" + data, "ARCHIVE_DSN=" + cfg.ArchiveDSN}
 

@@ -14,6 +14,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // webClient is one browser: cookies (which, as RFC 6265 has it, go to
@@ -86,9 +87,9 @@ func TestConsoleAcrossTwoIntentds(t *testing.T) {
 		cfg := testConfig(filepath.Join(dir, name))
 		cfg.EtcdEndpoints = etcd.Endpoints
 		cfg.TokensFile = tokens
-		cfg.MetricsListen = freeAddr(t)
+		cfg.MetricsListen = freeport.Addr(t)
 		if ownListener {
-			cfg.ConsoleListen = freeAddr(t)
+			cfg.ConsoleListen = freeport.Addr(t)
 		}
 		return cfg
 	}

@@ -16,6 +16,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/run/devcerts"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // TestConsoleUnderMutualTLS runs intentd as a careful operator would: TLS
@@ -33,7 +34,7 @@ func TestConsoleUnderMutualTLS(t *testing.T) {
 	cfg := testConfig(filepath.Join(dir, "data"))
 	cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA, cfg.TLSClientAuth = pki.Server.Cert, pki.Server.Key, pki.CA.Cert, "require"
 	cfg.TokensFile = tokens
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	addr, logs := runLogged(t, cfg)
 	conn := dialWith(t, addr, tlsTo(t, pki, "ops"))
 	if _, err := intentv1.NewIntentServiceClient(conn).Register(bearerCall(t, approverToken), &intentv1.RegisterRequest{Key: "lamp-1", Params: params(t, 1)}); err != nil {
@@ -89,7 +90,7 @@ func TestReadmeConsoleSeed(t *testing.T) {
 	root := repoRoot(t)
 	needGrpcurl(t, root)
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	in := start(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/run/fill"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // etcdStatus asks the embedded etcd of cfg for its status over its socket.
@@ -50,10 +51,14 @@ func etcdStatus(t *testing.T, cfg daemon.Config) *clientv3.StatusResponse {
 // both counts divided by k, so that what is kept per byte of quota is the
 // default's. The tombstones are stored as the janitor packs them (the
 // last 300 removed by the janitor itself, its history and all), the
-// retained intents registered, acquired and completed back to back, which
-// leaves more history than one a second would. The arithmetic from the
-// measured figures is docs/PERFORMANCE.md's "The embedded store's size,
-// measured".
+// retained intents registered, acquired and completed 200 a second. etcd
+// keeps what was written within its compaction window (293 ms here), so
+// that pace leaves some 60 intents of history where one a second, scaled,
+// leaves a third of one: a margin, and the same on any machine that keeps
+// the pace. Filled as fast as it goes, a faster machine kept more history.
+// The
+// arithmetic from the measured figures is docs/PERFORMANCE.md's "The
+// embedded store's size, measured".
 //
 // Regression, kept: the embedded etcd once kept 24 hours of history under
 // etcd's default 2 GiB quota, so that some 350,000 intents — minutes of
@@ -63,7 +68,7 @@ func etcdStatus(t *testing.T, cfg daemon.Config) *clientv3.StatusResponse {
 // a second for good, not one: scaled, 61,594 tombstones of 290 bytes are
 // 17.9 MB, more than twice the 8 MiB quota.
 func TestDefaultStoreDoesNotFillUp(t *testing.T) {
-	const k = 1024
+	const k, fillPace = 1024, 200 // intents a second
 	def := daemon.DefaultConfig()
 	window, err := time.ParseDuration(def.EmbedCompaction.Retention)
 	if def.EmbedCompaction.Mode != "periodic" || err != nil {
@@ -117,13 +122,23 @@ func TestDefaultStoreDoesNotFillUp(t *testing.T) {
 	})
 
 	// The retained intents.
-	if err := fill.Run(ctx, in.conn, retained, 16, nil); err != nil {
+	if err := fill.RunAt(ctx, in.conn, retained, 16, fillPace, nil); err != nil {
 		t.Fatalf("filling %d intents beside %d tombstones into a %d-byte quota compacted every %s: %v, want no error", retained, tombs, cfg.EmbedQuotaBytes, cfg.EmbedCompaction.Retention, err)
 	}
+	// What is kept once the fill's history is compacted (four windows on)
+	// is the steady state: under 80 % of the quota. The file holds besides
+	// the pages bbolt freed and has not reused yet, which etcd's
+	// defragmentation returns; from run to run on one machine it was 73 to
+	// 83 % of the quota, so it is held under 90 %, clear of NOSPACE.
+	time.Sleep(4 * window / k)
 	st := etcdStatus(t, cfg)
-	t.Logf("%d retained intents, %d tombstones: db %d bytes (%.0f%% of the quota), in use %d", retained, tombs, st.DbSize, 100*float64(st.DbSize)/float64(st.DbSizeQuota), st.DbSizeInUse)
-	if limit := int64(0.8 * float64(st.DbSizeQuota)); st.DbSize > limit {
-		t.Errorf("db %d bytes with one intent a second's steady state, scaled by %d; want at most 80%% of the quota (%d)", st.DbSize, k, limit)
+	quota := float64(st.DbSizeQuota)
+	t.Logf("%d retained intents, %d tombstones: %d bytes in use (%.0f%% of the quota), db %d (%.0f%%)", retained, tombs, st.DbSizeInUse, 100*float64(st.DbSizeInUse)/quota, st.DbSize, 100*float64(st.DbSize)/quota)
+	if limit := int64(0.8 * quota); st.DbSizeInUse > limit {
+		t.Errorf("%d bytes in use with one intent a second's steady state, scaled by %d; want at most 80%% of the quota (%d)", st.DbSizeInUse, k, limit)
+	}
+	if limit := int64(0.9 * quota); st.DbSize > limit {
+		t.Errorf("db %d bytes with one intent a second's steady state, scaled by %d; want at most 90%% of the quota (%d)", st.DbSize, k, limit)
 	}
 }
 
@@ -143,7 +158,7 @@ func metricValue(body, name string) (float64, bool) {
 // what of it is in use, and its quota, and the log warns from 80 % of the
 // quota on, naming the flag that raises it.
 func TestFillingStoreIsMeasuredAndWarned(t *testing.T) {
-	metricsAddr := freeAddr(t)
+	metricsAddr := freeport.Addr(t)
 	cfg := testConfig(t.TempDir())
 	cfg.MetricsListen = metricsAddr
 	cfg.EmbedQuotaBytes = 8 << 20
@@ -190,7 +205,7 @@ func TestExternalEtcdSizeIsMeasured(t *testing.T) {
 	srv := etcdtest.StartWith(t, t.TempDir(), func(c *embed.Config) { c.QuotaBackendBytes = 64 << 20 })
 	cfg := testConfig(t.TempDir())
 	cfg.EtcdEndpoints = srv.Endpoints
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	start(t, cfg)
 	waitFor(t, "/metrics shows the external etcd's size and quota", func() bool {
 		b := scrape(t, cfg.MetricsListen)

@@ -21,6 +21,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/run/devcerts"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // rawRange reads every key through etcd's HTTP gateway (POST /v3/kv/range
@@ -113,7 +114,7 @@ func TestSecureModeEmbeddedEtcdRefusesUnauthenticated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			data := filepath.Join(t.TempDir(), "data")
 			cfg := testConfig(data)
-			clientAddr, peerAddr := freeAddr(t), freeAddr(t)
+			clientAddr, peerAddr := freeport.Addr(t), freeport.Addr(t)
 			cfg.EmbedClientURL, cfg.EmbedPeerURL = "http://"+clientAddr, "http://"+peerAddr
 			tc.secure(&cfg)
 			runLogged(t, cfg)

@@ -15,6 +15,7 @@ import (
 	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // A replica whose build does not read the cluster's storage format version
@@ -65,7 +66,7 @@ func TestReplicaAnnouncesItsFormats(t *testing.T) {
 	cli := srv.Client(t)
 	cfg := testConfig(t.TempDir())
 	cfg.EtcdEndpoints = srv.Endpoints
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	in := start(t, cfg)
 
 	scrape(t, cfg.MetricsListen) // waits for the listener

@@ -1,22 +1,20 @@
 package daemon_test
 
 import (
-	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // /metrics exports gRPC calls by method and code and the store's counters.
 func TestMetrics(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	in := start(t, cfg)
 	c := intentv1.NewIntentServiceClient(in.conn)
 	if _, err := c.Register(call(t), &intentv1.RegisterRequest{Key: "m-1", Params: params(t, 1)}); err != nil {
@@ -34,26 +32,6 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-}
-
-// freeAddr is a loopback address with a port that was free a moment ago,
-// drawn at random below Linux's ephemeral range (32768 and up). A port the
-// kernel picks (":0") is one the next listener on ":0" can be given as
-// soon as it is closed: a test in another package, running alongside,
-// once took this one's pprof port in that moment, and the test read its
-// 404s for profiles.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue // taken
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	t.Fatal("no free port in 127.0.0.1:20000-31999 after 100 tries")
-	return ""
 }
 
 // scrape reads /metrics at addr, waiting up to 10s for it to serve.
@@ -80,7 +58,7 @@ func scrape(t *testing.T, addr string) string {
 // services were registered, so nothing existed until it was called.
 func TestGRPCMetricsExistBeforeTheFirstCall(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	start(t, cfg)
 	body := scrape(t, cfg.MetricsListen)
 	for _, want := range []string{
@@ -98,8 +76,8 @@ func TestGRPCMetricsExistBeforeTheFirstCall(t *testing.T) {
 // metrics listener neither.
 func TestPprofListen(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
-	cfg.PprofListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
+	cfg.PprofListen = freeport.Addr(t)
 	start(t, cfg)
 	for path, want := range map[string]string{
 		"/debug/pprof/goroutine?debug=1": "goroutine profile:",

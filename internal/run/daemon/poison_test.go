@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // A poison intent's count of attempts that ended without a report is in
@@ -54,7 +55,7 @@ func TestPoisonIntentCountSurvivesRestart(t *testing.T) {
 
 	cfg = testConfig(dir)
 	cfg.Store.MaxAttempts = 50 // the intent keeps the limit it was registered with
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	second := start(t, cfg)
 	c = intentv1.NewIntentServiceClient(second.conn)
 	if a := crash(c, 3); a.GetOutcome() != intentv1.Outcome_OUTCOME_RECONCILE || a.GetIntent().GetAttempts() != 2 || a.GetIntent().GetMaxAttempts() != 3 {

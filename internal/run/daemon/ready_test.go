@@ -12,6 +12,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // get returns the status and body of GET http://addr+path, or 0 and the
@@ -65,7 +66,7 @@ func TestReadyzFollowsEtcd(t *testing.T) {
 	endpoint := srv.Endpoints[0]
 	cfg := testConfig(t.TempDir())
 	cfg.EtcdEndpoints = []string{endpoint}
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	cfg.Store.RequestTimeout = time.Second
 	in := start(t, cfg)
 	addr := cfg.MetricsListen
@@ -104,7 +105,7 @@ func TestReadyzFollowsEtcd(t *testing.T) {
 // so that a probe drains the replica before its connections go.
 func TestReadyzGoesDownBeforeGRPCStops(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	cfg.ShutdownTimeout = 3 * time.Second
 	in := start(t, cfg)
 	addr := cfg.MetricsListen

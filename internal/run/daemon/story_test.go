@@ -20,6 +20,7 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // families scrapes /metrics at addr and parses it.
@@ -89,7 +90,7 @@ func (s series) in(fams map[string]*dto.MetricFamily) float64 {
 // queue and 1 session open.
 func TestMetricsTellTheStory(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	cfg.JanitorInterval = 200 * time.Millisecond
 	in := start(t, cfg)
 	c := intentv1.NewIntentServiceClient(in.conn)
@@ -253,7 +254,7 @@ func TestMetricsTellTheStory(t *testing.T) {
 // name the same intentd_ metrics, with the same types.
 func TestMetricsTableMatchesExport(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.MetricsListen = freeAddr(t)
+	cfg.MetricsListen = freeport.Addr(t)
 	start(t, cfg)
 	exported := map[string]string{}
 	for name, f := range families(t, cfg.MetricsListen) {

@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/run/daemon"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // TestReadmeTour runs the grpcurl tour, verbatim, against a fresh intentd:
@@ -133,7 +133,7 @@ func TestReadmeSecure(t *testing.T) {
 	if !strings.Contains(serve, listen) {
 		t.Fatalf("the secure intentd command does not listen on %s:\n%s", listen, serve)
 	}
-	addr := freePort(t)
+	addr := freeport.Addr(t)
 	serve = strings.Replace(serve, listen, addr, 1)
 
 	// The blocks run from a directory shaped like the repository root: the
@@ -229,17 +229,6 @@ func needGrpcurl(t *testing.T, root string) {
 		}
 		t.Skip("bin/grpcurl not installed; run ./scripts/install-tools.sh")
 	}
-}
-
-// freePort returns a loopback address no one listened on a moment ago.
-func freePort(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 // docBlocks joins the shell blocks between the markers <!-- name:begin -->

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // TestWriteUpgradeFixture writes testdata/<upgradeFixture>.tar.gz and .json:
@@ -97,7 +98,7 @@ type binaryRun struct {
 
 func startBinary(t *testing.T, bin, dir string, args ...string) *binaryRun {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	cmd := exec.Command(bin, append([]string{"--data-dir", dir, "--listen", addr, "--metrics-listen", "",
 		"--rate-per-principal", "0", "--rate-per-tenant", "0", "--log-level", "warn", "--log-format", "json"}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

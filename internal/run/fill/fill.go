@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -22,9 +23,18 @@ import (
 // the first error, after which the other workers stop. done, if not nil,
 // counts completed intents as they go.
 func Run(ctx context.Context, conn grpc.ClientConnInterface, n, workers int, done *atomic.Int64) error {
+	return RunAt(ctx, conn, n, workers, rate.Inf, done)
+}
+
+// RunAt is Run with the intents started at most perSecond a second. A
+// store's size depends on the rate: etcd keeps every revision written
+// within its compaction window, so a fill as fast as the machine goes
+// holds more history, the faster the machine.
+func RunAt(ctx context.Context, conn grpc.ClientConnInterface, n, workers int, perSecond rate.Limit, done *atomic.Int64) error {
 	if done == nil {
 		done = new(atomic.Int64)
 	}
+	pace := rate.NewLimiter(perSecond, 1)
 	c := client.New(conn)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -34,7 +44,7 @@ func Run(ctx context.Context, conn grpc.ClientConnInterface, n, workers int, don
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			if err := worker(ctx, c, w, int64(n), &next, done); err != nil {
+			if err := worker(ctx, c, w, int64(n), pace, &next, done); err != nil {
 				once.Do(func() { first = err })
 				cancel()
 			}
@@ -48,7 +58,7 @@ func Run(ctx context.Context, conn grpc.ClientConnInterface, n, workers int, don
 }
 
 // worker opens a session and runs intents until n are taken.
-func worker(ctx context.Context, c *client.Client, w int, n int64, next, done *atomic.Int64) error {
+func worker(ctx context.Context, c *client.Client, w int, n int64, pace *rate.Limiter, next, done *atomic.Int64) error {
 	s, err := c.OpenSession(ctx, fmt.Sprintf("fill-worker-%d", w), time.Minute)
 	if err != nil {
 		return fmt.Errorf("open session: %w", err)
@@ -62,6 +72,9 @@ func worker(ctx context.Context, c *client.Client, w int, n int64, next, done *a
 		i := next.Add(1)
 		if i > n || ctx.Err() != nil {
 			return nil
+		}
+		if err := pace.Wait(ctx); err != nil {
+			return nil // ctx ended: Run reports it
 		}
 		if err := Cycle(ctx, c, s.ID(), i); err != nil {
 			return err

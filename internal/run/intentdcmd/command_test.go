@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // intentdBin is cmd/intentd (this package) built as a binary: these tests run intentd
@@ -135,12 +136,7 @@ func TestBadFlagIsNotSilent(t *testing.T) {
 // (a setting to fix, like a bad flag) and one line naming the flag, never
 // the password, before the embedded etcd is started.
 func TestUnreachableArchiveExitsTwo(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
+	addr := freeport.Addr(t) // nothing listens there now
 	stderr, code := runIntentd(t, []string{"INTENTD_ARCHIVE_DSN=postgres://intentd:s3cret@" + addr + "/intents?sslmode=disable"},
 		"--dial-timeout", "2s", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "")
 	if code != exitUsage {

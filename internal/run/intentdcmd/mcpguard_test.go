@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // refundsServer serves a downstream MCP server over streamable HTTP with
@@ -142,12 +144,7 @@ func TestMCPGuardServesHTTP(t *testing.T) {
 	if err := os.WriteFile(p, []byte("downstream: {url: "+refundsServer(t)+"}\n"+guardTools), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := freeport.Addr(t)
 	cmd := exec.Command(intentdBin, "mcp-guard", "--config", p, "--listen", addr, "--intentd", "127.0.0.1:9")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // BinDirs is where Bin looks for the server's binaries: Debian's layout,
@@ -133,7 +135,7 @@ func Start(t testing.TB) *Server {
 	t.Cleanup(s.stop)
 	var lastErr error
 	for range 5 { // another test may take the free port between our look and the server's bind
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = freeport.Port(); err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
 		if lastErr = s.start(); lastErr == nil {
@@ -192,15 +194,6 @@ func env() []string {
 		out = append(out, kv)
 	}
 	return append(out, "LC_ALL=C", "TZ=UTC")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // start runs postgres on the data directory and waits until it accepts
