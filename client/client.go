@@ -236,17 +236,23 @@ func (c *Client) Watch(ctx context.Context, req *intentv1.WatchRequest, fn func(
 	req.Tenant = c.tenant(req.GetTenant())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// ended is err, or ctx's own error once ctx is done, whether the
+	// stream was being opened or read: a caller tells an interruption by
+	// errors.Is(err, context.Canceled), which gRPC's status does not match.
+	ended := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return convert(err)
+	}
 	stream, err := c.rpc.Watch(ctx, req)
 	if err != nil {
-		return convert(err)
+		return ended(err)
 	}
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return convert(err)
+			return ended(err)
 		}
 		if !fn(ev) {
 			return nil

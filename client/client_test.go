@@ -806,6 +806,34 @@ func TestRetryStopsWhenContextEnds(t *testing.T) {
 	}
 }
 
+// A Watch whose context ends before its stream is open returns the
+// context's error, as one that ends while it is read does: intentctl watch
+// interrupted as it connected once exited 1 on gRPC's Canceled status.
+func TestWatchCancelledWhileOpening(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	for name, ctx := range map[string]context.Context{
+		"cancelled": func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}(),
+		"deadline passed": func() context.Context {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			t.Cleanup(cancel)
+			return ctx
+		}(),
+	} {
+		err := c.Watch(ctx, &intentv1.WatchRequest{Key: keyFor(t, name)}, func(*intentv1.WatchResponse) bool {
+			t.Errorf("%s: fn called", name)
+			return false
+		})
+		if !errors.Is(err, ctx.Err()) {
+			t.Errorf("%s: Watch = %v, want %v", name, err, ctx.Err())
+		}
+	}
+}
+
 // Watch from now with CreatedNotify: fn first gets the created notice, and
 // a change made after it reaches fn.
 func TestWatchFromNowCreatedNotice(t *testing.T) {

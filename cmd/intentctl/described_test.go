@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
@@ -38,7 +39,17 @@ func TestTextOutputEscapesBidiControls(t *testing.T) {
 	f := newFixture(t)
 	key := f.described("bidi", map[string]string{"run": f.run, "note": "ok \u202eevil"}, "Refund \u2067Alice\u2069 40.00 USD")
 	w := startWatchingAs(t, "text", key)
+	printed := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(w.out.String(), what); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("watch printed no %q within 30s:\n%s", what, w.out.String())
+			}
+		}
+	}
+	printed("created") // established: the resolution is not missed
 	mustRun(t, "resolve", key, "--decision", "cancelled", "--actor", "rev\u202eiewer", "--reason", "dup\u200flicate")
+	printed("CANCELLED")
 	w.stop(t)
 	outputs := map[string]string{"watch": w.out.String()}
 	for _, args := range [][]string{

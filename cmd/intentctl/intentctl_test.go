@@ -392,6 +392,7 @@ func TestUsageErrors(t *testing.T) {
 // interrupts it and checks that it ended cleanly.
 type watching struct {
 	out    *testlog.Buffer
+	errs   *testlog.Buffer // its stderr
 	cancel context.CancelFunc
 	exited chan int
 }
@@ -405,9 +406,9 @@ func startWatching(t *testing.T, args ...string) *watching {
 func startWatchingAs(t *testing.T, format string, args ...string) *watching {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watching{out: &testlog.Buffer{}, cancel: cancel, exited: make(chan int, 1)}
+	w := &watching{out: &testlog.Buffer{}, errs: &testlog.Buffer{}, cancel: cancel, exited: make(chan int, 1)}
 	go func() { // exits when ctx is cancelled
-		w.exited <- run(ctx, append([]string{"watch", "-o", format}, args...), strings.NewReader(""), w.out, &testlog.Buffer{}, func(k string) (string, bool) {
+		w.exited <- run(ctx, append([]string{"watch", "-o", format}, args...), strings.NewReader(""), w.out, w.errs, func(k string) (string, bool) {
 			if k == envAddr {
 				return addr, true
 			}
@@ -450,7 +451,7 @@ func (w *watching) stop(t *testing.T) {
 	select {
 	case code := <-w.exited:
 		if code != exitOK {
-			t.Errorf("watch exited %d after interrupt, want 0", code)
+			t.Errorf("watch exited %d after interrupt, want 0; stderr:\n%s", code, w.errs.String())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not stop after interrupt")
