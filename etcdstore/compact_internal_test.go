@@ -15,7 +15,7 @@ import (
 // happyPath registers, acquires and completes one intent the way a shop's
 // worker does (the fill's params, labels and result), and returns the
 // record's stored value.
-func happyPath(t *testing.T, s *Store, cli *clientv3.Client, key, session string) []byte {
+func happyPath(t testing.TB, s *Store, cli *clientv3.Client, key, session string) []byte {
 	t.Helper()
 	ctx := context.Background()
 	params, err := intent.Canonical(map[string]any{

@@ -225,4 +225,11 @@ func BenchmarkFinalRecordValue(b *testing.B) {
 			}
 		}
 	})
+	b.Run("decompress+decode for a replay", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeReplayRecord(purchase.Tenant, purchase.Key, stored, 7); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

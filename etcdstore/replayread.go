@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"context"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 )
@@ -25,6 +27,9 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil, false, nil
 	}
+	if s.answersKept.Load() {
+		return s.replayReadCompact(tenant, key, fingerprint, resp.Kvs[0])
+	}
 	rec, rev, err := decodeAt(tenant, key, resp.Kvs[0])
 	if err != nil {
 		return nil, false, nil
@@ -44,5 +49,32 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 			s.replayedFrom(tenant, key, e.memo)
 		}
 	}
+	return out, true, nil
+}
+
+// replayReadCompact is replayRead's answer from kv, the record as read, in
+// a store whose callers keep answers (answersKept): there the record's
+// first replay makes its entry compact anyway (replayedFrom), so the
+// record is decoded without its history (decodeReplayRecord) and cached
+// compact at once, with the memo its caller keeps the answer in, instead
+// of whole and then compact.
+func (s *Store) replayReadCompact(tenant, key, fingerprint string, kv *mvccpb.KeyValue) (_ *intent.Acquisition, ok bool, _ error) {
+	rec, err := decodeReplayRecord(tenant, key, kv.Value, kv.ModRevision)
+	if err != nil {
+		return nil, false, nil
+	}
+	if rec.State.Final() {
+		s.hints().note(s.cfg.Prefix, tenant, key)
+	}
+	d, ok := machine.ReplayFinal(&machine.View{Key: key, Rec: rec, Rev: kv.ModRevision}, fingerprint, s.cfg.Now())
+	if !ok {
+		return nil, false, nil
+	}
+	if d.Err != nil {
+		return nil, true, d.Err
+	}
+	out := acquisition(d.Answer)
+	out.Memo = new(intent.Memo)
+	s.compact(tenant, key, cached{rec: rec, rev: kv.ModRevision, memo: out.Memo})
 	return out, true, nil
 }

@@ -85,23 +85,43 @@ func encodeRecord(r *machine.Record) ([]byte, error) {
 // and materializes the token of a lease issued by this very version (stored
 // as 0, with its slot) from its mod revision.
 func decodeRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, error) {
+	return decodeRecordOf(tenant, key, b, modRev, false)
+}
+
+// decodeReplayRecord is decodeRecord without the record's history and
+// submissions, which an answer to a replay does not carry: for a replay
+// that missed the cache (replayRead), decoding them was a third of the
+// record's decode and of the bytes it allocated (docs/PERFORMANCE.md,
+// "Replays beyond the cache", "Fourth pass"). What it returns must not be
+// cached as the record, nor decided on but by machine.ReplayFinal.
+func decodeReplayRecord(tenant, key string, b []byte, modRev int64) (*machine.Record, error) {
+	return decodeRecordOf(tenant, key, b, modRev, true)
+}
+
+func decodeRecordOf(tenant, key string, b []byte, modRev int64, replay bool) (*machine.Record, error) {
 	var r *machine.Record
 	var err error
+	owned := false // whether b is this call's own, to change in place
 	if len(b) > 0 && b[0] == formatCompressed {
 		if b, err = decompressRecord(b); err != nil {
 			return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
 		}
+		owned = true
 	}
 	if len(b) > 0 && (b[0] == formatCompact || b[0] == formatCompact1) {
+		body := b[1:]
+		if replay {
+			body = withoutHistory(body, owned)
+		}
 		var m storagepb.Record
-		if err = proto.Unmarshal(b[1:], &m); err == nil {
+		if err = proto.Unmarshal(body, &m); err == nil {
 			if b[0] == formatCompact {
 				m.Tenant, m.Key = tenant, key
 			}
 			r = fromCompact(&m)
 		}
-	} else {
-		r, err = decodeJSONRecord(b)
+	} else if r, err = decodeJSONRecord(b); err == nil && replay {
+		r.History, r.Submissions = nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
@@ -299,10 +319,7 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 	if m.RetainFromCompletion && !r.CompletedAt.IsZero() {
 		r.RetainUntil = r.CompletedAt.Add(r.Retention)
 	}
-	resultDigest := ""
-	if r.Result != nil && len(r.Result.Payload) > 0 {
-		resultDigest = machine.PayloadDigest(r.Result.Payload)
-	}
+	resultDigest := "" // computed for the first entry that shares it
 	if l := m.Lease; l != nil {
 		r.Lease = &machine.Lease{Token: fencing.Token(l.Token), Slot: int(l.Slot), Mode: intent.Mode(l.Mode), SessionID: sessionString(l.Session, l.SessionText),
 			SessionRev: l.SessionRev, Worker: l.Worker, RequestID: l.RequestId, AcquiredAt: after(created, l.AcquiredAt)}
@@ -331,6 +348,9 @@ func fromCompact(m *storagepb.Record) *machine.Record {
 			e.Result = &intent.Result{ExternalRefs: r.Result.ExternalRefs}
 		}
 		if s.DigestOfResult {
+			if resultDigest == "" && r.Result != nil && len(r.Result.Payload) > 0 {
+				resultDigest = machine.PayloadDigest(r.Result.Payload)
+			}
 			e.PayloadSHA256 = resultDigest
 		}
 		r.History[i] = e
