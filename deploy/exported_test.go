@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -247,7 +248,12 @@ func getBody(url string) (string, error) {
 	return b.String(), nil
 }
 
-// freePorts returns n loopback addresses nothing listens on right now.
+// freePorts returns n loopback addresses nothing listens on right now,
+// for the intentd these tests start. The ports are drawn below Linux's
+// ephemeral range (32768 and up), where no listener on ":0" of a test
+// running alongside can be given one between this check and intentd's
+// bind, and below 20000, where the product module's tests draw theirs
+// (internal/testing/freeport, which this module cannot import).
 func freePorts(n int) ([]string, error) {
 	var addrs []string
 	var lis []net.Listener
@@ -256,10 +262,13 @@ func freePorts(n int) ([]string, error) {
 			l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(addrs) < n; tries++ {
+		if tries == 200 {
+			return nil, fmt.Errorf("no %d free ports in 127.0.0.1:12000-19999 after %d tries", n, tries)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 12000+rand.IntN(8000)))
 		if err != nil {
-			return nil, err
+			continue // taken
 		}
 		lis = append(lis, l)
 		addrs = append(addrs, l.Addr().String())

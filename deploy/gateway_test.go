@@ -80,12 +80,11 @@ func learnGateway() (gatewayFacts, error) {
 	for _, m := range helpFlag.FindAllStringSubmatch(string(help), -1) {
 		f.flags[m[1]] = true
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freePorts(1)
 	if err != nil {
 		return f, err
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := ports[0]
 	cmd := exec.Command(bin, "gateway", "--config", "compose/gateway.yaml", "--listen", addr, "--intentd", "127.0.0.1:1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
