@@ -253,7 +253,7 @@ func getBody(url string) (string, error) {
 // ephemeral range (32768 and up), where no listener on ":0" of a test
 // running alongside can be given one between this check and intentd's
 // bind, and below 20000, where the product module's tests draw theirs
-// (internal/testing/freeport, which this module cannot import).
+// (internal/core/freeport, which this module cannot import).
 func freePorts(n int) ([]string, error) {
 	var addrs []string
 	var lis []net.Listener

@@ -17,7 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/intentd/intentd/e2e/harness"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 )
 

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/intentd/intentd/gateway"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/etcdstore"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 

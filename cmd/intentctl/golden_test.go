@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
-	"github.com/intentd/intentd/internal/testing/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 )
 

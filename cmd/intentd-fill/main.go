@@ -26,7 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -41,6 +40,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/run/fill"
 )
@@ -75,7 +75,7 @@ func run(ctx context.Context, n, workers int, every time.Duration, dataDir strin
 	} else if entries, err := os.ReadDir(dataDir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("-data-dir %s: not empty; the fill measures a fresh store", dataDir)
 	}
-	metricsAddr, err := freePort()
+	metricsAddr, err := freeport.Loopback()
 	if err != nil {
 		return err
 	}
@@ -297,16 +297,6 @@ func scrapeRemoved(url string) int64 {
 		}
 	})
 	return removed
-}
-
-// freePort returns a loopback address that was free a moment ago.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -24,7 +24,7 @@ import (
 	"github.com/intentd/intentd/access"
 	"github.com/intentd/intentd/e2e/harness"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // TestMain builds cmd/intentd once (see harness.Main).

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 )
 

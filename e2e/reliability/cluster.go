@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/e2e/harness"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/testlog"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

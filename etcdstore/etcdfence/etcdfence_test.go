@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/intentd/intentd/fencing"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
-	"github.com/intentd/intentd/internal/testing/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/devcerts"
-	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // TestConsoleUnderMutualTLS runs intentd as a careful operator would: TLS

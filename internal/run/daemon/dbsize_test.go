@@ -19,10 +19,10 @@ import (
 	"github.com/intentd/intentd/etcdstore/tombstones"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/run/fill"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
-	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // etcdStatus asks the embedded etcd of cfg for its status over its socket.

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/run/devcerts"
-	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // rawRange reads every key through etcd's HTTP gateway (POST /v3/kv/range

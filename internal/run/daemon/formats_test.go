@@ -13,9 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/etcdstore"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/daemon"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
-	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // A replica whose build does not read the cluster's storage format version

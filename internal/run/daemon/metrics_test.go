@@ -8,7 +8,7 @@ import (
 	"time"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // /metrics exports gRPC calls by method and code and the store's counters.

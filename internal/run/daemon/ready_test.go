@@ -11,8 +11,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
-	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // get returns the status and body of GET http://addr+path, or 0 and the

@@ -20,7 +20,7 @@ import (
 
 	"github.com/intentd/intentd/etcdstore"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // families scrapes /metrics at addr and parses it.

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/daemon"
-	"github.com/intentd/intentd/internal/testing/freeport"
 )
 
 // TestReadmeTour runs the grpcurl tour, verbatim, against a fresh intentd:

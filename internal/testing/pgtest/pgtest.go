@@ -35,7 +35,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/intentd/intentd/internal/testing/freeport"
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // BinDirs is where Bin looks for the server's binaries: Debian's layout,

@@ -1,5 +1,6 @@
-// Package freeport hands tests a loopback port for a process or server
-// they start by address rather than by listener.
+// Package freeport hands out loopback ports for the processes and servers
+// that tests and benchmark commands start by address rather than by
+// listener.
 //
 // A port the kernel picks for ":0" comes from the ephemeral range
 // (32768–60999 on Linux), and once the picking listener is closed the
@@ -10,8 +11,8 @@
 // read another server's answers. The ports here are drawn at random below
 // that range, where no ":0" listener is ever placed, nor an outgoing
 // connection's port, which also matters while a process the test restarts
-// is down. A port is handed out once per test binary; another package's
-// draw can collide with it one time in thousands.
+// is down. A port is handed out once per process; another process's draw
+// can collide with it one time in thousands.
 package freeport
 
 import (
@@ -37,7 +38,7 @@ var handedOut = struct {
 }{ports: map[int]bool{}}
 
 // Port returns a loopback port that nothing listened on a moment ago and
-// that this test binary was not given before.
+// that this process was not given before.
 func Port() (int, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
@@ -59,13 +60,21 @@ func Port() (int, error) {
 	return 0, fmt.Errorf("no free port in 127.0.0.1:%d-%d after 200 tries", low, low+count-1)
 }
 
-// Addr returns "127.0.0.1:port" for a port that nothing listened on a
-// moment ago; it ends the test if none is found.
+// Loopback returns "127.0.0.1:port" for a port from Port.
+func Loopback() (string, error) {
+	port, err := Port()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
+
+// Addr is Loopback for a test: it ends the test if no port is found.
 func Addr(t testing.TB) string {
 	t.Helper()
-	port, err := Port()
+	addr, err := Loopback()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
+	return addr
 }
