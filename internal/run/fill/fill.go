@@ -74,7 +74,10 @@ func worker(ctx context.Context, c *client.Client, w int, n int64, pace *rate.Li
 			return nil
 		}
 		if err := pace.Wait(ctx); err != nil {
-			return nil // ctx ended: Run reports it
+			if ctx.Err() != nil {
+				return nil // ended: Run reports it
+			}
+			return err // the next start is past ctx's deadline
 		}
 		if err := Cycle(ctx, c, s.ID(), i); err != nil {
 			return err
