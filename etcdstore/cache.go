@@ -84,9 +84,7 @@ func cacheKey(tenant, key string) string { return tenant + "\x00" + key }
 // remember caches the newest version seen of a record, and notes a final
 // one in the store's hints (finalHints), which outlast the cache.
 func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
-	if rec.State.Final() {
-		s.hints().note(s.cfg.Prefix, tenant, key)
-	}
+	s.noteFinal(tenant, key, rec)
 	k := cacheKey(tenant, key)
 	if old, ok := s.records.Get(k); ok && old.rev >= rev {
 		return
@@ -96,6 +94,14 @@ func (s *Store) remember(tenant, key string, rec *machine.Record, rev int64) {
 		c.memo = new(intent.Memo)
 	}
 	s.records.Add(k, c)
+}
+
+// noteFinal tells the final hints (finalHints) that tenant's key is
+// final, if rec says so.
+func (s *Store) noteFinal(tenant, key string, rec *machine.Record) {
+	if rec.State.Final() {
+		s.hints().note(s.cfg.Prefix, tenant, key)
+	}
 }
 
 // replayedFrom counts, against the record cache's budget, what the memo

@@ -3,8 +3,6 @@ package etcdstore
 import (
 	"context"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 )
@@ -18,6 +16,12 @@ import (
 // (an error, the record gone or not final, its retention over): the
 // caller then takes the whole path, which reads again and says what went
 // wrong.
+//
+// In a store whose callers keep answers (answersKept) the record's first
+// replay makes its entry compact anyway (replayedFrom), so there the
+// record is decoded without its history (decodeReplayRecord) and cached
+// compact at once, with the memo its caller keeps the answer in, instead
+// of whole and then compact.
 func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string) (_ *intent.Acquisition, ok bool, _ error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
@@ -27,14 +31,21 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil, false, nil
 	}
-	if s.answersKept.Load() {
-		return s.replayReadCompact(tenant, key, fingerprint, resp.Kvs[0])
+	kv, compact := resp.Kvs[0], s.answersKept.Load()
+	decode := decodeRecord
+	if compact {
+		decode = decodeReplayRecord
 	}
-	rec, rev, err := decodeAt(tenant, key, resp.Kvs[0])
+	rec, err := decode(tenant, key, kv.Value, kv.ModRevision)
 	if err != nil {
 		return nil, false, nil
 	}
-	s.remember(tenant, key, rec, rev)
+	rev := kv.ModRevision
+	if compact {
+		s.noteFinal(tenant, key, rec) // a record without its history is never cached whole
+	} else {
+		s.remember(tenant, key, rec, rev)
+	}
 	d, ok := machine.ReplayFinal(&machine.View{Key: key, Rec: rec, Rev: rev}, fingerprint, s.cfg.Now())
 	if !ok {
 		return nil, false, nil
@@ -43,38 +54,14 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 		return nil, true, d.Err
 	}
 	out := acquisition(d.Answer)
-	if e, cached := s.cachedEntry(tenant, key); cached && e.rev == rev && e.memo != nil {
+	if compact {
+		out.Memo = new(intent.Memo)
+		s.compact(tenant, key, cached{rec: rec, rev: rev, memo: out.Memo})
+	} else if e, cached := s.cachedEntry(tenant, key); cached && e.rev == rev && e.memo != nil {
 		out.Memo = e.memo
 		if !e.replayed {
 			s.replayedFrom(tenant, key, e.memo)
 		}
 	}
-	return out, true, nil
-}
-
-// replayReadCompact is replayRead's answer from kv, the record as read, in
-// a store whose callers keep answers (answersKept): there the record's
-// first replay makes its entry compact anyway (replayedFrom), so the
-// record is decoded without its history (decodeReplayRecord) and cached
-// compact at once, with the memo its caller keeps the answer in, instead
-// of whole and then compact.
-func (s *Store) replayReadCompact(tenant, key, fingerprint string, kv *mvccpb.KeyValue) (_ *intent.Acquisition, ok bool, _ error) {
-	rec, err := decodeReplayRecord(tenant, key, kv.Value, kv.ModRevision)
-	if err != nil {
-		return nil, false, nil
-	}
-	if rec.State.Final() {
-		s.hints().note(s.cfg.Prefix, tenant, key)
-	}
-	d, ok := machine.ReplayFinal(&machine.View{Key: key, Rec: rec, Rev: kv.ModRevision}, fingerprint, s.cfg.Now())
-	if !ok {
-		return nil, false, nil
-	}
-	if d.Err != nil {
-		return nil, true, d.Err
-	}
-	out := acquisition(d.Answer)
-	out.Memo = new(intent.Memo)
-	s.compact(tenant, key, cached{rec: rec, rev: kv.ModRevision, memo: out.Memo})
 	return out, true, nil
 }
