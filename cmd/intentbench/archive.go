@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // The archive workload (only when named; issue 26): intentd with a
@@ -673,7 +674,7 @@ func startPostgres(ctx context.Context, bin, logDir string) (_ *pgServer, err er
 	}
 	logPath := filepath.Join(logDir, "postgres.log")
 	for range 3 { // another process may take the free port first
-		addr, err := freeAddr()
+		addr, err := freeport.Loopback()
 		if err != nil {
 			return nil, err
 		}

@@ -24,7 +24,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/embedetcd"
 	"github.com/intentd/intentd/internal/run/intentdcmd"
 )
@@ -196,11 +195,6 @@ func (c *child) stop() {
 		<-c.done
 	}
 }
-
-// freeAddr returns a loopback address that was free a moment ago, below
-// the ephemeral range (see freeport): intentbench's tests run beside other
-// packages' servers.
-func freeAddr() (string, error) { return freeport.Loopback() }
 
 // waitServing polls the gRPC health service on conn until it answers
 // SERVING, the child exits, or a minute passes.

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // The gateway workload (only when named): a worker's cycle whose side
@@ -46,7 +48,7 @@ func trivialUpstream() (*http.Server, string, error) {
 // in front of in, with the upstream at url as "courier", and waits until it
 // is ready.
 func (b *bench) startGateway(ctx context.Context, in *intentdServer, url string) (*child, string, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Loopback()
 	if err != nil {
 		return nil, "", err
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 )
 
 // intentdServer is an intentd under test: its API, the etcd beneath it (to
@@ -103,7 +104,7 @@ func (b *bench) startIntentd(ctx context.Context, name string, etcd *etcdServer)
 // of this one's (empty: this one's), and extra flags; a data directory
 // that exists already (a restart) is kept.
 func (b *bench) startIntentdBin(ctx context.Context, name, bin string, etcd *etcdServer, extra ...string) (*intentdServer, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func (b *bench) startIntentdBin(ctx context.Context, name, bin string, etcd *etc
 	if err != nil {
 		return nil, err
 	}
-	metrics, err := freeAddr()
+	metrics, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func (b *bench) startIntentdBin(ctx context.Context, name, bin string, etcd *etc
 	}
 	pprof := ""
 	if b.cfg.heapProfiles != "" {
-		if pprof, err = freeAddr(); err != nil {
+		if pprof, err = freeport.Loopback(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--pprof-listen", pprof)
@@ -230,7 +231,7 @@ type etcdServer struct {
 // startEtcd runs an embedded etcd with its defaults in a child process
 // named name, its data in a directory of that name under dir.
 func startEtcd(ctx context.Context, dir, name string) (*etcdServer, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +291,7 @@ type echoServer struct {
 }
 
 func startEcho(ctx context.Context, dir string) (*echoServer, error) {
-	addr, err := freeAddr()
+	addr, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/intentd/intentd/etcdstore/tombstones"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/run/daemon"
 )
 
@@ -250,7 +251,7 @@ func (b *bench) prepareTombstones(ctx context.Context, st *tombStore, n int, nam
 // garbage where the collector lets it stay; and its Go heap.
 func (b *bench) restartForMemory(ctx context.Context, st *tombStore, tombstoned string) (idle, used mem, heap int64, err error) {
 	st.s.close()
-	pprof, err := freeAddr()
+	pprof, err := freeport.Loopback()
 	if err != nil {
 		return mem{}, mem{}, 0, err
 	}
