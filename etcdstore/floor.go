@@ -177,7 +177,19 @@ func (k flooredKV) Put(ctx context.Context, key, val string, opts ...clientv3.Op
 		func(r *clientv3.PutResponse) *pb.ResponseHeader { return (*pb.PutResponse)(r).GetHeader() })
 }
 
+// Get holds a linearizable read to the floor. A serializable one is held
+// to the latch alone: the member it reaches answers from its own copy,
+// which in a healthy cluster may be some revisions behind what the store
+// saw (check's argument is for linearizable calls), so its header neither
+// refuses nor raises anything. Its callers use only what no lagging copy
+// can get wrong (a final record, replayRead).
 func (k flooredKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if clientv3.OpGet(key, opts...).IsSerializable() {
+		if _, err := k.floor.admit(); err != nil {
+			return nil, err
+		}
+		return k.kv.Get(ctx, key, opts...)
+	}
 	return floored(k.floor, func() (*clientv3.GetResponse, error) { return k.kv.Get(ctx, key, opts...) },
 		func(r *clientv3.GetResponse) *pb.ResponseHeader { return (*pb.RangeResponse)(r).GetHeader() })
 }

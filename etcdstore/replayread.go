@@ -3,19 +3,27 @@ package etcdstore
 import (
 	"context"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 )
 
 // replayRead answers an Acquire of an intent seen final (finalHints) whose
-// record the cache no longer holds: one linearizable read of the record
-// alone, and, if it is still final and retained, the same answer a replay
-// from memory gives (machine.ReplayFinal: the caller's session is not
-// checked, nothing is issued to it), with the remembered version's memo
-// when the cache keeps it. ok is false when the read does not settle it
-// (an error, the record gone or not final, its retention over): the
-// caller then takes the whole path, which reads again and says what went
-// wrong.
+// record the cache no longer holds: one read of the record alone, and, if
+// it is final and retained, the same answer a replay from memory gives
+// (machine.ReplayFinal: the caller's session is not checked, nothing is
+// issued to it), with the remembered version's memo when the cache keeps
+// it. ok is false when the read does not settle it (an error, the record
+// gone or not final, its retention over): the caller then takes the whole
+// path, which reads linearizably and says what went wrong.
+//
+// The read is serializable: whichever member the client reaches answers
+// from its own copy, with no round to the leader, and while the quorum is
+// lost. That is safe for the reason a replay from memory is (DESIGN.md,
+// "Final records are replayed from memory"): nothing a replay answers
+// changes once the record is final, and a member that lags shows the
+// record not yet final, or not at all, which settles nothing here.
 //
 // In a store whose callers keep answers (answersKept) the record's first
 // replay makes its entry compact anyway (replayedFrom), so there the
@@ -26,7 +34,7 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
-	resp, err := s.kv.Get(rctx, s.keys.intent(tenant, key))
+	resp, err := s.kv.Get(rctx, s.keys.intent(tenant, key), clientv3.WithSerializable())
 	endRead(span, err)
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil, false, nil
@@ -37,8 +45,8 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 		decode = decodeReplayRecord
 	}
 	rec, err := decode(tenant, key, kv.Value, kv.ModRevision)
-	if err != nil {
-		return nil, false, nil
+	if err != nil || !rec.State.Final() {
+		return nil, false, nil // a copy not (yet) final is never remembered: it may be a lagging member's
 	}
 	rev := kv.ModRevision
 	if compact {

@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,59 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 	a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: pending, SessionID: sess.ID, RequestID: "p"})
 	if err != nil || a.Outcome != intent.OutcomeExecute || a.Lease == nil {
 		t.Errorf("Acquire of a PENDING intent hinted final: %+v, %v; want EXECUTE", a, err)
+	}
+}
+
+// A replay out of the cache reads serializably, from whichever member the
+// client reaches, and such a member may be behind what the store saw: its
+// answer, below the revision floor, is used (the record is final) and
+// neither refused nor latched as a rolled-back etcd; a store that did
+// latch refuses it before it reaches etcd.
+func TestReplayReadBelowTheFloorIsNoRollback(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	s, err := New(cli, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepingAnswers(s, true)
+	ctx := context.Background()
+	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "read-from-a-lagging-member"
+	happyPath(t, s, cli, key, sess.ID)
+	c, ok := s.cachedEntry("default", key)
+	if !ok {
+		t.Fatal("the completed record is not cached")
+	}
+	retry := intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again",
+		Register: &intent.Registration{Tenant: "default", Key: key, Params: c.rec.Params, RequestID: "reg-" + key}}
+
+	// As a member some revisions behind answers: etcd's revision is below
+	// the floor the store holds its linearizable calls to.
+	floor := s.HighestRevision() + 1000
+	s.RaiseFloor(floor)
+	forget(s, "default", key)
+	a, err := s.Acquire(ctx, retry)
+	if err != nil || a.Outcome != intent.OutcomeCompleted {
+		t.Fatalf("replay out of the cache below the floor: %+v, %v; want COMPLETED", a, err)
+	}
+	if e := s.floor.refused.Load(); e != nil {
+		t.Fatalf("a serializable read below the floor latched the store: %v", e)
+	}
+	if got := s.HighestRevision(); got != floor {
+		t.Errorf("HighestRevision() = %d, want the floor %d unchanged", got, floor)
+	}
+
+	// A linearizable call meets the floor and latches; then the replay is
+	// refused before it reads.
+	if err := s.Ping(ctx); !errors.Is(err, intent.ErrStoreRolledBack) {
+		t.Fatalf("Ping below the floor: %v, want intent.ErrStoreRolledBack", err)
+	}
+	forget(s, "default", key)
+	if _, err := s.Acquire(ctx, retry); !errors.Is(err, intent.ErrStoreRolledBack) {
+		t.Errorf("replay out of the cache once latched: %v, want intent.ErrStoreRolledBack", err)
 	}
 }
 

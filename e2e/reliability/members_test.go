@@ -1,12 +1,21 @@
 package reliability
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/intentd/intentd/e2e/harness"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/intentd/intentd/e2e/harness"
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
 // etcd members fail: the leader killed, two of three members down, a member
@@ -185,4 +194,101 @@ func majorityLeader(t *testing.T, c *Cluster, cut *Member) *Member {
 	}
 	t.Fatalf("the members other than %s elected no leader among themselves within 10s", cut.Name)
 	return nil
+}
+
+// Scenario 2b. Retries of finished intents outlive a lost quorum. A
+// replica completes more intents than its record cache (the smallest,
+// 1 MiB) holds, so that most of their replays must read etcd; then two of
+// the three members are killed. A replay of a final record is answered
+// from whatever member is up (a serializable read: a final record's answer
+// never changes, the argument that lets a replay come from memory), so
+// every retry still gets its stored result, byte for byte, while a new
+// registration, which needs the quorum, is refused UNAVAILABLE.
+func TestReplaysOutliveQuorumLoss(t *testing.T) {
+	e := NewEnv(t, report, EnvConfig{Intentd: harness.IntentdConfig{Flags: []string{"--cache-bytes", "1048576"}}})
+	addr := e.Intentds[0].Addr
+	api := intentv1.NewIntentServiceClient(mustDial(t, addr))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := api.OpenSession(ctx, &intentv1.OpenSessionRequest{Worker: "replayer", Ttl: durationpb.New(5 * time.Minute)})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	const n = 1500
+	note := strings.Repeat("the approved terms of this purchase, kept whole. ", 6)
+	acquire := func(ctx context.Context, i int, requestID string) (*intentv1.AcquireResponse, error) {
+		key := fmt.Sprintf("replay-quorum-%04d", i)
+		params, err := structpb.NewStruct(map[string]any{"note": note, "order": float64(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return api.Acquire(ctx, &intentv1.AcquireRequest{Key: key, SessionId: s.SessionId, RequestId: requestID,
+			Register: &intentv1.RegisterRequest{Key: key, Params: params}})
+	}
+	replays := make([][]byte, n)
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := range n {
+		g.Go(func() error {
+			a, err := acquire(ctx, i, "first")
+			if err != nil || a.Outcome != intentv1.Outcome_OUTCOME_EXECUTE {
+				return fmt.Errorf("Acquire %d = %v, %v; want EXECUTE", i, a.GetOutcome(), err)
+			}
+			if _, err := api.Complete(ctx, &intentv1.CompleteRequest{Key: a.Intent.Key, Token: a.Lease.Token,
+				Result: &intentv1.Result{Payload: []byte(fmt.Sprintf(`{"order":"o-%d","note":%q}`, i, note))}}); err != nil {
+				return fmt.Errorf("Complete %d: %v", i, err)
+			}
+			r, err := acquire(ctx, i, "replay")
+			if err != nil || r.Outcome != intentv1.Outcome_OUTCOME_COMPLETED {
+				return fmt.Errorf("replay %d = %v, %v; want COMPLETED", i, r.GetOutcome(), err)
+			}
+			replays[i] = wireBytes(t, r)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	old := leader(t, e.Cluster)
+	victims := []*Member{old, e.Cluster.Followers(old)[0]}
+	ev := e.Faults.Inject("quorum-loss", "etcd %s and %s, SIGKILL", victims[0].Name, victims[1].Name)
+	for _, m := range victims {
+		m.Kill()
+	}
+	defer func() {
+		for _, m := range victims {
+			restart(t, m)
+		}
+		e.Faults.Heal(ev)
+		leader(t, e.Cluster)
+	}()
+	time.Sleep(3 * time.Second)
+	if m, err := e.Cluster.Leader(context.Background()); err == nil {
+		t.Fatalf("with 2 of 3 members down, %s still leads", m.Name)
+	}
+
+	fresh, cancelFresh := context.WithTimeout(ctx, 10*time.Second)
+	_, err = acquire(fresh, n, "fresh")
+	cancelFresh()
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("a new registration without a quorum answered %v, want UNAVAILABLE", err)
+	}
+	start := time.Now()
+	same, failed := 0, 0
+	for i := 0; i < n && failed < 10; i++ {
+		one, cancelOne := context.WithTimeout(ctx, 5*time.Second)
+		r, err := acquire(one, i, "retry")
+		cancelOne()
+		switch {
+		case err != nil:
+			failed++
+			t.Errorf("replay %d without a quorum: %v", i, err)
+		case !bytes.Equal(wireBytes(t, r), replays[i]):
+			t.Errorf("replay %d without a quorum answered %v, not its stored answer", i, r)
+		default:
+			same++
+		}
+	}
+	t.Logf("without a quorum: %d of %d replays answered their stored answer in %v, %d failed", same, n, time.Since(start).Round(time.Millisecond), failed)
 }
