@@ -14,7 +14,11 @@ machine. Every measurement starts with a warm-up, as intentbench's do
 (a third of --duration, at most a second), on a client and sessions
 already opened.
 
-    cd python && INTENTD_BIN=/tmp/intentd python bench/cycle.py [--duration 3] [--rounds 7]
+    cd python && INTENTD_BIN=/tmp/intentd python bench/cycle.py [--duration 3] [--rounds 7] [--pin 0:1]
+
+With --pin, intentd runs on the first CPU list and both clients on the
+second, so that neither client's CPU comes out of intentd's, as an agent
+host on other cores than intentd's would run.
 
 It prints, per round and as medians: cycles/s, median and mean latency
 and client CPU per cycle of each Python measurement and Go's rate;
@@ -303,15 +307,43 @@ def row(name: str, f: Figures) -> str:
 HEADER = f"{'':22}{'cycles/s':>10}{'p50 ms':>9}{'mean ms':>9}{'client µs':>12}{'intentd µs':>14}{'in flight':>11}{'busy':>7}{'waited':>8}"
 
 
+def parse_pin(ap: argparse.ArgumentParser, pin: str) -> Tuple[set, set]:
+    """--pin's two CPU lists, or two empty sets when it is not given."""
+    if not pin:
+        return set(), set()
+    try:
+        server, client = pin.split(":")
+        cpus = tuple({int(c) for c in part.split(",")} for part in (server, client))
+    except ValueError:
+        ap.error(f"--pin: want SERVER:CLIENT CPU lists such as 0:1, got {pin!r}")
+    if not hasattr(os, "sched_setaffinity"):
+        ap.error("--pin: this system cannot pin processes to CPUs")
+    return cpus
+
+
+def pin_process(pid: int, cpus: set) -> None:
+    """Pins every thread pid has; threads it starts later inherit it."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=3.0, help="seconds of each measurement, after its warm-up")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
     ap.add_argument("--tasks", type=int, default=64, help="concurrent asyncio tasks, and intentbench's level")
+    ap.add_argument("--pin", metavar="SERVER:CLIENT", default="",
+                    help="CPU lists (as 0 or 0,1) for intentd and for the clients (this process and intentbench), "
+                         "so that neither client's CPU comes out of intentd's: e.g. 0:1 (Linux)")
     args = ap.parse_args()
+    server_cpus, client_cpus = parse_pin(ap, args.pin)
+    if client_cpus:
+        os.sched_setaffinity(0, client_cpus)  # before any thread: grpc's and intentbench inherit it
     bench = os.path.join(tempfile.mkdtemp(prefix="pybench-"), "intentbench")
     subprocess.run(["go", "build", "-o", bench, "./cmd/intentbench"], cwd=REPO, check=True)
     server = Server()
+    if server_cpus:
+        pin_process(server.proc.proc.pid, server_cpus)
     many = f"asyncio, {args.tasks} tasks"
     names = ["thread, 1 worker", "asyncio, 1 worker", many, f"go intentbench C={args.tasks}"]
     rows: Dict[str, List[Figures]] = {n: [] for n in names}
@@ -340,7 +372,7 @@ def main() -> None:
     finally:
         server.stop()
     print(f"\ncycle (Acquire with register + Complete, {PAYLOAD} B payloads), median of {args.rounds} rounds of {args.duration}s; "
-          f"load average {min(loads):.1f}–{max(loads):.1f}")
+          f"load average {min(loads):.1f}–{max(loads):.1f}" + (f"; intentd on CPUs {sorted(server_cpus)}, clients on {sorted(client_cpus)}" if args.pin else ""))
     print("(client µs: this process's CPU per cycle; intentd µs: intentd's; in flight: cycles intentd worked on at a time;")
     print(" busy, waited: seconds per second the client's loop thread ran, and was runnable but had no CPU)")
     print(HEADER)
