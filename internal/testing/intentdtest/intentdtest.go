@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,6 +189,15 @@ func (in *Intentd) Wait(within time.Duration) (err error, ok bool) {
 	return in.result, true
 }
 
+// Goroutines is the stack of every goroutine of this process, intentd's
+// included (it runs in the test's process): what a test prints when
+// intentd does not stop, to say what holds it.
+func Goroutines() string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return b.String()
+}
+
 // errStillRunning is Stop's error for an intentd that did not stop in time.
 var errStillRunning = fmt.Errorf("intentd did not stop within %v", stopWithin)
 
@@ -208,7 +219,7 @@ func (in *Intentd) stopAtCleanup(t testing.TB) {
 	err := in.Stop()
 	switch {
 	case errors.Is(err, errStillRunning):
-		t.Error(err)
+		t.Errorf("%v; what holds it:\n%s", err, Goroutines())
 	case err != nil && !seen:
 		t.Errorf("intentd exited with %v, want a clean stop", err)
 	}
