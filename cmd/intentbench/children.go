@@ -45,6 +45,8 @@ func runChild() (int, bool) {
 		return childMain(serveEtcd), true
 	case "echo":
 		return childMain(serveEcho), true
+	case "front":
+		return childMain(serveFront), true
 	}
 	return 0, false
 }

@@ -13,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"google.golang.org/protobuf/proto"
+
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
 
@@ -59,7 +61,7 @@ func (b *bench) runReplayKeys(ctx context.Context, in *intentdServer, raw *etcdS
 		return fmt.Errorf("replay, %d keys: copying the records: %w", n, err)
 	}
 	setup := replaySetup{keys: keys, rawKeys: rawKeys, recordSize: size}
-	rows, err := b.replayRounds(ctx, "replay, "+strconv.Itoa(n)+" keys", in, ids, raw, setup, b.cfg.replayLevels, "replay_ratio_10k")
+	rows, err := b.replayRounds(ctx, "replay, "+strconv.Itoa(n)+" keys", in, ids, raw, nil, setup, b.cfg.replayLevels, "replay_ratio_10k")
 	if err != nil {
 		return err
 	}
@@ -78,7 +80,9 @@ func (b *bench) runReplayKeys(ctx context.Context, in *intentdServer, raw *etcdS
 
 // runReplayMiss starts an intentd with the smallest cache, completes as
 // many intents on it as runReplayKeys did, and compares their replays,
-// round-robin, with the same raw Gets: every replay must read etcd.
+// round-robin, with the same raw Gets: every replay must read etcd. The
+// same Gets through the front (front.go) are measured beside them: the
+// floor of any gRPC service that answers from an etcd read.
 func (b *bench) runReplayMiss(ctx context.Context, raw *etcdServer, many replaySetup) error {
 	n := len(many.keys)
 	b.progress("replay, miss: starting an intentd with --cache-bytes %d", missCacheBytes)
@@ -98,20 +102,35 @@ func (b *bench) runReplayMiss(ctx context.Context, raw *etcdServer, many replayS
 	if err != nil {
 		return fmt.Errorf("replay, miss: %w", err)
 	}
-	setup := replaySetup{keys: keys, rawKeys: many.rawKeys, recordSize: many.recordSize}
-	rows, err := b.replayRounds(ctx, "replay, miss", in, ids, raw, setup, b.cfg.replayLevels, "replay_miss_ratio")
+	b.progress("replay, miss: starting the front, and storing intentd's answers in its etcd")
+	front, err := startFront(ctx, b.dir)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(b.out, "replay, miss: the same retries of %d distinct COMPLETED intents against an intentd of its own started with --cache-bytes %d (its smallest: a few hundred such records), so that a replay reads etcd; vs the same raw Gets; %d rounds of %s, interleaved\n", n, missCacheBytes, b.cfg.rounds, b.cfg.duration)
+	defer front.close()
+	answers, err := b.answers(ctx, in, ids, keys)
+	if err != nil {
+		return fmt.Errorf("replay, miss: %w", err)
+	}
+	if err := front.store(ctx, answers); err != nil {
+		return fmt.Errorf("replay, miss: storing the answers in the front's etcd: %w", err)
+	}
+	setup := replaySetup{keys: keys, rawKeys: many.rawKeys, recordSize: many.recordSize}
+	rows, err := b.replayRounds(ctx, "replay, miss", in, ids, raw, front, setup, b.cfg.replayLevels, "replay_miss_ratio")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b.out, "replay, miss: the same retries of %d distinct COMPLETED intents against an intentd of its own started with --cache-bytes %d (its smallest: a few hundred such records), so that a replay reads etcd; vs the same raw Gets, and the same retries sent to a front that answers each with intentd's answer, stored whole in an etcd embedded in its process and read as intentd's miss reads, and does nothing else (the floor of any service that answers a replay from etcd; its CPU includes its etcd's, as intentd's does); %d rounds of %s, interleaved\n", n, missCacheBytes, b.cfg.rounds, b.cfg.duration)
 	table(b.out, rows)
 	return nil
 }
 
 // replayRounds runs intentd's round-robin replays of setup.keys against
-// raw Gets of setup.rawKeys at each level, and returns the table's rows;
-// figure, in the RESULT line, is the ratio at the highest level.
-func (b *bench) replayRounds(ctx context.Context, what string, in *intentdServer, ids []string, raw *etcdServer, setup replaySetup, levels []int, figure string) ([][]string, error) {
+// raw Gets of setup.rawKeys at each level, and, given a front, the same
+// retries sent to it (only the miss path is measured against one); it
+// returns the table's rows. figure, in the RESULT line, is intentd ÷ get
+// at the highest level.
+func (b *bench) replayRounds(ctx context.Context, what string, in *intentdServer, ids []string, raw *etcdServer, front *frontServer, setup replaySetup, levels []int, figure string) ([][]string, error) {
 	n := len(setup.keys)
 	var next, calls atomic.Int64
 	intentdOp := func(ctx context.Context, w int) (time.Duration, error) {
@@ -138,7 +157,25 @@ func (b *bench) replayRounds(ctx context.Context, what string, in *intentdServer
 		return 0, err
 	}
 	peers := []peer{{"intentd replay", in.proc, nil, intentdOp}, {"raw get", raw.proc, nil, getOp}}
-	rows := [][]string{{what, "intentd /s", "raw get /s", "intentd ÷ get", "from memory", "intentd p50 / p99 ms", "get p50 / p99 ms", "intentd CPU µs/call", "get CPU µs/call"}}
+	header := []string{what, "intentd /s", "raw get /s", "intentd ÷ get", "from memory", "intentd p50 / p99 ms", "get p50 / p99 ms", "intentd CPU µs/call", "get CPU µs/call"}
+	if front != nil {
+		var frontNext atomic.Int64
+		frontOp := func(ctx context.Context, w int) (time.Duration, error) {
+			i := frontNext.Add(1)
+			key := setup.keys[int(i)%n]
+			resp, err := front.acquire(ctx, b.acquireRequest(key, ids[w], fmt.Sprintf("f-%s-%d", b.run, i)))
+			if err != nil {
+				return 0, fmt.Errorf("front acquire %s: %w", key, err)
+			}
+			if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
+				return 0, fmt.Errorf("front acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
+			}
+			return 0, nil
+		}
+		peers = append(peers, peer{"front replay", front.proc, nil, frontOp})
+		header = append(header, "front /s", "front ÷ get", "intentd ÷ front", "front p50 / p99 ms", "front CPU µs/call")
+	}
+	rows := [][]string{header}
 	for _, c := range levels {
 		replays0, calls0 := in.metric("intentd_store_replays_from_memory_total"), calls.Load()
 		rs, err := b.interleave(ctx, what, peers, c)
@@ -154,13 +191,20 @@ func (b *bench) replayRounds(ctx context.Context, what string, in *intentdServer
 			}
 		}
 		r := pairRatio(rs[0], rs[1])
-		rows = append(rows, []string{
+		row := []string{
 			fmt.Sprintf("C=%d", c),
 			over(rs[0], round.rate).format(0), over(rs[1], round.rate).format(0), r.format(2),
 			percent(share), latencies(rs[0]), latencies(rs[1]),
 			over(rs[0], round.cpuPerOp).format(0), over(rs[1], round.cpuPerOp).format(0),
-		})
+		}
 		b.res[figure] = r.med // the last level is the highest
+		if front != nil {
+			// The front's rounds run right after the raw Get's.
+			floor, vsFront := pairRatio(rs[2], rs[1]), pairRatio(rs[0], rs[2])
+			row = append(row, over(rs[2], round.rate).format(0), floor.format(2), vsFront.format(2),
+				latencies(rs[2]), over(rs[2], round.cpuPerOp).format(0))
+		}
+		rows = append(rows, row)
 	}
 	return rows, nil
 }
@@ -171,6 +215,42 @@ func percent(x float64) string {
 		return "n/a"
 	}
 	return num(100*x, 0) + " %"
+}
+
+// answers replays each of keys once on in, with len(ids) workers, and
+// returns intentd's answers, encoded, by key: what the front answers.
+func (b *bench) answers(ctx context.Context, in *intentdServer, ids []string, keys []string) (map[string][]byte, error) {
+	out := make([][]byte, len(keys))
+	var next atomic.Int64
+	var first firstError
+	var wg sync.WaitGroup
+	for w := range ids {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(keys) && first.get() == nil; i = int(next.Add(1)) - 1 {
+				cctx, cancel := context.WithTimeout(ctx, opTimeout)
+				resp, err := in.rpc.Acquire(cctx, b.acquireRequest(keys[i], ids[w], "s-"+keys[i]))
+				cancel()
+				if err == nil && resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
+					err = fmt.Errorf("outcome %v, want COMPLETED", resp.GetOutcome())
+				}
+				if err == nil {
+					out[i], err = proto.Marshal(resp)
+				}
+				if err != nil {
+					first.set(fmt.Errorf("acquire %s: %w", keys[i], err))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := first.get(); err != nil {
+		return nil, err
+	}
+	m := make(map[string][]byte, len(keys))
+	for i, k := range keys {
+		m[k] = out[i]
+	}
+	return m, nil
 }
 
 // completeMany completes n fresh intents (Acquire with register, then

@@ -31,6 +31,10 @@ import (
 	"github.com/intentd/intentd/internal/core/periodic"
 )
 
+// Default is intentd's floor (--gc-heap-floor): docs/PERFORMANCE.md,
+// "The collector's floor", says how it was chosen.
+const Default = 128 << 20
+
 // Every is how often Hold reads the collector's figures: a new cycle is
 // seen within it.
 const Every = 100 * time.Millisecond

@@ -90,15 +90,11 @@ func envName(flag string) string {
 	return "INTENTD_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// defaultHeapFloor is --gc-heap-floor's default: see package heapfloor
-// and docs/PERFORMANCE.md, "The collector's floor".
-const defaultHeapFloor = 128 << 20
-
 func newCommand(stderr io.Writer, configure Configure) *cobra.Command {
 	cfg := daemon.DefaultConfig()
 	// The heap floor is the process's, not the daemon's: Run is also
 	// called in-process by tests, several at once.
-	heapFloor := int64(defaultHeapFloor)
+	heapFloor := int64(heapfloor.Default)
 	cmd := &cobra.Command{
 		Use:     "intentd",
 		Version: version.String(),

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
+	"github.com/intentd/intentd/internal/run/embedetcd"
+	"github.com/intentd/intentd/internal/run/heapfloor"
+)
+
+// The front is the floor of a replay that misses the cache: a gRPC
+// server, with an etcd embedded in its process as intentd's, that answers
+// intentd's very Acquire call with intentd's very answer, stored whole in
+// its etcd and read with the serializable Get intentd's miss sends,
+// through an in-process client, as intentd reads its embedded etcd. It neither decodes the request (but for finding its
+// key), nor validates it, nor decodes a record or builds an answer: what
+// is left is the part of a miss no service can skip. The clients' side is
+// intentd's too (the same request, the same answer to decode). front ÷
+// get is what that floor costs against a raw Get on this machine;
+// intentd ÷ front, what intentd's own work costs on top of it.
+
+// frontAcquire is the front's one method.
+const frontAcquire = "/intentbench.Front/Acquire"
+
+// frame is a message's encoding, passed through as it is: what the
+// front's codec decodes a request into, and encodes an answer from.
+type frame []byte
+
+// frontCodec passes frames through and encodes anything else (the health
+// service's messages) as protobuf.
+type frontCodec struct{}
+
+func (frontCodec) Name() string { return "proto" }
+
+func (frontCodec) Marshal(v any) ([]byte, error) {
+	if f, ok := v.(*frame); ok {
+		return *f, nil
+	}
+	return proto.Marshal(v.(proto.Message))
+}
+
+func (frontCodec) Unmarshal(data []byte, v any) error {
+	if f, ok := v.(*frame); ok {
+		*f = slices.Clone(data) // gRPC may reuse data's buffer
+		return nil
+	}
+	return proto.Unmarshal(data, v.(proto.Message))
+}
+
+// frontAnswerer is what the front's service descriptor dispatches to.
+type frontAnswerer interface {
+	Acquire(ctx context.Context, req frame) (*frame, error)
+}
+
+var frontDesc = grpc.ServiceDesc{
+	ServiceName: "intentbench.Front",
+	HandlerType: (*frontAnswerer)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Acquire",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var req frame
+			if err := dec(&req); err != nil {
+				return nil, err
+			}
+			return srv.(frontAnswerer).Acquire(ctx, req)
+		},
+	}},
+}
+
+// etcdFront answers from its etcd's frontPrefix + the request's key.
+type etcdFront struct{ etcd *clientv3.Client }
+
+// frontPrefix is where the front's etcd holds each intent's answer.
+const frontPrefix = "answer/"
+
+func (f etcdFront) Acquire(ctx context.Context, req frame) (*frame, error) {
+	key, ok := acquireKey(req)
+	if !ok {
+		return nil, status.Error(codes.InvalidArgument, "no key")
+	}
+	resp, err := f.etcd.Get(ctx, frontPrefix+key, clientv3.WithSerializable())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if len(resp.Kvs) != 1 {
+		return nil, status.Errorf(codes.NotFound, "%q: no answer stored", key)
+	}
+	answer := frame(resp.Kvs[0].Value)
+	return &answer, nil
+}
+
+// acquireKey finds an encoded AcquireRequest's key (field 2) without
+// decoding the rest.
+func acquireKey(b []byte) (string, bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if num == 2 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			return string(v), n >= 0
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return "", false
+		}
+		b = b[n:]
+	}
+	return "", false
+}
+
+// serveFront serves the front on args[0], its etcd's data in args[1] and
+// serving args[2] (a loopback client URL, through which the benchmark
+// fills it) besides the socket, until SIGTERM; with the health service
+// too, for waitServing.
+func serveFront(args []string) error {
+	if len(args) != 3 {
+		return errors.New("front: want a listen address, a data directory and a client URL")
+	}
+	client, err := url.Parse(args[2])
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(args[1], 0o700); err != nil {
+		return err
+	}
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	sock := url.URL{Scheme: "unix", Path: filepath.Join(args[1], "etcd.sock")}
+	cfg := embedetcd.Config("front", filepath.Join(args[1], "etcd"), *peer)
+	cfg.ListenPeerUrls = nil
+	cfg.ListenClientUrls = []url.URL{sock, *client}
+	cfg.AdvertiseClientUrls = []url.URL{sock}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if err := embedetcd.WaitReady(e, time.Minute); err != nil {
+		return err
+	}
+	// The collector's floor intentd holds by default, so that the front
+	// does not collect more often than intentd would.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go heapfloor.Hold(ctx, heapfloor.Default)
+	cli := v3client.New(e.Server) // in process, as intentd's embedded etcd
+	defer cli.Close()
+	l, err := net.Listen("tcp", args[0])
+	if err != nil {
+		return err
+	}
+	s := grpc.NewServer(grpc.ForceServerCodec(frontCodec{}), grpc.NumStreamWorkers(64)) // intentd keeps 64
+	s.RegisterService(&frontDesc, etcdFront{cli})
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(l) }()
+	defer s.Stop()
+	return waitTerm(errc)
+}
+
+// frontServer is the benchmark's handle on a running front: its gRPC
+// connection, a client of its etcd, and its process.
+type frontServer struct {
+	child *child
+	conn  *grpc.ClientConn
+	etcd  *clientv3.Client
+	proc  proc
+}
+
+// startFront starts a front, its data in a directory named front under
+// dir.
+func startFront(ctx context.Context, dir string) (*frontServer, error) {
+	addr, err := freeport.Loopback()
+	if err != nil {
+		return nil, err
+	}
+	etcdAddr, err := freeport.Loopback()
+	if err != nil {
+		return nil, err
+	}
+	c, err := startChild(dir, "front", "front", addr, filepath.Join(dir, "front"), "http://"+etcdAddr)
+	if err != nil {
+		return nil, err
+	}
+	s := &frontServer{child: c, proc: proc{pid: c.pid()}}
+	if s.conn, err = dial(addr); err != nil {
+		s.close()
+		return nil, err
+	}
+	if err := waitServing(ctx, c, s.conn); err != nil {
+		s.close()
+		return nil, fmt.Errorf("front: %w", err)
+	}
+	if s.etcd, err = etcdClient([]string{etcdAddr}); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// acquire sends req to the front, as to intentd, and decodes its answer.
+func (s *frontServer) acquire(ctx context.Context, req *intentv1.AcquireRequest) (*intentv1.AcquireResponse, error) {
+	out := new(intentv1.AcquireResponse)
+	if err := s.conn.Invoke(ctx, frontAcquire, req, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// store puts each intent's answer into the front's etcd, in batches.
+func (s *frontServer) store(ctx context.Context, answers map[string][]byte) error {
+	ops := make([]clientv3.Op, 0, 128)
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		_, err := s.etcd.Txn(ctx).Then(ops...).Commit()
+		ops = ops[:0]
+		return err
+	}
+	for key, answer := range answers {
+		ops = append(ops, clientv3.OpPut(frontPrefix+key, string(answer)))
+		if len(ops) == cap(ops) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+func (s *frontServer) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
+	if s.child != nil {
+		s.child.stop()
+	}
+}
