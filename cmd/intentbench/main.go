@@ -18,7 +18,9 @@
 //     of the same record and against the health check; then --replay-keys
 //     distinct COMPLETED intents retried round-robin, against raw Gets of
 //     as many records, on intentd and on an intentd of its own with the
-//     smallest cache, where every replay reads etcd (replaykeys.go);
+//     smallest cache, where every replay reads etcd (replaykeys.go), the
+//     latter beside a front that answers the same retries with intentd's
+//     stored answers and does nothing else, the floor of a miss (front.go);
 //   - contention: --contention-workers workers on --contention-intents
 //     intents at a time (every intent must be executed exactly once);
 //   - heartbeat: --heartbeat-intents intents held by --heartbeat-workers

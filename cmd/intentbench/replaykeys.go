@@ -120,7 +120,7 @@ func (b *bench) runReplayMiss(ctx context.Context, raw *etcdServer, many replayS
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(b.out, "replay, miss: the same retries of %d distinct COMPLETED intents against an intentd of its own started with --cache-bytes %d (its smallest: a few hundred such records), so that a replay reads etcd; vs the same raw Gets, and the same retries sent to a front that answers each with intentd's answer, stored whole in an etcd embedded in its process and read as intentd's miss reads, and does nothing else (the floor of any service that answers a replay from etcd; its CPU includes its etcd's, as intentd's does); %d rounds of %s, interleaved\n", n, missCacheBytes, b.cfg.rounds, b.cfg.duration)
+	fmt.Fprintf(b.out, "replay, miss: the same retries of %d distinct COMPLETED intents against an intentd of its own started with --cache-bytes %d (its smallest: a few hundred such records), so that a replay reads etcd; vs the same raw Gets, and the same retries sent to a front that answers each with intentd's answer (%d B), stored whole in an etcd embedded in its process and read as intentd's miss reads, and does nothing else (the floor of any service that answers a replay from etcd; its CPU includes its etcd's, as intentd's does); %d rounds of %s, interleaved\n", n, missCacheBytes, len(answers[keys[0]]), b.cfg.rounds, b.cfg.duration)
 	table(b.out, rows)
 	return nil
 }
