@@ -32,12 +32,13 @@ import (
 // server, with an etcd embedded in its process as intentd's, that answers
 // intentd's very Acquire call with intentd's very answer, stored whole in
 // its etcd and read with the serializable Get intentd's miss sends,
-// through an in-process client, as intentd reads its embedded etcd. It neither decodes the request (but for finding its
-// key), nor validates it, nor decodes a record or builds an answer: what
-// is left is the part of a miss no service can skip. The clients' side is
-// intentd's too (the same request, the same answer to decode). front ÷
-// get is what that floor costs against a raw Get on this machine;
-// intentd ÷ front, what intentd's own work costs on top of it.
+// through an in-process client, as intentd reads its embedded etcd. It
+// neither decodes the request (but for finding its key), nor validates
+// it, nor decodes a record or builds an answer: what is left is the part
+// of a miss no service can skip. The clients' side is intentd's too (the
+// same request, the same answer to decode). front ÷ get is what that
+// floor costs against a raw Get on this machine; intentd ÷ front, what
+// intentd's own work costs on top of it.
 
 // frontAcquire is the front's one method.
 const frontAcquire = "/intentbench.Front/Acquire"

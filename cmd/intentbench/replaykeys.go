@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"google.golang.org/protobuf/proto"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
@@ -81,8 +80,8 @@ func (b *bench) runReplayKeys(ctx context.Context, in *intentdServer, raw *etcdS
 // runReplayMiss starts an intentd with the smallest cache, completes as
 // many intents on it as runReplayKeys did, and compares their replays,
 // round-robin, with the same raw Gets: every replay must read etcd. The
-// same Gets through the front (front.go) are measured beside them: the
-// floor of any gRPC service that answers from an etcd read.
+// same retries sent to a front (front.go) are measured beside them: the
+// floor of any service that answers a replay out of etcd.
 func (b *bench) runReplayMiss(ctx context.Context, raw *etcdServer, many replaySetup) error {
 	n := len(many.keys)
 	b.progress("replay, miss: starting an intentd with --cache-bytes %d", missCacheBytes)
@@ -221,29 +220,22 @@ func percent(x float64) string {
 // returns intentd's answers, encoded, by key: what the front answers.
 func (b *bench) answers(ctx context.Context, in *intentdServer, ids []string, keys []string) (map[string][]byte, error) {
 	out := make([][]byte, len(keys))
-	var next atomic.Int64
-	var first firstError
-	var wg sync.WaitGroup
-	for w := range ids {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(keys) && first.get() == nil; i = int(next.Add(1)) - 1 {
-				cctx, cancel := context.WithTimeout(ctx, opTimeout)
-				resp, err := in.rpc.Acquire(cctx, b.acquireRequest(keys[i], ids[w], "s-"+keys[i]))
-				cancel()
-				if err == nil && resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-					err = fmt.Errorf("outcome %v, want COMPLETED", resp.GetOutcome())
-				}
-				if err == nil {
-					out[i], err = proto.Marshal(resp)
-				}
-				if err != nil {
-					first.set(fmt.Errorf("acquire %s: %w", keys[i], err))
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := first.get(); err != nil {
+	err := eachIndex(ids, len(keys), func(session string, i int) error {
+		cctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		resp, err := in.rpc.Acquire(cctx, b.acquireRequest(keys[i], session, "s-"+keys[i]))
+		if err == nil && resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
+			err = fmt.Errorf("outcome %v, want COMPLETED", resp.GetOutcome())
+		}
+		if err == nil {
+			out[i], err = proto.Marshal(resp)
+		}
+		if err != nil {
+			return fmt.Errorf("acquire %s: %w", keys[i], err)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	m := make(map[string][]byte, len(keys))
@@ -261,23 +253,32 @@ func (b *bench) completeMany(ctx context.Context, in *intentdServer, ids []strin
 	for i := range keys {
 		keys[i] = b.key(kind)
 	}
+	err := eachIndex(ids, n, func(session string, i int) error {
+		cctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		return b.cycle(cctx, in, session, keys[i])
+	})
+	return keys, err
+}
+
+// eachIndex calls do for each index below n from len(ids) workers, each
+// with its session, until every index is done or one call fails; it
+// returns the first failure.
+func eachIndex(ids []string, n int, do func(session string, i int) error) error {
 	var next atomic.Int64
 	var first firstError
 	var wg sync.WaitGroup
-	for w := range ids {
+	for _, session := range ids {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n && first.get() == nil; i = int(next.Add(1)) - 1 {
-				cctx, cancel := context.WithTimeout(ctx, opTimeout)
-				err := b.cycle(cctx, in, ids[w], keys[i])
-				cancel()
-				if err != nil {
+				if err := do(session, i); err != nil {
 					first.set(err)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	return keys, first.get()
+	return first.get()
 }
 
 // copyRecordsBulk copies the etcd record of each intent key from src into

@@ -120,8 +120,8 @@ func (b *bench) startIntentdBin(ctx context.Context, name, bin string, etcd *etc
 		"--rate-per-principal", "0", "--rate-per-tenant", "0"}
 	endpoints := []string{"unix://" + filepath.Join(data, "etcd.sock")}
 	if etcd != nil {
-		endpoints = etcd.endpoints
-		args = append(args, "--etcd-endpoints", strings.Join(etcd.endpoints, ","))
+		endpoints = []string{etcd.endpoint}
+		args = append(args, "--etcd-endpoints", etcd.endpoint)
 	} else {
 		args = append(args, "--embed-peer-url", "http://127.0.0.1:0")
 	}
@@ -222,10 +222,10 @@ func (s *intentdServer) close() {
 // etcdServer is the raw peer: an etcd the benchmark's clients write to
 // directly, in a process of its own.
 type etcdServer struct {
-	child     *child
-	etcd      *clientv3.Client
-	proc      proc
-	endpoints []string // its client URLs
+	child    *child
+	etcd     *clientv3.Client
+	proc     proc
+	endpoint string // its client URL, when the benchmark started it
 }
 
 // startEtcd runs an embedded etcd with its defaults in a child process
@@ -239,7 +239,7 @@ func startEtcd(ctx context.Context, dir, name string) (*etcdServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &etcdServer{child: c, proc: proc{pid: c.pid()}, endpoints: []string{"http://" + addr}}
+	s := &etcdServer{child: c, proc: proc{pid: c.pid()}, endpoint: "http://" + addr}
 	if s.etcd, err = etcdClient([]string{addr}); err != nil {
 		s.close()
 		return nil, err
@@ -257,7 +257,7 @@ func externalEtcd(ctx context.Context, endpoints []string) (*etcdServer, error) 
 	if err != nil {
 		return nil, fmt.Errorf("--etcd-endpoints: %w", err)
 	}
-	s := &etcdServer{etcd: cli, endpoints: endpoints}
+	s := &etcdServer{etcd: cli}
 	if err := waitEtcd(ctx, nil, cli); err != nil {
 		s.close()
 		return nil, fmt.Errorf("--etcd-endpoints: %w", err)
