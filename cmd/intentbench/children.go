@@ -70,20 +70,31 @@ func serveEtcd(args []string) error {
 	if err != nil {
 		return err
 	}
-	peer, _ := url.Parse("http://127.0.0.1:0")
-	cfg := embedetcd.Config("raw", args[0], *peer)
-	cfg.ListenPeerUrls = []url.URL{*peer}
-	cfg.ListenClientUrls = []url.URL{*client}
-	cfg.AdvertiseClientUrls = []url.URL{*client}
-	e, err := embed.StartEtcd(cfg)
+	e, err := startEmbedded("raw", args[0], *client)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	if err := embedetcd.WaitReady(e, time.Minute); err != nil {
-		return err
-	}
 	return waitTerm(e.Err())
+}
+
+// startEmbedded starts a single-member etcd named name, with etcd's
+// defaults, its data in dir, serving clients on the URLs given (the first
+// advertised), and waits until it is ready.
+func startEmbedded(name, dir string, clients ...url.URL) (*embed.Etcd, error) {
+	peer, _ := url.Parse("http://127.0.0.1:0")
+	cfg := embedetcd.Config(name, dir, *peer)
+	cfg.ListenPeerUrls = []url.URL{*peer}
+	cfg.ListenClientUrls = clients
+	cfg.AdvertiseClientUrls = clients[:1]
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := embedetcd.WaitReady(e, time.Minute); err != nil {
+		return nil, err // WaitReady closed it
+	}
+	return e, nil
 }
 
 // serveEcho serves the gRPC health service on args[0]: the cheapest unary

@@ -3,16 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,7 +20,6 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/core/freeport"
-	"github.com/intentd/intentd/internal/run/embedetcd"
 	"github.com/intentd/intentd/internal/run/heapfloor"
 )
 
@@ -131,10 +126,10 @@ func acquireKey(b []byte) (string, bool) {
 	return "", false
 }
 
-// serveFront serves the front on args[0], its etcd's data in args[1] and
-// serving args[2] (a loopback client URL, through which the benchmark
-// fills it) besides the socket, until SIGTERM; with the health service
-// too, for waitServing.
+// serveFront serves the front on args[0], its etcd's data in args[1],
+// until SIGTERM; with the health service too, for waitServing. The front
+// reads its etcd in process; the etcd serves args[2] (a loopback client
+// URL) only for the benchmark to fill it.
 func serveFront(args []string) error {
 	if len(args) != 3 {
 		return errors.New("front: want a listen address, a data directory and a client URL")
@@ -143,23 +138,11 @@ func serveFront(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(args[1], 0o700); err != nil {
-		return err
-	}
-	peer, _ := url.Parse("http://127.0.0.1:0")
-	sock := url.URL{Scheme: "unix", Path: filepath.Join(args[1], "etcd.sock")}
-	cfg := embedetcd.Config("front", filepath.Join(args[1], "etcd"), *peer)
-	cfg.ListenPeerUrls = nil
-	cfg.ListenClientUrls = []url.URL{sock, *client}
-	cfg.AdvertiseClientUrls = []url.URL{sock}
-	e, err := embed.StartEtcd(cfg)
+	e, err := startEmbedded("front", args[1], *client)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	if err := embedetcd.WaitReady(e, time.Minute); err != nil {
-		return err
-	}
 	// The collector's floor intentd holds by default, so that the front
 	// does not collect more often than intentd would.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -180,39 +163,25 @@ func serveFront(args []string) error {
 	return waitTerm(errc)
 }
 
-// frontServer is the benchmark's handle on a running front: its gRPC
-// connection, a client of its etcd, and its process.
+// frontServer is the benchmark's handle on a running front: the gRPC
+// server, and a client of its etcd.
 type frontServer struct {
-	child *child
-	conn  *grpc.ClientConn
-	etcd  *clientv3.Client
-	proc  proc
+	*grpcChild
+	etcd *clientv3.Client
 }
 
 // startFront starts a front, its data in a directory named front under
 // dir.
 func startFront(ctx context.Context, dir string) (*frontServer, error) {
-	addr, err := freeport.Loopback()
-	if err != nil {
-		return nil, err
-	}
 	etcdAddr, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
-	c, err := startChild(dir, "front", "front", addr, filepath.Join(dir, "front"), "http://"+etcdAddr)
+	g, err := startGRPCChild(ctx, dir, "front", filepath.Join(dir, "front"), "http://"+etcdAddr)
 	if err != nil {
 		return nil, err
 	}
-	s := &frontServer{child: c, proc: proc{pid: c.pid()}}
-	if s.conn, err = dial(addr); err != nil {
-		s.close()
-		return nil, err
-	}
-	if err := waitServing(ctx, c, s.conn); err != nil {
-		s.close()
-		return nil, fmt.Errorf("front: %w", err)
-	}
+	s := &frontServer{grpcChild: g}
 	if s.etcd, err = etcdClient([]string{etcdAddr}); err != nil {
 		s.close()
 		return nil, err
@@ -252,13 +221,8 @@ func (s *frontServer) store(ctx context.Context, answers map[string][]byte) erro
 }
 
 func (s *frontServer) close() {
-	if s.conn != nil {
-		s.conn.Close()
-	}
 	if s.etcd != nil {
 		s.etcd.Close()
 	}
-	if s.child != nil {
-		s.child.stop()
-	}
+	s.grpcChild.close()
 }

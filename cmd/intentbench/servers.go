@@ -282,36 +282,45 @@ func (s *etcdServer) close() {
 	}
 }
 
-// echoServer is the floor: a gRPC server answering the health check, in
-// a process of its own.
-type echoServer struct {
+// grpcChild is a gRPC server the benchmark started in a process of its
+// own: the echo, or the front.
+type grpcChild struct {
 	child *child
 	conn  *grpc.ClientConn
 	proc  proc
 }
 
-func startEcho(ctx context.Context, dir string) (*echoServer, error) {
+// startEcho starts the echo, the floor of any gRPC answer: a server
+// answering the health check.
+func startEcho(ctx context.Context, dir string) (*grpcChild, error) {
+	return startGRPCChild(ctx, dir, "echo")
+}
+
+// startGRPCChild starts this binary as the server kind, its listen
+// address and then args as its arguments, and waits until its health
+// service answers SERVING.
+func startGRPCChild(ctx context.Context, dir, kind string, args ...string) (*grpcChild, error) {
 	addr, err := freeport.Loopback()
 	if err != nil {
 		return nil, err
 	}
-	c, err := startChild(dir, "echo", "echo", addr)
+	c, err := startChild(dir, kind, kind, append([]string{addr}, args...)...)
 	if err != nil {
 		return nil, err
 	}
-	s := &echoServer{child: c, proc: proc{pid: c.pid()}}
+	s := &grpcChild{child: c, proc: proc{pid: c.pid()}}
 	if s.conn, err = dial(addr); err != nil {
 		s.close()
 		return nil, err
 	}
 	if err := waitServing(ctx, c, s.conn); err != nil {
 		s.close()
-		return nil, fmt.Errorf("echo: %w", err)
+		return nil, fmt.Errorf("%s: %w", kind, err)
 	}
 	return s, nil
 }
 
-func (s *echoServer) close() {
+func (s *grpcChild) close() {
 	if s.conn != nil {
 		s.conn.Close()
 	}

@@ -224,7 +224,7 @@ func latencies(rs []round) string {
 
 // runReplay compares intentd's answer for a COMPLETED intent with a raw
 // linearizable Get of the same record and with a gRPC health check.
-func (b *bench) runReplay(ctx context.Context, in *intentdServer, raw *etcdServer, echo *echoServer) error {
+func (b *bench) runReplay(ctx context.Context, in *intentdServer, raw *etcdServer, echo *grpcChild) error {
 	n := slices.Max(b.cfg.replayLevels)
 	ids, err := b.sessions(ctx, in, n, cycleTTL)
 	if err != nil {
