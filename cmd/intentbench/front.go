@@ -105,8 +105,11 @@ func (f etcdFront) Acquire(ctx context.Context, req frame) (*frame, error) {
 	return &answer, nil
 }
 
-// acquireKey finds an encoded AcquireRequest's key (field 2) without
-// decoding the rest.
+// keyField is AcquireRequest.key's number.
+var keyField = (&intentv1.AcquireRequest{}).ProtoReflect().Descriptor().Fields().ByName("key").Number()
+
+// acquireKey finds an encoded AcquireRequest's key without decoding the
+// rest.
 func acquireKey(b []byte) (string, bool) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -114,7 +117,7 @@ func acquireKey(b []byte) (string, bool) {
 			return "", false
 		}
 		b = b[n:]
-		if num == 2 && typ == protowire.BytesType {
+		if num == keyField && typ == protowire.BytesType {
 			v, n := protowire.ConsumeBytes(b)
 			return string(v), n >= 0
 		}
@@ -189,35 +192,23 @@ func startFront(ctx context.Context, dir string) (*frontServer, error) {
 	return s, nil
 }
 
-// acquire sends req to the front, as to intentd, and decodes its answer.
-func (s *frontServer) acquire(ctx context.Context, req *intentv1.AcquireRequest) (*intentv1.AcquireResponse, error) {
+// acquire sends req to the front, as to intentd, and decodes its answer:
+// an acquireFunc.
+func (s *frontServer) acquire(ctx context.Context, req *intentv1.AcquireRequest, opts ...grpc.CallOption) (*intentv1.AcquireResponse, error) {
 	out := new(intentv1.AcquireResponse)
-	if err := s.conn.Invoke(ctx, frontAcquire, req, out); err != nil {
+	if err := s.conn.Invoke(ctx, frontAcquire, req, out, opts...); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// store puts each intent's answer into the front's etcd, in batches.
-func (s *frontServer) store(ctx context.Context, answers map[string][]byte) error {
-	ops := make([]clientv3.Op, 0, 128)
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		_, err := s.etcd.Txn(ctx).Then(ops...).Commit()
-		ops = ops[:0]
-		return err
+// store puts each intent's answer into the front's etcd.
+func (s *frontServer) store(ctx context.Context, keys []string, answers [][]byte) error {
+	frontKeys := make([]string, len(keys))
+	for i, k := range keys {
+		frontKeys[i] = frontPrefix + k
 	}
-	for key, answer := range answers {
-		ops = append(ops, clientv3.OpPut(frontPrefix+key, string(answer)))
-		if len(ops) == cap(ops) {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return flush()
+	return putBatched(ctx, s.etcd, frontKeys, answers)
 }
 
 func (s *frontServer) close() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
@@ -111,7 +112,7 @@ func (b *bench) runReplayMiss(ctx context.Context, raw *etcdServer, many replayS
 	if err != nil {
 		return fmt.Errorf("replay, miss: %w", err)
 	}
-	if err := front.store(ctx, answers); err != nil {
+	if err := front.store(ctx, keys, answers); err != nil {
 		return fmt.Errorf("replay, miss: storing the answers in the front's etcd: %w", err)
 	}
 	setup := replaySetup{keys: keys, rawKeys: many.rawKeys, recordSize: many.recordSize}
@@ -119,7 +120,7 @@ func (b *bench) runReplayMiss(ctx context.Context, raw *etcdServer, many replayS
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(b.out, "replay, miss: the same retries of %d distinct COMPLETED intents against an intentd of its own started with --cache-bytes %d (its smallest: a few hundred such records), so that a replay reads etcd; vs the same raw Gets, and the same retries sent to a front that answers each with intentd's answer (%d B), stored whole in an etcd embedded in its process and read as intentd's miss reads, and does nothing else (the floor of any service that answers a replay from etcd; its CPU includes its etcd's, as intentd's does); %d rounds of %s, interleaved\n", n, missCacheBytes, len(answers[keys[0]]), b.cfg.rounds, b.cfg.duration)
+	fmt.Fprintf(b.out, "replay, miss: the same retries of %d distinct COMPLETED intents against an intentd of its own started with --cache-bytes %d (its smallest: a few hundred such records), so that a replay reads etcd; vs the same raw Gets, and the same retries sent to a front that answers each with intentd's answer (%d B), stored whole in an etcd embedded in its process and read as intentd's miss reads, and does nothing else (the floor of any service that answers a replay from etcd; its CPU includes its etcd's, as intentd's does); %d rounds of %s, interleaved\n", n, missCacheBytes, len(answers[0]), b.cfg.rounds, b.cfg.duration)
 	table(b.out, rows)
 	return nil
 }
@@ -134,14 +135,8 @@ func (b *bench) replayRounds(ctx context.Context, what string, in *intentdServer
 	var next, calls atomic.Int64
 	intentdOp := func(ctx context.Context, w int) (time.Duration, error) {
 		i := next.Add(1)
-		key := setup.keys[int(i)%n]
-		// The very call a retrying worker sends again.
-		resp, err := in.rpc.Acquire(ctx, b.acquireRequest(key, ids[w], fmt.Sprintf("p-%s-%d", b.run, i)))
-		if err != nil {
-			return 0, fmt.Errorf("acquire %s: %w", key, err)
-		}
-		if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-			return 0, fmt.Errorf("acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
+		if _, err := b.replayOnce(ctx, in.rpc.Acquire, setup.keys[int(i)%n], ids[w], fmt.Sprintf("p-%s-%d", b.run, i)); err != nil {
+			return 0, err
 		}
 		calls.Add(1)
 		return 0, nil
@@ -161,13 +156,8 @@ func (b *bench) replayRounds(ctx context.Context, what string, in *intentdServer
 		var frontNext atomic.Int64
 		frontOp := func(ctx context.Context, w int) (time.Duration, error) {
 			i := frontNext.Add(1)
-			key := setup.keys[int(i)%n]
-			resp, err := front.acquire(ctx, b.acquireRequest(key, ids[w], fmt.Sprintf("f-%s-%d", b.run, i)))
-			if err != nil {
-				return 0, fmt.Errorf("front acquire %s: %w", key, err)
-			}
-			if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-				return 0, fmt.Errorf("front acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
+			if _, err := b.replayOnce(ctx, front.acquire, setup.keys[int(i)%n], ids[w], fmt.Sprintf("f-%s-%d", b.run, i)); err != nil {
+				return 0, fmt.Errorf("front: %w", err)
 			}
 			return 0, nil
 		}
@@ -216,33 +206,38 @@ func percent(x float64) string {
 	return num(100*x, 0) + " %"
 }
 
+// acquireFunc sends an Acquire: intentd's generated client, or the
+// front's.
+type acquireFunc func(context.Context, *intentv1.AcquireRequest, ...grpc.CallOption) (*intentv1.AcquireResponse, error)
+
+// replayOnce sends key's Acquire again, as a retrying worker does, and
+// returns the answer, which must be COMPLETED.
+func (b *bench) replayOnce(ctx context.Context, acquire acquireFunc, key, session, requestID string) (*intentv1.AcquireResponse, error) {
+	resp, err := acquire(ctx, b.acquireRequest(key, session, requestID))
+	if err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
+		return nil, fmt.Errorf("acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
+	}
+	return resp, nil
+}
+
 // answers replays each of keys once on in, with len(ids) workers, and
-// returns intentd's answers, encoded, by key: what the front answers.
-func (b *bench) answers(ctx context.Context, in *intentdServer, ids []string, keys []string) (map[string][]byte, error) {
+// returns intentd's answers, encoded, in the keys' order: what the front
+// answers.
+func (b *bench) answers(ctx context.Context, in *intentdServer, ids []string, keys []string) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	err := eachIndex(ids, len(keys), func(session string, i int) error {
 		cctx, cancel := context.WithTimeout(ctx, opTimeout)
 		defer cancel()
-		resp, err := in.rpc.Acquire(cctx, b.acquireRequest(keys[i], session, "s-"+keys[i]))
-		if err == nil && resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-			err = fmt.Errorf("outcome %v, want COMPLETED", resp.GetOutcome())
-		}
+		resp, err := b.replayOnce(cctx, in.rpc.Acquire, keys[i], session, "s-"+keys[i])
 		if err == nil {
 			out[i], err = proto.Marshal(resp)
 		}
-		if err != nil {
-			return fmt.Errorf("acquire %s: %w", keys[i], err)
-		}
-		return nil
+		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string][]byte, len(keys))
-	for i, k := range keys {
-		m[k] = out[i]
-	}
-	return m, nil
+	return out, err
 }
 
 // completeMany completes n fresh intents (Acquire with register, then
@@ -281,6 +276,23 @@ func eachIndex(ids []string, n int, do func(session string, i int) error) error 
 	return first.get()
 }
 
+// putBatched writes values[i] under keys[i] into cli, 128 puts to a
+// transaction.
+func putBatched(ctx context.Context, cli *clientv3.Client, keys []string, values [][]byte) error {
+	const batch = 128
+	for from := 0; from < len(keys); from += batch {
+		to := min(from+batch, len(keys))
+		ops := make([]clientv3.Op, 0, to-from)
+		for i := from; i < to; i++ {
+			ops = append(ops, clientv3.OpPut(keys[i], string(values[i])))
+		}
+		if _, err := cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // copyRecordsBulk copies the etcd record of each intent key from src into
 // dst under prefix and returns the keys written there, and the size of
 // the first record. A record is found without knowing the store's
@@ -310,28 +322,13 @@ func copyRecordsBulk(ctx context.Context, src, dst *clientv3.Client, keys []stri
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	rawKeys = make([]string, len(keys))
-	var ops []clientv3.Op
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		_, err := dst.Txn(ctx).Then(ops...).Commit()
-		ops = ops[:0]
-		return err
-	}
 	for i, v := range best {
 		if v == nil {
 			return nil, 0, fmt.Errorf("no etcd record found for intent %s", keys[i])
 		}
 		rawKeys[i] = prefix + keys[i]
-		ops = append(ops, clientv3.OpPut(rawKeys[i], string(v)))
-		if len(ops) == 128 {
-			if err := flush(); err != nil {
-				return nil, 0, err
-			}
-		}
 	}
-	if err := flush(); err != nil {
+	if err := putBatched(ctx, dst, rawKeys, best); err != nil {
 		return nil, 0, err
 	}
 	return rawKeys, len(best[0]), nil

@@ -245,16 +245,8 @@ func (b *bench) runReplay(ctx context.Context, in *intentdServer, raw *etcdServe
 	var calls atomic.Int64
 	intentdOp := func(ctx context.Context, w int) (time.Duration, error) {
 		i := calls.Add(1)
-		key := keys[int(i)%n]
-		// The very call a retrying worker sends again.
-		resp, err := in.rpc.Acquire(ctx, b.acquireRequest(key, ids[w], fmt.Sprintf("p-%s-%d", b.run, i)))
-		if err != nil {
-			return 0, fmt.Errorf("acquire %s: %w", key, err)
-		}
-		if resp.GetOutcome() != intentv1.Outcome_OUTCOME_COMPLETED {
-			return 0, fmt.Errorf("acquire %s: outcome %v, want COMPLETED", key, resp.GetOutcome())
-		}
-		return 0, nil
+		_, err := b.replayOnce(ctx, in.rpc.Acquire, keys[int(i)%n], ids[w], fmt.Sprintf("p-%s-%d", b.run, i))
+		return 0, err
 	}
 	getOp := func(ctx context.Context, w int) (time.Duration, error) {
 		key := rawKeys[int(calls.Add(1))%n]
