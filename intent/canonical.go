@@ -32,7 +32,10 @@ const paramsField = "params"
 // string, float64, json.Number, bool, nil) or as structpb's AsMap and
 // AsSlice return (the same shapes, with float64 numbers). For convenience Go
 // integer types are accepted as numbers too. A nil map or slice encodes as
-// null, as encoding/json does. Other types are an error.
+// null, as encoding/json does. An object or array held in another form (a
+// protobuf Struct, as a request carries params) may come as an Object or
+// an Array, walked where it is instead of converted first. Other types are
+// an error.
 //
 // The canonical form is the JSON Canonicalization Scheme of RFC 8785 (JCS):
 //
@@ -100,6 +103,26 @@ type encoder struct {
 	buf  []byte
 	root string
 	path []pathElem
+}
+
+// An Object is a JSON object held in another form than a map[string]any,
+// which Canonical reads in place: converting a request's Struct of params
+// into maps only to encode them was most of what canonicalizing them cost.
+type Object interface {
+	// Len is the number of members.
+	Len() int
+	// Keys appends the object's keys to dst, in any order.
+	Keys(dst []string) []string
+	// Member is the value of key, as Canonical takes values.
+	Member(key string) any
+}
+
+// An Array is a JSON array held in another form than a []any, which
+// Canonical reads in place.
+type Array interface {
+	Len() int
+	// Elem is the i-th element, as Canonical takes values.
+	Elem(i int) any
 }
 
 // pathElem is one step into a value: an object key, or an array index when
@@ -203,29 +226,51 @@ func (e *encoder) value(v any, depth int) error {
 			e.buf = append(e.buf, "null"...)
 			return nil
 		}
-		return e.object(v, depth+1)
+		return e.object(mapObject(v), depth+1)
 	case []any:
 		if v == nil {
 			e.buf = append(e.buf, "null"...)
 			return nil
 		}
-		return e.array(v, depth+1)
+		return array(e, sliceArray(v), depth+1)
+	case Object:
+		return e.object(v, depth+1)
+	case Array:
+		return array(e, v, depth+1)
 	default:
 		return e.errorf("%T is not a JSON value (use map[string]any, []any, string, float64, json.Number, bool or nil)", v)
 	}
 	return nil
 }
 
-func (e *encoder) object(m map[string]any, depth int) error {
+// mapObject and sliceArray are the Object and Array of encoding/json's
+// shapes.
+type (
+	mapObject  map[string]any
+	sliceArray []any
+)
+
+func (m mapObject) Keys(dst []string) []string {
+	for k := range m {
+		dst = append(dst, k)
+	}
+	return dst
+}
+
+func (m mapObject) Len() int              { return len(m) }
+func (m mapObject) Member(key string) any { return m[key] }
+func (a sliceArray) Len() int             { return len(a) }
+func (a sliceArray) Elem(i int) any       { return a[i] }
+
+func (e *encoder) object(m Object, depth int) error {
 	if depth > MaxDepth {
 		return e.errorf("nesting is deeper than %d levels", MaxDepth)
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
+	keys := m.Keys(make([]string, 0, m.Len()))
+	for _, k := range keys {
 		if !utf8.ValidString(k) {
 			return e.errorf("object key %q is not valid UTF-8", k)
 		}
-		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, compareUTF16)
 	e.buf = append(e.buf, '{')
@@ -236,7 +281,7 @@ func (e *encoder) object(m map[string]any, depth int) error {
 		e.buf = appendString(e.buf, k)
 		e.buf = append(e.buf, ':')
 		e.path = append(e.path, pathElem{key: k, isKey: true})
-		if err := e.value(m[k], depth); err != nil {
+		if err := e.value(m.Member(k), depth); err != nil {
 			return err
 		}
 		e.path = e.path[:len(e.path)-1]
@@ -245,17 +290,18 @@ func (e *encoder) object(m map[string]any, depth int) error {
 	return nil
 }
 
-func (e *encoder) array(a []any, depth int) error {
+// array is generic so that a []any reaches it unboxed.
+func array[A Array](e *encoder, a A, depth int) error {
 	if depth > MaxDepth {
 		return e.errorf("nesting is deeper than %d levels", MaxDepth)
 	}
 	e.buf = append(e.buf, '[')
-	for i, v := range a {
+	for i := range a.Len() {
 		if i > 0 {
 			e.buf = append(e.buf, ',')
 		}
 		e.path = append(e.path, pathElem{index: i})
-		if err := e.value(v, depth); err != nil {
+		if err := e.value(a.Elem(i), depth); err != nil {
 			return err
 		}
 		e.path = e.path[:len(e.path)-1]

@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -340,11 +341,76 @@ func nested(prefix string, err error) error {
 // intent.Canonical refuses is named by its JSON path under the request
 // field: "register.params.order_id".
 func canonicalParams(prefix string, s *structpb.Struct) ([]byte, error) {
-	b, err := intent.Canonical(s.AsMap())
+	b, err := intent.Canonical((*jsonObject)(s))
 	if err != nil {
 		return nil, nested(prefix, err)
 	}
 	return b, nil
+}
+
+// jsonObject and jsonArray are a Struct and a ListValue as
+// intent.Canonical reads them in place: what AsMap and AsSlice would make
+// of them, members and elements converted one by one as it reaches them
+// (jsonValue). A nil one is empty, as AsMap and AsSlice have it.
+type (
+	jsonObject structpb.Struct
+	jsonArray  structpb.ListValue
+)
+
+func (o *jsonObject) Len() int { return len((*structpb.Struct)(o).GetFields()) }
+
+func (o *jsonObject) Keys(dst []string) []string {
+	for k := range (*structpb.Struct)(o).GetFields() {
+		dst = append(dst, k)
+	}
+	return dst
+}
+
+func (o *jsonObject) Member(key string) any {
+	return jsonValue((*structpb.Struct)(o).GetFields()[key])
+}
+
+func (a *jsonArray) Len() int       { return len((*structpb.ListValue)(a).GetValues()) }
+func (a *jsonArray) Elem(i int) any { return jsonValue((*structpb.ListValue)(a).GetValues()[i]) }
+
+// jsonValue is v as Value.AsInterface makes it, except that an object or
+// an array stays where it is: nil for a null or for a Value of no kind, a
+// float64, a string (also for a number that is not finite, which
+// AsInterface spells "NaN", "Infinity" or "-Infinity": the fingerprints
+// of such params were taken so), a bool, a *jsonObject or a *jsonArray.
+func jsonValue(v *structpb.Value) any {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		if k != nil {
+			switch f := k.NumberValue; {
+			case math.IsNaN(f):
+				return "NaN"
+			case math.IsInf(f, 1):
+				return "Infinity"
+			case math.IsInf(f, -1):
+				return "-Infinity"
+			default:
+				return f
+			}
+		}
+	case *structpb.Value_StringValue:
+		if k != nil {
+			return k.StringValue
+		}
+	case *structpb.Value_BoolValue:
+		if k != nil {
+			return k.BoolValue
+		}
+	case *structpb.Value_StructValue:
+		if k != nil {
+			return (*jsonObject)(k.StructValue)
+		}
+	case *structpb.Value_ListValue:
+		if k != nil {
+			return (*jsonArray)(k.ListValue)
+		}
+	}
+	return nil
 }
 
 // labelFilter checks the value of List's and Watch's "name=value" label
