@@ -58,7 +58,16 @@ type cached struct {
 // their caller answers; should the memo be empty then, the replay reads
 // the record (replayRead). Until then, and in a store whose
 // callers keep nothing in memos, entries keep whole records, and replay
-// them whole.
+// them whole. A caller that keeps answers says so (KeepsAnswers), and
+// then the store need not find out: a store whose replays all miss the
+// cache never sees a memo filled, and would decode every miss whole,
+// history included, and cache it whole, only to see it evicted.
+
+// KeepsAnswers tells the store that its callers keep what they derive
+// from a replayed final record in the memo handed out with it (the gRPC
+// server keeps its encoded answer there), so that final records' entries
+// are compact from their first replay on.
+func (s *Store) KeepsAnswers() { s.answersKept.Store(true) }
 
 // finalHead is what a compact entry keeps of its final record: what
 // machine.ReplayFinal decides on, and what an answer from it carries

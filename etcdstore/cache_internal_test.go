@@ -167,6 +167,36 @@ func heapInUse() int64 {
 	return int64(m.HeapAlloc)
 }
 
+// A store told that its callers keep answers makes an entry compact on
+// its first replay, before any memo was seen filled: what a store whose
+// replays all miss the cache would otherwise never learn.
+func TestKeepsAnswersMakesTheFirstReplayCompact(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	s, err := New(cli, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.KeepsAnswers()
+	ctx := context.Background()
+	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "kept-from-the-start"
+	happyPath(t, s, cli, key, sess.ID)
+	whole, ok := s.replayEntry("default", key)
+	if !ok || whole.rec == nil {
+		t.Fatal("the completed record is not cached whole")
+	}
+	a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again"})
+	if err != nil || a.Outcome != intent.OutcomeCompleted || string(a.Intent.Params) != string(whole.rec.Params) {
+		t.Fatalf("first replay: %+v, %v; want COMPLETED with the whole record, for its caller to derive from", a, err)
+	}
+	if c, ok := s.replayEntry("default", key); !ok || c.rec != nil || c.head == nil || c.memo != a.Memo {
+		t.Errorf("after the first replay: cached %v, whole %v, head %+v; want the compact entry with the replay's memo", ok, c.rec != nil, c.head)
+	}
+}
+
 // A store keeps whole records, and replays them whole from memory, until
 // it finds a replay's memo holding what its caller derived: that entry is
 // then made compact, and from then on an entry is made compact on its

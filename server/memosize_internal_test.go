@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/intentd/intentd/etcdstore"
 	"github.com/intentd/intentd/intent"
 )
 
@@ -71,3 +72,6 @@ func settledHeap() int64 {
 	}
 	return int64(m.HeapAlloc)
 }
+
+// New tells an etcdstore that the server keeps its answers in memos.
+var _ answerKeeper = (*etcdstore.Store)(nil)

@@ -46,8 +46,17 @@ func New(store Store, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if k, ok := store.(answerKeeper); ok {
+		k.KeepsAnswers()
+	}
 	return &Server{store: store, log: log, rules: rules}, nil
 }
+
+// answerKeeper is a store that can be told its caller keeps each replay's
+// answer in the memo handed out with it (acquireResponse does), as
+// etcdstore's can: it then caches a replayed final record compact at
+// once, however rarely it is replayed from memory.
+type answerKeeper interface{ KeepsAnswers() }
 
 func (s *Server) fail(err error) error { return toStatus(s.log, err) }
 
