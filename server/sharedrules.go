@@ -123,20 +123,7 @@ type sharedField struct {
 // in no fixed order, and they are not looked into here).
 func newSharedRuleChecks(descs []protoreflect.MessageDescriptor) (*sharedRuleChecks, error) {
 	c := &sharedRuleChecks{plans: map[protoreflect.FullName]*messagePlan{}, skip: map[protoreflect.FieldDescriptor]bool{}}
-	underMap := map[protoreflect.FullName]bool{}
-	var markUnderMap func(md protoreflect.MessageDescriptor)
-	markUnderMap = func(md protoreflect.MessageDescriptor) {
-		if underMap[md.FullName()] {
-			return
-		}
-		underMap[md.FullName()] = true
-		fields := md.Fields()
-		for i := range fields.Len() {
-			if m := fieldMessage(fields.Get(i)); m != nil {
-				markUnderMap(m)
-			}
-		}
-	}
+	underMap := map[protoreflect.FullName]protoreflect.MessageDescriptor{}
 	var plan func(md protoreflect.MessageDescriptor) error
 	plan = func(md protoreflect.MessageDescriptor) error {
 		if _, done := c.plans[md.FullName()]; done {
@@ -149,7 +136,7 @@ func newSharedRuleChecks(descs []protoreflect.MessageDescriptor) (*sharedRuleChe
 			fd := fields.Get(i)
 			if fd.IsMap() {
 				if m := fd.MapValue().Message(); m != nil {
-					markUnderMap(m)
+					reachable(m, underMap)
 				}
 				continue
 			}
@@ -176,7 +163,7 @@ func newSharedRuleChecks(descs []protoreflect.MessageDescriptor) (*sharedRuleChe
 		}
 	}
 	for name, p := range c.plans {
-		if underMap[name] {
+		if _, ok := underMap[name]; ok {
 			p.strings = nil
 		}
 		for _, f := range p.strings {
@@ -209,21 +196,8 @@ func newSharedRuleChecks(descs []protoreflect.MessageDescriptor) (*sharedRuleChe
 // that holds it.
 func ruleFree(descs []protoreflect.MessageDescriptor) []protoreflect.MessageDescriptor {
 	all := map[protoreflect.FullName]protoreflect.MessageDescriptor{}
-	var reach func(md protoreflect.MessageDescriptor)
-	reach = func(md protoreflect.MessageDescriptor) {
-		if _, seen := all[md.FullName()]; seen {
-			return
-		}
-		all[md.FullName()] = md
-		fields := md.Fields()
-		for i := range fields.Len() {
-			if m := fieldMessage(fields.Get(i)); m != nil {
-				reach(m)
-			}
-		}
-	}
 	for _, d := range descs {
-		reach(d)
+		reachable(d, all)
 	}
 	ruled := map[protoreflect.FullName]bool{}
 	for name, md := range all {
@@ -253,6 +227,21 @@ func ruleFree(descs []protoreflect.MessageDescriptor) []protoreflect.MessageDesc
 		}
 	}
 	return out
+}
+
+// reachable adds to seen md and every message type it holds, as a
+// field, a list's element or a map's value, however deep.
+func reachable(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]protoreflect.MessageDescriptor) {
+	if _, ok := seen[md.FullName()]; ok {
+		return
+	}
+	seen[md.FullName()] = md
+	fields := md.Fields()
+	for i := range fields.Len() {
+		if m := fieldMessage(fields.Get(i)); m != nil {
+			reachable(m, seen)
+		}
+	}
 }
 
 // hasOwnRules says whether md states a protovalidate rule of its own: on
