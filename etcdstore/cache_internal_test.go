@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/intentd/intentd/intent"
@@ -172,16 +171,9 @@ func heapInUse() int64 {
 // replays all miss the cache would otherwise never learn.
 func TestKeepsAnswersMakesTheFirstReplayCompact(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	s, err := New(cli, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, sess := storeWithSession(t, cli, DefaultConfig())
 	s.KeepsAnswers()
 	ctx := context.Background()
-	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key = "kept-from-the-start"
 	happyPath(t, s, cli, key, sess.ID)
 	whole, ok := s.replayEntry("default", key)
@@ -205,15 +197,8 @@ func TestKeepsAnswersMakesTheFirstReplayCompact(t *testing.T) {
 // view in it to write from.
 func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	s, err := New(cli, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, sess := storeWithSession(t, cli, DefaultConfig())
 	ctx := context.Background()
-	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	replay := func(key, what string) *intent.Acquisition {
 		t.Helper()
 		c, _ := s.replayEntry("default", key)

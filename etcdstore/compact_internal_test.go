@@ -12,6 +12,21 @@ import (
 	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
+// storeWithSession is a store on cli with cfg, and the session of a
+// worker "w-1" on the default tenant, for a minute.
+func storeWithSession(t testing.TB, cli *clientv3.Client, cfg Config) (*Store, *intent.Session) {
+	t.Helper()
+	s, err := New(cli, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.OpenSession(context.Background(), "default", "w-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, sess
+}
+
 // happyPath registers, acquires and completes one intent the way a shop's
 // worker does (the fill's params, labels and result), and returns the
 // record's stored value.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -110,16 +109,9 @@ func readGoldenIfAny(t *testing.T, name, ext string) []byte {
 // etcd's read alone: BenchmarkReplayMiss/get.
 func BenchmarkReplayMiss(b *testing.B) {
 	cli := etcdtest.Start(b).Client(b)
-	s, err := New(cli, DefaultConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
-	keepingAnswers(s, true)
+	s, sess := storeWithSession(b, cli, DefaultConfig())
+	s.KeepsAnswers()
 	ctx := context.Background()
-	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
 	const n = 100
 	retries := make([]intent.AcquireRequest, n)
 	for i := range retries {

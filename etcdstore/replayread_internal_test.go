@@ -29,16 +29,9 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 			reads.Add(1)
 		}
 	}
-	s, err := New(cli, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keepingAnswers(s, true)
+	s, sess := storeWithSession(t, cli, cfg)
+	s.KeepsAnswers()
 	ctx := context.Background()
-	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key = "out-of-the-cache"
 	happyPath(t, s, cli, key, sess.ID)
 	c, ok := s.cachedEntry("default", key)
@@ -111,16 +104,9 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 // latch refuses it before it reaches etcd.
 func TestReplayReadBelowTheFloorIsNoRollback(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	s, err := New(cli, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	keepingAnswers(s, true)
+	s, sess := storeWithSession(t, cli, DefaultConfig())
+	s.KeepsAnswers()
 	ctx := context.Background()
-	sess, err := s.OpenSession(ctx, "default", "w-1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key = "read-from-a-lagging-member"
 	happyPath(t, s, cli, key, sess.ID)
 	c, ok := s.cachedEntry("default", key)
