@@ -95,8 +95,9 @@ func isHexDigit(c byte) bool   { return '0' <= c && c <= '9' || 'a' <= c && c <=
 // rule and nothing else, and its message fields to look into.
 type sharedRuleChecks struct {
 	plans map[protoreflect.FullName]*messagePlan
-	// skip holds the fields checked here, which protovalidate leaves out
-	// of a request that passed them (skipThem).
+	// skip holds the fields checked here, and those of the messages no
+	// rule applies in (ruleFree), which protovalidate leaves out of a
+	// request that passed the checks here (skipThem).
 	skip     map[protoreflect.FieldDescriptor]bool
 	skipThem []protovalidate.ValidationOption
 }

@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -373,34 +372,12 @@ func (o *jsonObject) Member(key string) any {
 func (a *jsonArray) Len() int       { return len((*structpb.ListValue)(a).GetValues()) }
 func (a *jsonArray) Elem(i int) any { return jsonValue((*structpb.ListValue)(a).GetValues()[i]) }
 
-// jsonValue is v as Value.AsInterface makes it, except that an object or
-// an array stays where it is: nil for a null or for a Value of no kind, a
-// float64, a string (also for a number that is not finite, which
-// AsInterface spells "NaN", "Infinity" or "-Infinity": the fingerprints
-// of such params were taken so), a bool, a *jsonObject or a *jsonArray.
+// jsonValue is v as Value.AsInterface makes it (a number that is not
+// finite spelt as a string, as stored fingerprints were taken), except
+// that an object or an array stays where it is, a *jsonObject or a
+// *jsonArray.
 func jsonValue(v *structpb.Value) any {
 	switch k := v.GetKind().(type) {
-	case *structpb.Value_NumberValue:
-		if k != nil {
-			switch f := k.NumberValue; {
-			case math.IsNaN(f):
-				return "NaN"
-			case math.IsInf(f, 1):
-				return "Infinity"
-			case math.IsInf(f, -1):
-				return "-Infinity"
-			default:
-				return f
-			}
-		}
-	case *structpb.Value_StringValue:
-		if k != nil {
-			return k.StringValue
-		}
-	case *structpb.Value_BoolValue:
-		if k != nil {
-			return k.BoolValue
-		}
 	case *structpb.Value_StructValue:
 		if k != nil {
 			return (*jsonObject)(k.StructValue)
@@ -410,7 +387,7 @@ func jsonValue(v *structpb.Value) any {
 			return (*jsonArray)(k.ListValue)
 		}
 	}
-	return nil
+	return v.AsInterface()
 }
 
 // labelFilter checks the value of List's and Watch's "name=value" label
