@@ -58,7 +58,7 @@ func (s *Server) valid(req proto.Message) error {
 // intentd's errors.
 type requestValidator struct {
 	v      protovalidate.Validator
-	shared *sharedRuleChecks // the shared rules checked in Go first (sharedrules.go); nil: none
+	checks *goRuleChecks // the rules checked in Go first (gorules.go); nil: none
 }
 
 // newRequestValidator builds a validator for the IntentService requests and
@@ -84,11 +84,11 @@ func newRequestValidator() (*requestValidator, error) {
 			return nil, fmt.Errorf("server: protovalidate rules of %s: %w", d.FullName(), err)
 		}
 	}
-	shared, err := newSharedRuleChecks(descs)
+	checks, err := newGoRuleChecks(descs)
 	if err != nil {
 		return nil, err
 	}
-	return &requestValidator{v: pv, shared: shared}, nil
+	return &requestValidator{v: pv, checks: checks}, nil
 }
 
 // validate returns nil, an *intent.InvalidError naming the first field that
@@ -96,8 +96,11 @@ func newRequestValidator() (*requestValidator, error) {
 // compiled or evaluated).
 func (r *requestValidator) validate(msg proto.Message) error {
 	var err error
-	if r.shared != nil && r.shared.pass(msg.ProtoReflect()) {
-		err = r.v.Validate(msg, r.shared.skipThem...)
+	if m := msg.ProtoReflect(); r.checks != nil && r.checks.pass(m) {
+		if r.checks.complete(m) {
+			return nil
+		}
+		err = r.v.Validate(msg, r.checks.skipThem...)
 	} else {
 		err = r.v.Validate(msg) // the refusal as protovalidate words and orders it
 	}
