@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"buf.build/go/protovalidate"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -297,4 +298,47 @@ func TestRuleFreeMessagesHoldNoRule(t *testing.T) {
 		}
 	}
 	t.Logf("free of rules: %d message types", len(free))
+}
+
+// FuzzGoChecksChangeNoAnswer decodes arbitrary bytes into a request of one
+// of the RPCs (chosen by rpc): the validator, its Go checks first, must
+// answer as protovalidate alone does (the same field and words, or none).
+// The seeds are random requests of every kind.
+func FuzzGoChecksChangeNoAnswer(f *testing.F) {
+	rules, err := compiledRules()
+	if err != nil {
+		f.Fatal(err)
+	}
+	alone := &requestValidator{v: rules.v}
+	var types []protoreflect.MessageType
+	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
+	for i := range methods.Len() {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(methods.Get(i).Input().FullName())
+		if err != nil {
+			f.Fatal(err)
+		}
+		types = append(types, mt)
+	}
+	g := requestMaker{rnd: rand.New(rand.NewPCG(3, 4)), values: sharedRuleValues()}
+	for i, mt := range types {
+		for range 4 {
+			m := mt.New()
+			g.fill(m, 0)
+			b, err := proto.Marshal(m.Interface())
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(uint8(i), b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, rpc uint8, data []byte) {
+		mt := types[int(rpc)%len(types)]
+		req := mt.New().Interface()
+		if err := proto.Unmarshal(data, req); err != nil {
+			return
+		}
+		if got, want := rules.validate(req), alone.validate(req); !sameRefusal(got, want) {
+			t.Fatalf("%s %v:\n got %v\nwant %v", mt.Descriptor().FullName(), req, got, want)
+		}
+	})
 }
