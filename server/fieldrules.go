@@ -20,6 +20,7 @@ import (
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 )
@@ -97,22 +98,27 @@ type checkedField struct {
 	// are one alone (besides required and ignore), with its check.
 	shared        protoreflect.FullName
 	sharedAccepts func(string) bool
+	// bit is the field's among its message's checked fields (messagePlan).
+	bit uint64
 }
 
-// pass says whether m's value of the field passes its rules. As
-// protovalidate does: an unset field with presence (a message, a member
+// unsetFails says whether the field's rules refuse it unset. As
+// protovalidate sees it: an unset field with presence (a message, a member
 // of a oneof) is checked for required alone, and so is an empty one that
-// is ignored if empty; any other value, empty or not, is checked.
-func (f *checkedField) pass(m protoreflect.Message) bool {
-	if !m.Has(f.fd) {
-		switch {
-		case f.required:
-			return false
-		case f.ignoreIfZero || f.fd.HasPresence():
-			return true
-		}
+// is ignored if empty; any other (its zero value, an empty list or map)
+// is checked as any value.
+func (f *checkedField) unsetFails() bool {
+	switch {
+	case f.required:
+		return true
+	case f.ignoreIfZero || f.fd.HasPresence():
+		return false
 	}
-	return f.accepts(m.Get(f.fd))
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(f.fd.ContainingMessage().FullName())
+	if err != nil {
+		return true // no empty value to try: protovalidate decides
+	}
+	return !f.accepts(mt.Zero().Get(f.fd))
 }
 
 // sizeNonZero is the one CEL expression of a field's own that a Go check
