@@ -90,7 +90,7 @@ func isHexDigit(c byte) bool   { return '0' <= c && c <= '9' || 'a' <= c && c <=
 type checkedField struct {
 	fd protoreflect.FieldDescriptor
 	// accepts says whether a value passes the field's rules but required
-	// and ignore, which pass applies.
+	// and ignore, which decide on an unset field (unsetFails).
 	accepts      func(protoreflect.Value) bool
 	required     bool
 	ignoreIfZero bool
