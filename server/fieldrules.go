@@ -178,14 +178,35 @@ func valueCheck(fd protoreflect.FieldDescriptor, rules *validate.FieldRules, sin
 	if !ok || err != nil {
 		return nil, false, err
 	}
-	return func(v protoreflect.Value) bool {
+	return allOf(checks), true, nil
+}
+
+// allOf is the check that passes what every one of checks passes.
+func allOf[T any](checks []func(T) bool) func(T) bool {
+	return func(x T) bool {
 		for _, c := range checks {
-			if !c(v) {
+			if !c(x) {
 				return false
 			}
 		}
 		return true
-	}, true, nil
+	}
+}
+
+// bound is the check of the bound rule named name (lt, lte, gt, gte) at b,
+// in the order less; ok is false for any other rule.
+func bound[T any](name protoreflect.Name, b T, less func(x, y T) bool) (check func(T) bool, ok bool) {
+	switch name {
+	case "lt":
+		return func(x T) bool { return less(x, b) }, true
+	case "lte":
+		return func(x T) bool { return !less(b, x) }, true
+	case "gt":
+		return func(x T) bool { return less(b, x) }, true
+	case "gte":
+		return func(x T) bool { return !less(x, b) }, true
+	}
+	return nil, false
 }
 
 // sizeCheck stands for the field's own CEL rules, if each is
@@ -365,17 +386,7 @@ func stringCheck(r *validate.StringRules) (func(string) bool, bool, error) {
 	if !ok || err != nil {
 		return nil, false, err
 	}
-	return func(s string) bool {
-		if !utf8.ValidString(s) {
-			return false
-		}
-		for _, c := range checks {
-			if !c(s) {
-				return false
-			}
-		}
-		return true
-	}, true, nil
+	return allOf(append([]func(string) bool{utf8.ValidString}, checks...)), true, nil
 }
 
 // sharedCheck is the check of a rule of rules.proto set on a field
@@ -439,54 +450,41 @@ func bytesCheck(r protoreflect.Message) (func(protoreflect.Value) bool, bool, er
 }
 
 // numberCheck is the check of integer rules (bounds, in, not_in), the
-// value read by of and a rule's bound by bound.
-func numberCheck[N int64 | uint64](r protoreflect.Message, of, bound func(protoreflect.Value) N) (func(protoreflect.Value) bool, bool, error) {
+// value read by of and a rule's numbers by num.
+func numberCheck[N int64 | uint64](r protoreflect.Message, of, num func(protoreflect.Value) N) (func(protoreflect.Value) bool, bool, error) {
 	var checks []func(N) bool
 	ok := true
 	r.Range(func(d protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if d.IsExtension() {
+		var c func(N) bool
+		switch {
+		case d.IsExtension():
 			ok = false
-			return false
-		}
-		var b N
-		var set []N
-		if d.IsList() {
+		case d.IsList():
+			var set []N
 			for i := range v.List().Len() {
-				set = append(set, bound(v.List().Get(i)))
+				set = append(set, num(v.List().Get(i)))
 			}
-		} else if d.Message() == nil {
-			b = bound(v)
-		}
-		switch d.Name() {
-		case "lt":
-			checks = append(checks, func(n N) bool { return n < b })
-		case "lte":
-			checks = append(checks, func(n N) bool { return n <= b })
-		case "gt":
-			checks = append(checks, func(n N) bool { return n > b })
-		case "gte":
-			checks = append(checks, func(n N) bool { return n >= b })
-		case "in":
-			checks = append(checks, func(n N) bool { return contains(set, n) })
-		case "not_in":
-			checks = append(checks, func(n N) bool { return !contains(set, n) })
+			switch d.Name() {
+			case "in":
+				c = func(n N) bool { return contains(set, n) }
+			case "not_in":
+				c = func(n N) bool { return !contains(set, n) }
+			default:
+				ok = false
+			}
+		case d.Message() == nil:
+			c, ok = bound(d.Name(), num(v), func(x, y N) bool { return x < y })
 		default:
 			ok = false
 		}
+		checks = append(checks, c)
 		return ok
 	})
 	if !ok {
 		return nil, false, nil
 	}
-	return func(v protoreflect.Value) bool {
-		n := of(v)
-		for _, c := range checks {
-			if !c(n) {
-				return false
-			}
-		}
-		return true
-	}, true, nil
+	all := allOf(checks)
+	return func(v protoreflect.Value) bool { return all(of(v)) }, true, nil
 }
 
 func contains[N comparable](set []N, n N) bool {
@@ -530,15 +528,8 @@ func enumCheck(ed protoreflect.EnumDescriptor, r protoreflect.Message) (func(pro
 	if !ok {
 		return nil, false, nil
 	}
-	return func(v protoreflect.Value) bool {
-		n := v.Enum()
-		for _, c := range checks {
-			if !c(n) {
-				return false
-			}
-		}
-		return true
-	}, true, nil
+	all := allOf(checks)
+	return func(v protoreflect.Value) bool { return all(v.Enum()) }, true, nil
 }
 
 // durationCheck is the check of Duration bounds. A Duration out of its
@@ -566,33 +557,17 @@ func durationCheck(r protoreflect.Message) (func(protoreflect.Value) bool, bool,
 			ok = false
 			return false
 		}
-		switch d.Name() {
-		case "lt":
-			checks = append(checks, func(x dur) bool { return less(x, b) })
-		case "lte":
-			checks = append(checks, func(x dur) bool { return !less(b, x) })
-		case "gt":
-			checks = append(checks, func(x dur) bool { return less(b, x) })
-		case "gte":
-			checks = append(checks, func(x dur) bool { return !less(x, b) })
-		default:
-			ok = false
-		}
+		var c func(dur) bool
+		c, ok = bound(d.Name(), b, less)
+		checks = append(checks, c)
 		return ok
 	})
 	if !ok {
 		return nil, false, nil
 	}
+	all := allOf(checks)
 	return func(v protoreflect.Value) bool {
 		x, valid := read(v.Message())
-		if !valid {
-			return false
-		}
-		for _, c := range checks {
-			if !c(x) {
-				return false
-			}
-		}
-		return true
+		return valid && all(x)
 	}, true, nil
 }

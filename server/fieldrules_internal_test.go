@@ -30,14 +30,7 @@ import (
 // protovalidate decides on otherwise: a string that is not UTF-8 and an
 // invalid Duration.
 func TestGoChecksAcceptWhatTheirRulesAccept(t *testing.T) {
-	rules, err := compiledRules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := protovalidate.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules, all := rulesAndProtovalidate(t)
 	compared := 0
 	for name, p := range rules.checks.plans {
 		mt, err := protoregistry.GlobalTypes.FindMessageByName(name)

@@ -350,18 +350,12 @@ func reachable(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName
 // hasOwnRules says whether md states a protovalidate rule of its own: on
 // itself, on one of its fields or on one of its oneofs.
 func hasOwnRules(md protoreflect.MessageDescriptor) bool {
-	if proto.HasExtension(md.Options(), validate.E_Message) {
+	if hasTypeRules(md) {
 		return true
 	}
 	fields := md.Fields()
 	for i := range fields.Len() {
 		if proto.HasExtension(fields.Get(i).Options(), validate.E_Field) {
-			return true
-		}
-	}
-	oneofs := md.Oneofs()
-	for i := range oneofs.Len() {
-		if proto.HasExtension(oneofs.Get(i).Options(), validate.E_Oneof) {
 			return true
 		}
 	}

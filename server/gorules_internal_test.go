@@ -43,14 +43,7 @@ func sharedRuleValues() []string {
 // request the slow way. Each field checked in Go, set alone to each value,
 // against protovalidate reporting every violation.
 func TestSharedRulesAcceptWhatTheirExpressionsAccept(t *testing.T) {
-	rules, err := compiledRules()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := protovalidate.New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules, all := rulesAndProtovalidate(t)
 	checked := map[protoreflect.FullName]bool{}
 	for name, p := range rules.checks.plans {
 		mt, err := protoregistry.GlobalTypes.FindMessageByName(name)
@@ -140,6 +133,21 @@ func TestSharedRuleChecksChangeNoAnswer(t *testing.T) {
 	if fastValid < 200 || slow < 200 {
 		t.Errorf("want at least 200 requests that pass the Go checks and 200 that fail them")
 	}
+}
+
+// rulesAndProtovalidate are the compiled request rules, and a
+// protovalidate validator that reports every violation.
+func rulesAndProtovalidate(t *testing.T) (*requestValidator, protovalidate.Validator) {
+	t.Helper()
+	rules, err := compiledRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := protovalidate.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rules, all
 }
 
 func sameRefusal(a, b error) bool {
