@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"math/bits"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -174,15 +175,34 @@ func (s *Store) settle(tenant, key string, c cached) {
 // under compactKey: its record's head, its memo. Should another version's
 // entry have replaced c in between, it goes too: that costs a read, never
 // a wrong answer.
-func (s *Store) compact(tenant, key string, c cached) {
+func (s *Store) compact(tenant, key string, c cached) { s.putCompact(tenant, key, c, false) }
+
+// rememberReplayed caches the compact entry of a final record a replay
+// read from etcd (c: the record without its history), if the record cache
+// admits it: when the cache is full, only a record replayed more often
+// lately than the entry it would evict (bytelru's Admit; replayEntry
+// counts the replays). A round of replays larger than the cache, which
+// least-recently-used eviction would turn into a round of misses each
+// evicting the next, then leaves the entries already held to answer their
+// share of it.
+func (s *Store) rememberReplayed(tenant, key string, c cached) { s.putCompact(tenant, key, c, true) }
+
+// putCompact caches c's compact entry in place of any whole one, by Admit
+// if admit is set, else by Add, unless the cache holds a newer version's.
+func (s *Store) putCompact(tenant, key string, c cached, admit bool) {
 	r := c.rec
 	s.records.Remove(cacheKey(tenant, key))
 	ck := compactKey(tenant, key)
-	if old, ok := s.records.Get(ck); ok && old.rev > c.rev {
+	if old, ok := s.records.Peek(ck); ok && old.rev > c.rev {
 		return
 	}
-	s.records.Add(ck, cached{rev: c.rev, memo: c.memo, replayed: true, head: &finalHead{state: r.State, fingerprint: r.Fingerprint,
-		completedAt: unixNano(r.CompletedAt), retainUntil: unixNano(r.RetainUntil), memo: memoBytes(r)}})
+	e := cached{rev: c.rev, memo: c.memo, replayed: true, head: &finalHead{state: r.State, fingerprint: r.Fingerprint,
+		completedAt: unixNano(r.CompletedAt), retainUntil: unixNano(r.RetainUntil), memo: memoBytes(r)}}
+	if admit {
+		s.records.Admit(ck, e)
+	} else {
+		s.records.Add(ck, e)
+	}
 }
 
 // compactKey is where a compact entry of tenant's key is cached: apart
@@ -191,10 +211,16 @@ func (s *Store) compact(tenant, key string, c cached) {
 // tenant begins with byte 1.
 func compactKey(tenant, key string) string { return "\x01" + tenant + "\x00" + key }
 
+// recordOf is the key a record cache entry's requests are counted under
+// (bytelru's Asked): the record's, whether the entry is whole or compact.
+func recordOf(k string) string { return strings.TrimPrefix(k, "\x01") }
+
 // replayEntry is the entry a replay of tenant's key is answered from: the
-// whole record's, if cached, else a compact one.
+// whole record's, if cached, else a compact one. It counts the replay, for
+// the cache's admission of what a replay reads from etcd
+// (rememberReplayed).
 func (s *Store) replayEntry(tenant, key string) (cached, bool) {
-	if c, ok := s.records.Get(cacheKey(tenant, key)); ok {
+	if c, ok := s.records.Ask(cacheKey(tenant, key)); ok {
 		return c, true
 	}
 	return s.records.Get(compactKey(tenant, key))

@@ -309,3 +309,51 @@ func TestReplaysMakeEntriesCompactOnceAnswersAreKept(t *testing.T) {
 type sizedMemo int64
 
 func (m sizedMemo) HeapBytes() int64 { return int64(m) }
+
+// A record a replay had to read from etcd goes into a full cache only if
+// it was asked for more often lately than the least recently used entry
+// it would evict: one retried no more than the entries held is answered
+// and left out, and once retried more often it is kept (compact), so that
+// a round of retries larger than the cache leaves what the cache holds to
+// answer its share rather than each evicting the next.
+func TestAFullCacheAdmitsAReplayedRecordOnlyIfAskedForMore(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	cfg := DefaultConfig()
+	cfg.CacheBytes = minCacheBytes
+	s, sess := storeWithSession(t, cli, cfg)
+	s.KeepsAnswers()
+	ctx := context.Background()
+	const key = "retried-later"
+	happyPath(t, s, cli, key, sess.ID)
+	s.records.Remove(cacheKey("default", key))
+	// Fill the cache with entries each asked for three times.
+	for i := 0; ; i++ {
+		k := cacheKey("default", fmt.Sprintf("held-%d", i))
+		before := s.records.Len()
+		s.records.Add(k, cached{rev: 1})
+		if s.records.Len() == before {
+			break // it evicted one: full
+		}
+		for range 3 {
+			s.records.Asked(k)
+		}
+	}
+	replay := func() {
+		t.Helper()
+		a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again"})
+		if err != nil || a.Outcome != intent.OutcomeCompleted {
+			t.Fatalf("replay: %+v, %v; want COMPLETED", a, err)
+		}
+	}
+	replay()
+	if _, ok := s.replayEntry("default", key); ok {
+		t.Fatal("a record retried once is cached over entries asked for three times")
+	}
+	for range 4 {
+		replay()
+	}
+	c, ok := s.replayEntry("default", key)
+	if !ok || c.head == nil {
+		t.Fatalf("a record retried six times (with its registration's Acquire) is not cached: cached %v, head %+v", ok, c.head)
+	}
+}

@@ -64,7 +64,7 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 	out := acquisition(d.Answer)
 	if compact {
 		out.Memo = new(intent.Memo)
-		s.compact(tenant, key, cached{rec: rec, rev: rev, memo: out.Memo})
+		s.rememberReplayed(tenant, key, cached{rec: rec, rev: rev, memo: out.Memo})
 	} else if e, cached := s.cachedEntry(tenant, key); cached && e.rev == rev && e.memo != nil {
 		out.Memo = e.memo
 		if !e.replayed {

@@ -139,7 +139,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 		return nil, err
 	}
 	forSessions := cfg.CacheBytes / sessionCacheShare
-	records, err := bytelru.New(cfg.CacheBytes-forSessions, cachedBytes)
+	records, err := bytelru.NewAdmitting(cfg.CacheBytes-forSessions, cachedBytes, recordOf)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}

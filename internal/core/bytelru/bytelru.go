@@ -28,6 +28,11 @@ type Cache[K comparable, V any] struct {
 	size   func(K, V) int64
 	budget int64
 	used   int64
+	// freq counts the keys asked for (Asked), for Admit, each under the
+	// key counted maps it to; nil in a cache made by New, whose Admit is
+	// Add.
+	freq    *sketch[K]
+	counted func(K) K
 }
 
 type entry[V any] struct {
@@ -51,6 +56,25 @@ func New[K comparable, V any](budget int64, size func(K, V) int64) (*Cache[K, V]
 	return c, nil
 }
 
+// NewAdmitting is New, with Admit's policy on: the cache also counts how
+// often each key is asked for (Asked), in a frequency sketch of a fixed
+// size (four rows of a one-byte counter for each KiB of budget: 1/256 of
+// the budget, besides it). A key is counted under counted(key), so that
+// keys that stand for one thing (two forms of one record's entry) share
+// a count; nil counts each key as itself.
+func NewAdmitting[K comparable, V any](budget int64, size func(K, V) int64, counted func(K) K) (*Cache[K, V], error) {
+	c, err := New(budget, size)
+	if err != nil {
+		return nil, err
+	}
+	c.freq = newSketch[K](int(min(budget/(256*sketchRows), 1<<22)))
+	c.counted = counted
+	if c.counted == nil {
+		c.counted = func(k K) K { return k }
+	}
+	return c, nil
+}
+
 // Add sets key's value, most recently used, and evicts the least recently
 // used entries until the cache is within its budget again. A value larger
 // than the whole budget is not kept (and any older value of key is
@@ -59,6 +83,52 @@ func (c *Cache[K, V]) Add(key K, value V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.add(key, value)
+}
+
+// Admit is Add for a value the caller would do without: when the cache
+// is full, so that adding it would evict the least recently used entry,
+// it is added only if its key was asked for (Asked, Ask) more often
+// lately than that entry's, the request that brought it aside (see
+// sketch.go); otherwise the cache is left as it is. It
+// reports whether the value was added. A key the cache holds already is
+// replaced, as by Add.
+func (c *Cache[K, V]) Admit(key K, value V) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.freq != nil && !c.lru.Contains(key) && c.used+c.size(key, value)+EntryOverhead > c.budget {
+		// The key's count holds the request that brought it here, which
+		// the victim's does not yet: in a round through more keys than the
+		// cache holds, every key is asked for as often, and the one asked
+		// for just now would always look the more frequent.
+		if victim, _, ok := c.lru.GetOldest(); ok && c.freq.count(c.counted(key)) <= c.freq.count(c.counted(victim))+1 {
+			return false
+		}
+	}
+	c.add(key, value)
+	return c.lru.Contains(key)
+}
+
+// Asked counts a request for key, for Admit: the caller says what a
+// request is (for a store, an Acquire), and counts each once, whether the
+// cache answered it or not. A cache made by New counts nothing.
+func (c *Cache[K, V]) Asked(key K) {
+	if c.freq == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.freq.add(c.counted(key))
+}
+
+// Ask is Asked and then Get, under one lock.
+func (c *Cache[K, V]) Ask(key K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.freq != nil {
+		c.freq.add(c.counted(key))
+	}
+	e, ok := c.lru.Get(key)
+	return e.v, ok
 }
 
 func (c *Cache[K, V]) add(key K, value V) {
@@ -96,6 +166,15 @@ func (c *Cache[K, V]) Get(key K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(key)
+	return e.v, ok
+}
+
+// Peek returns key's value, without marking it used or counting a
+// request for it.
+func (c *Cache[K, V]) Peek(key K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.Peek(key)
 	return e.v, ok
 }
 

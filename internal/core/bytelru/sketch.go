@@ -1,0 +1,100 @@
+package bytelru
+
+import (
+	"hash/maphash"
+	"math/bits"
+)
+
+// A cache whose every entry is reached about as often as the others, in
+// a round larger than the cache (a fleet retrying more intents than the
+// cache holds, each in turn), gets nothing from least-recently-used
+// eviction: each entry is evicted before its next use, and every miss
+// evicts another that would have been used sooner. Admit keeps such a
+// round from churning the cache: a new entry that would evict the least
+// recently used one goes in only if its key has been asked for more often
+// lately than that one's, as the frequency sketch below estimates (the
+// admission policy of TinyLFU: Einziger, Friedman and Manes, "TinyLFU: A
+// Highly Efficient Cache Admission Policy", 2017). The entries already
+// held then stay, and answer their share of the round.
+
+// sketchRows is the count-min sketch's rows: a key's count is the least
+// of its counters, one in each row.
+const sketchRows = 4
+
+// sketchMaxCount is where a counter stops counting: the sketch compares
+// how often keys were asked for lately, and a few levels are enough.
+const sketchMaxCount = 15
+
+// sketch estimates how often each key was asked for lately: a count-min
+// sketch of small counters, all halved each time it has counted ten times
+// as many requests as a row has counters, so that old counts fade.
+type sketch[K comparable] struct {
+	seed    maphash.Seed
+	counts  []uint8 // sketchRows rows of width counters
+	mask    uint64  // width-1; width is a power of two
+	added   int
+	halveAt int
+}
+
+// newSketch makes a sketch of width counters a row, rounded up to a power
+// of two (at least 64).
+func newSketch[K comparable](width int) *sketch[K] {
+	width = max(64, 1<<bits.Len(uint(width-1)))
+	return &sketch[K]{
+		seed:    maphash.MakeSeed(),
+		counts:  make([]uint8, sketchRows*width),
+		mask:    uint64(width - 1),
+		halveAt: 10 * width,
+	}
+}
+
+// Bytes is the memory the sketch holds.
+func (s *sketch[K]) Bytes() int64 { return int64(len(s.counts)) }
+
+// slots are the key's counter in each row, from one 64-bit hash split in
+// two (h1 + i·h2, as Kirsch and Mitzenmacher index a Bloom filter).
+func (s *sketch[K]) slots(key K) [sketchRows]int {
+	h := maphash.Comparable(s.seed, key)
+	h1, h2 := h&0xffffffff, h>>32|1
+	var out [sketchRows]int
+	width := int(s.mask + 1)
+	for i := range sketchRows {
+		out[i] = i*width + int((h1+uint64(i)*h2)&s.mask)
+	}
+	return out
+}
+
+// add counts one request for key. Only the key's least counters grow
+// (conservative update): a counter it shares with a key asked for more
+// often is left as it is, which keeps colliding keys from inflating each
+// other's estimate.
+func (s *sketch[K]) add(key K) {
+	slots := s.slots(key)
+	least := uint8(sketchMaxCount)
+	for _, i := range slots {
+		least = min(least, s.counts[i])
+	}
+	if least < sketchMaxCount {
+		for _, i := range slots {
+			if s.counts[i] == least {
+				s.counts[i]++
+			}
+		}
+	}
+	s.added++
+	if s.added >= s.halveAt {
+		for i := range s.counts {
+			s.counts[i] /= 2
+		}
+		s.added /= 2
+	}
+}
+
+// count estimates how often key was asked for lately.
+func (s *sketch[K]) count(key K) uint8 {
+	n := uint8(sketchMaxCount)
+	for _, i := range s.slots(key) {
+		n = min(n, s.counts[i])
+	}
+	return n
+}
