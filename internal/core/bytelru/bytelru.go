@@ -89,9 +89,9 @@ func (c *Cache[K, V]) Add(key K, value V) {
 // is full, so that adding it would evict the least recently used entry,
 // it is added only if its key was asked for (Asked, Ask) more often
 // lately than that entry's, the request that brought it aside (see
-// sketch.go); otherwise the cache is left as it is. It
-// reports whether the value was added. A key the cache holds already is
-// replaced, as by Add.
+// sketch.go); otherwise the cache is left as it is. It reports whether
+// the value was added. A key the cache holds already is replaced, as by
+// Add.
 func (c *Cache[K, V]) Admit(key K, value V) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
