@@ -750,10 +750,12 @@ func pgEnv() []string {
 	return append(out, "LC_ALL=C", "TZ=UTC")
 }
 
-// cpu is the CPU time, user and system, of the server's processes alive
-// now: the postmaster and its children (its connections' backends, which
+// cpu is the CPU time, user and system, of the server's processes: the
+// postmaster and its children alive now (its connections' backends, which
 // the pools keep, and its background workers; each in a process group of
-// its own); negative when unknown.
+// its own), and those that have ended, which the postmaster reaped (a
+// query's parallel workers, a connection closed): the kernel adds their
+// time to the postmaster's children's time. Negative when unknown.
 func (p *pgServer) cpu() time.Duration {
 	if p == nil || p.c == nil {
 		return -1
@@ -777,6 +779,9 @@ func (p *pgServer) cpu() time.Duration {
 		// After the command name: state, ppid.
 		if f := strings.Fields(string(b[i+1:])); e.Name() == postmaster || (len(f) > 1 && f[1] == postmaster) {
 			if c := (proc{pid}).cpu(); c > 0 {
+				sum += c
+			}
+			if c := (proc{pid}).reapedCPU(); e.Name() == postmaster && c > 0 {
 				sum += c
 			}
 		}

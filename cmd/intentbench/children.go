@@ -267,7 +267,16 @@ const clockTicks = 100
 type proc struct{ pid int }
 
 // cpu is the process's user plus system time; negative when unknown.
-func (p proc) cpu() time.Duration {
+func (p proc) cpu() time.Duration { return p.statTimes(11) }
+
+// reapedCPU is the user plus system time of the process's children that
+// have ended and that it has waited for; negative when unknown.
+func (p proc) reapedCPU() time.Duration { return p.statTimes(13) }
+
+// statTimes adds two clock-tick fields of /proc/<pid>/stat, the one at
+// index at of the fields after the command name and the next: utime and
+// stime (11), or cutime and cstime (13).
+func (p proc) statTimes(at int) time.Duration {
 	if p.pid == 0 {
 		return -1
 	}
@@ -276,17 +285,18 @@ func (p proc) cpu() time.Duration {
 		return -1
 	}
 	// Fields after the command name (which may hold spaces) start with the
-	// state, field 3; utime and stime are fields 14 and 15.
+	// state, field 3; utime and stime are fields 14 and 15, cutime and
+	// cstime 16 and 17.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return -1
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
+	if len(f) < at+2 {
 		return -1
 	}
-	u, err1 := strconv.ParseInt(f[11], 10, 64)
-	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	u, err1 := strconv.ParseInt(f[at], 10, 64)
+	s, err2 := strconv.ParseInt(f[at+1], 10, 64)
 	if err1 != nil || err2 != nil {
 		return -1
 	}
