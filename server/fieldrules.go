@@ -269,14 +269,24 @@ func typedCheck(fd protoreflect.FieldDescriptor, name protoreflect.Name, rules p
 	return nil, false, nil
 }
 
+// elementCheck is the check of the rules of a list's items, or of a map's
+// keys or values (fd their descriptor): anything when there are none;
+// none (ok false) when they say required or ignore, which no element
+// check stands for.
+func elementCheck(fd protoreflect.FieldDescriptor, rules *validate.FieldRules) (func(protoreflect.Value) bool, bool, error) {
+	if rules == nil {
+		return func(protoreflect.Value) bool { return true }, true, nil
+	}
+	if rules.HasRequired() || rules.HasIgnore() {
+		return nil, false, nil
+	}
+	return valueCheck(fd, rules, true)
+}
+
 func repeatedCheck(fd protoreflect.FieldDescriptor, r *validate.RepeatedRules) (func(protoreflect.Value) bool, bool, error) {
-	items := func(protoreflect.Value) bool { return true }
-	if r.HasItems() {
-		c, ok, err := valueCheck(fd, r.GetItems(), true)
-		if !ok || err != nil || r.GetItems().HasRequired() || r.GetItems().HasIgnore() {
-			return nil, false, err
-		}
-		items = c
+	items, ok, err := elementCheck(fd, r.GetItems())
+	if !ok || err != nil {
+		return nil, false, err
 	}
 	rest := proto.CloneOf(r)
 	rest.ClearMinItems()
@@ -302,20 +312,13 @@ func repeatedCheck(fd protoreflect.FieldDescriptor, r *validate.RepeatedRules) (
 }
 
 func mapCheck(fd protoreflect.FieldDescriptor, r *validate.MapRules) (func(protoreflect.Value) bool, bool, error) {
-	keys, values := func(protoreflect.Value) bool { return true }, func(protoreflect.Value) bool { return true }
-	for _, part := range []struct {
-		rules *validate.FieldRules
-		fd    protoreflect.FieldDescriptor
-		check *func(protoreflect.Value) bool
-	}{{r.GetKeys(), fd.MapKey(), &keys}, {r.GetValues(), fd.MapValue(), &values}} {
-		if part.rules == nil {
-			continue
-		}
-		c, ok, err := valueCheck(part.fd, part.rules, true)
-		if !ok || err != nil || part.rules.HasRequired() || part.rules.HasIgnore() {
-			return nil, false, err
-		}
-		*part.check = c
+	keys, ok, err := elementCheck(fd.MapKey(), r.GetKeys())
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	values, ok, err := elementCheck(fd.MapValue(), r.GetValues())
+	if !ok || err != nil {
+		return nil, false, err
 	}
 	rest := proto.CloneOf(r)
 	rest.ClearMinPairs()

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 )
 
@@ -106,12 +105,7 @@ func TestSharedRuleChecksChangeNoAnswer(t *testing.T) {
 	}
 	g := requestMaker{rnd: rand.New(rand.NewPCG(1, 2)), shared: shared, values: sharedRuleValues()}
 	var fastValid, fastRefused, slow int
-	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
-	for i := range methods.Len() {
-		mt, err := protoregistry.GlobalTypes.FindMessageByName(methods.Get(i).Input().FullName())
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, mt := range requestMessageTypes(t) {
 		for range 400 {
 			m := mt.New()
 			g.fill(m, 0)
@@ -133,6 +127,20 @@ func TestSharedRuleChecksChangeNoAnswer(t *testing.T) {
 	if fastValid < 200 || slow < 200 {
 		t.Errorf("want at least 200 requests that pass the Go checks and 200 that fail them")
 	}
+}
+
+// requestMessageTypes are the message types of requestDescriptors.
+func requestMessageTypes(tb testing.TB) []protoreflect.MessageType {
+	tb.Helper()
+	var out []protoreflect.MessageType
+	for _, d := range requestDescriptors() {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, mt)
+	}
+	return out
 }
 
 // rulesAndProtovalidate are the compiled request rules, and a
@@ -275,11 +283,7 @@ func (g requestMaker) scalar(fd protoreflect.FieldDescriptor) protoreflect.Value
 // them. A registration's params (Struct, Value, ListValue) are among them,
 // or checking a registration walks its params again.
 func TestRuleFreeMessagesHoldNoRule(t *testing.T) {
-	var descs []protoreflect.MessageDescriptor
-	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
-	for i := range methods.Len() {
-		descs = append(descs, methods.Get(i).Input())
-	}
+	descs := requestDescriptors()
 	free := map[protoreflect.FullName]bool{}
 	for _, md := range ruleFree(descs) {
 		free[md.FullName()] = true
@@ -318,15 +322,7 @@ func FuzzGoChecksChangeNoAnswer(f *testing.F) {
 		f.Fatal(err)
 	}
 	alone := &requestValidator{v: rules.v}
-	var types []protoreflect.MessageType
-	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
-	for i := range methods.Len() {
-		mt, err := protoregistry.GlobalTypes.FindMessageByName(methods.Get(i).Input().FullName())
-		if err != nil {
-			f.Fatal(err)
-		}
-		types = append(types, mt)
-	}
+	types := requestMessageTypes(f)
 	g := requestMaker{rnd: rand.New(rand.NewPCG(3, 4)), values: sharedRuleValues()}
 	for i, mt := range types {
 		for range 4 {

@@ -65,11 +65,7 @@ type requestValidator struct {
 // validates an empty one of each, so that a rule that does not compile is
 // found now rather than on the first request of its kind.
 func newRequestValidator() (*requestValidator, error) {
-	var descs []protoreflect.MessageDescriptor
-	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
-	for i := range methods.Len() {
-		descs = append(descs, methods.Get(i).Input())
-	}
+	descs := requestDescriptors()
 	pv, err := protovalidate.New(protovalidate.WithMessageDescriptors(descs...), protovalidate.WithFailFast())
 	if err != nil {
 		return nil, fmt.Errorf("server: protovalidate: %w", err)
@@ -89,6 +85,17 @@ func newRequestValidator() (*requestValidator, error) {
 		return nil, err
 	}
 	return &requestValidator{v: pv, checks: checks}, nil
+}
+
+// requestDescriptors are the request message types of the IntentService
+// RPCs, in the order the service declares them.
+func requestDescriptors() []protoreflect.MessageDescriptor {
+	var descs []protoreflect.MessageDescriptor
+	methods := intentv1.File_intent_v1_intent_proto.Services().ByName("IntentService").Methods()
+	for i := range methods.Len() {
+		descs = append(descs, methods.Get(i).Input())
+	}
+	return descs
 }
 
 // validate returns nil, an *intent.InvalidError naming the first field that
