@@ -95,7 +95,8 @@ func (c *Cache[K, V]) Add(key K, value V) {
 func (c *Cache[K, V]) Admit(key K, value V) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.freq != nil && !c.lru.Contains(key) && c.used+c.size(key, value)+EntryOverhead > c.budget {
+	n := c.size(key, value) + EntryOverhead
+	if c.freq != nil && !c.lru.Contains(key) && c.used+n > c.budget {
 		// The key's count holds the request that brought it here, which
 		// the victim's does not yet: in a round through more keys than the
 		// cache holds, every key is asked for as often, and the one asked
@@ -104,7 +105,7 @@ func (c *Cache[K, V]) Admit(key K, value V) bool {
 			return false
 		}
 	}
-	c.add(key, value)
+	c.addSized(key, value, n)
 	return c.lru.Contains(key)
 }
 
@@ -131,8 +132,10 @@ func (c *Cache[K, V]) Ask(key K) (V, bool) {
 	return e.v, ok
 }
 
-func (c *Cache[K, V]) add(key K, value V) {
-	n := c.size(key, value) + EntryOverhead
+func (c *Cache[K, V]) add(key K, value V) { c.addSized(key, value, c.size(key, value)+EntryOverhead) }
+
+// addSized is add of a value whose entry costs n bytes.
+func (c *Cache[K, V]) addSized(key K, value V, n int64) {
 	c.lru.Remove(key)
 	if n > c.budget {
 		return
