@@ -134,3 +134,29 @@ func TestAdmitWithoutSketchIsAdd(t *testing.T) {
 		t.Errorf("a round larger than a cache without a sketch found %.2f of its keys, want 0", got)
 	}
 }
+
+// A cache of entries much smaller than a KiB, filled with keys each asked
+// for three times, still refuses a key asked for once: its sketch widened
+// as it filled, so that collisions did not make every count alike.
+func TestAdmitOfSmallEntriesTellsCountsApart(t *testing.T) {
+	for try := range 20 {
+		c, err := bytelru.NewAdmitting(1<<20, func(int, string) int64 { return 64 }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; ; k++ {
+			before := c.Len()
+			c.Add(k, "")
+			if c.Len() == before {
+				break // it evicted one: full
+			}
+			for range 3 {
+				c.Asked(k)
+			}
+		}
+		c.Asked(-1)
+		if c.Admit(-1, "") {
+			t.Fatalf("try %d: a key asked for once was admitted over %d entries asked for three times", try, c.Len())
+		}
+	}
+}

@@ -57,17 +57,21 @@ func New[K comparable, V any](budget int64, size func(K, V) int64) (*Cache[K, V]
 }
 
 // NewAdmitting is New, with Admit's policy on: the cache also counts how
-// often each key is asked for (Asked), in a frequency sketch of a fixed
-// size (four rows of a one-byte counter for each KiB of budget: 1/256 of
-// the budget, besides it). A key is counted under counted(key), so that
-// keys that stand for one thing (two forms of one record's entry) share
-// a count; nil counts each key as itself.
+// often each key is asked for (Asked), in a frequency sketch of four rows
+// of one-byte counters, besides the budget: a counter a row for each KiB
+// of budget (1/256 of it), and, once the cache holds more than a quarter
+// as many entries (entries under 4 KiB), four counters a row for each
+// entry, so at most 1/8 of the budget (an entry costs EntryOverhead at
+// least). A key
+// is counted under counted(key), so that keys that stand for one thing
+// (two forms of one record's entry) share a count; nil counts each key as
+// itself.
 func NewAdmitting[K comparable, V any](budget int64, size func(K, V) int64, counted func(K) K) (*Cache[K, V], error) {
 	c, err := New(budget, size)
 	if err != nil {
 		return nil, err
 	}
-	c.freq = newSketch[K](int(min(budget/(256*sketchRows), 1<<22)))
+	c.freq = newSketch[K](int(min(budget/(256*sketchRows), maxSketchWidth)))
 	c.counted = counted
 	if c.counted == nil {
 		c.counted = func(k K) K { return k }
@@ -145,6 +149,12 @@ func (c *Cache[K, V]) addSized(key K, value V, n int64) {
 	}
 	c.lru.Add(key, entry[V]{v: value, bytes: n})
 	c.used += n
+	if c.freq != nil {
+		// Four counters a row for each entry: with fewer, a count
+		// that collided in every row is common enough to make a key
+		// asked for once look like one asked for often.
+		c.freq.grow(sketchLoad * c.lru.Len())
+	}
 }
 
 // Update replaces key's value, if it holds one, by what f returns when f

@@ -36,16 +36,50 @@ type sketch[K comparable] struct {
 	halveAt int
 }
 
+// sketchLoad is the counters a row the sketch keeps for each entry the
+// cache holds (Cache.addSized).
+const sketchLoad = 4
+
+// maxSketchWidth bounds a row: 16 MiB of counters in all.
+const maxSketchWidth = 1 << 22
+
 // newSketch makes a sketch of width counters a row, rounded up to a power
-// of two (at least 64).
+// of two (at least 64, at most maxSketchWidth).
 func newSketch[K comparable](width int) *sketch[K] {
-	width = max(64, 1<<bits.Len(uint(width-1)))
+	width = sketchWidth(width)
 	return &sketch[K]{
 		seed:    maphash.MakeSeed(),
 		counts:  make([]uint8, sketchRows*width),
 		mask:    uint64(width - 1),
 		halveAt: 10 * width,
 	}
+}
+
+func sketchWidth(n int) int { return min(maxSketchWidth, max(64, 1<<bits.Len(uint(n-1)))) }
+
+// grow widens the rows to at least n counters (as sketchWidth rounds it),
+// keeping every key's count. A sketch with about as many counters a row as
+// the cache holds entries, or fewer, counts several keys on most counters:
+// a key asked for once then often looks as frequent as one asked for
+// often, or, after a halving, more, and the comparison Admit makes becomes
+// a coin toss. Widening a row from w to k·w counters copies it k times
+// over: a key's counter in the wider row, (h1 + i·h2) mod k·w, is its
+// counter in the old one plus a multiple of w, so it starts from the very
+// count it had.
+func (s *sketch[K]) grow(n int) {
+	width := int(s.mask + 1)
+	if n <= width || width == maxSketchWidth {
+		return
+	}
+	wider := sketchWidth(n)
+	counts := make([]uint8, sketchRows*wider)
+	for r := range sketchRows {
+		old, row := s.counts[r*width:(r+1)*width], counts[r*wider:(r+1)*wider]
+		for at := 0; at < wider; at += width {
+			copy(row[at:], old)
+		}
+	}
+	s.counts, s.mask, s.halveAt = counts, uint64(wider-1), 10*wider
 }
 
 // Bytes is the memory the sketch holds.

@@ -32,3 +32,36 @@ func TestSketchCountsAndFades(t *testing.T) {
 		t.Errorf("after %d requests, count(1000) = %d, want at most half of %d", s.halveAt, got, before)
 	}
 }
+
+// Widening the rows keeps every key's count, and counts on from there.
+func TestSketchGrowsWithoutForgetting(t *testing.T) {
+	s := newSketch[int](64)
+	for k := range 500 {
+		for range k % 9 {
+			s.add(k)
+		}
+	}
+	before := make([]uint8, 500)
+	for k := range before {
+		before[k] = s.count(k)
+	}
+	for _, n := range []int{64, 65, 1000, 5000} {
+		s.grow(n)
+		if w := int(s.mask + 1); w < n || w != sketchWidth(n) || len(s.counts) != sketchRows*w || s.halveAt != 10*w {
+			t.Fatalf("grow(%d): width %d, %d counters, halving at %d", n, w, len(s.counts), s.halveAt)
+		}
+		for k, want := range before {
+			if got := s.count(k); got != want {
+				t.Fatalf("after grow(%d), count(%d) = %d, was %d", n, k, got, want)
+			}
+		}
+	}
+	s.grow(10) // never narrower
+	if w := int(s.mask + 1); w != sketchWidth(5000) {
+		t.Errorf("grow(10) made the rows %d wide, want them left at %d", w, sketchWidth(5000))
+	}
+	s.add(7)
+	if got := s.count(7); got != before[7]+1 {
+		t.Errorf("count(7) after one more request = %d, want %d", got, before[7]+1)
+	}
+}
