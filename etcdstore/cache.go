@@ -184,25 +184,29 @@ func (s *Store) compact(tenant, key string, c cached) { s.putCompact(tenant, key
 // counts the replays). A round of replays larger than the cache, which
 // least-recently-used eviction would turn into a round of misses each
 // evicting the next, then leaves the entries already held to answer their
-// share of it.
-func (s *Store) rememberReplayed(tenant, key string, c cached) { s.putCompact(tenant, key, c, true) }
+// share of it. It reports whether the entry is cached: if not, c's memo is
+// the caller's alone.
+func (s *Store) rememberReplayed(tenant, key string, c cached) bool {
+	return s.putCompact(tenant, key, c, true)
+}
 
 // putCompact caches c's compact entry in place of any whole one, by Admit
 // if admit is set, else by Add, unless the cache holds a newer version's.
-func (s *Store) putCompact(tenant, key string, c cached, admit bool) {
+// It reports whether the entry is cached.
+func (s *Store) putCompact(tenant, key string, c cached, admit bool) bool {
 	r := c.rec
 	s.records.Remove(cacheKey(tenant, key))
 	ck := compactKey(tenant, key)
 	if old, ok := s.records.Peek(ck); ok && old.rev > c.rev {
-		return
+		return false
 	}
 	e := cached{rev: c.rev, memo: c.memo, replayed: true, head: &finalHead{state: r.State, fingerprint: r.Fingerprint,
 		completedAt: unixNano(r.CompletedAt), retainUntil: unixNano(r.RetainUntil), memo: memoBytes(r)}}
 	if admit {
-		s.records.Admit(ck, e)
-	} else {
-		s.records.Add(ck, e)
+		return s.records.Admit(ck, e)
 	}
+	s.records.Add(ck, e)
+	return true
 }
 
 // compactKey is where a compact entry of tenant's key is cached: apart

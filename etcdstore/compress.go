@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -76,13 +77,30 @@ func storedValue(r *machine.Record, plain []byte) []byte {
 // stored as one.
 var errEmptyFrame = errors.New("compressed value holds no record")
 
-// decompressRecord is the plain (formatCompact) value of a compressed one.
-func decompressRecord(b []byte) ([]byte, error) {
-	out := make([]byte, 1, 2*len(b)+64)
-	out[0] = formatCompact
+// decompressRecord appends to dst[:0] the plain (formatCompact) value of
+// b, a compressed one.
+func decompressRecord(dst, b []byte) ([]byte, error) {
+	out := append(dst[:0], formatCompact)
 	out, err := zstdDecoder.DecodeAll(b[1:], out)
 	if err == nil && len(out) == 1 {
 		err = errEmptyFrame
 	}
 	return out, err
+}
+
+// plainBuffers holds the buffers compressed records are decoded into. A
+// decoded record keeps nothing of its plain value (proto.Unmarshal copies
+// what it reads), so the buffer goes back once the record is decoded:
+// allocating it was a seventh of what a replay that missed the cache
+// allocated in intentd's own code.
+var plainBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledPlain is the largest buffer kept for reuse: a rare large record
+// is not worth keeping its buffer for the many small ones.
+const maxPooledPlain = 64 << 10
+
+func putPlainBuffer(b *[]byte) {
+	if cap(*b) <= maxPooledPlain {
+		plainBuffers.Put(b)
+	}
 }

@@ -63,8 +63,12 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 	}
 	out := acquisition(d.Answer)
 	if compact {
-		out.Memo = new(intent.Memo)
-		s.rememberReplayed(tenant, key, cached{rec: rec, rev: rev, memo: out.Memo})
+		// A memo the cache did not admit would be the caller's alone: the
+		// answer kept in it would never be sent again, and keeping it
+		// costs a second copy of the answer's encoding.
+		if memo := new(intent.Memo); s.rememberReplayed(tenant, key, cached{rec: rec, rev: rev, memo: memo}) {
+			out.Memo = memo
+		}
 	} else if e, cached := s.cachedEntry(tenant, key); cached && e.rev == rev && e.memo != nil {
 		out.Memo = e.memo
 		if !e.replayed {

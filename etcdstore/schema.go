@@ -103,10 +103,12 @@ func decodeRecordOf(tenant, key string, b []byte, modRev int64, replay bool) (*m
 	var err error
 	owned := false // whether b is this call's own, to change in place
 	if len(b) > 0 && b[0] == formatCompressed {
-		if b, err = decompressRecord(b); err != nil {
+		buf := plainBuffers.Get().(*[]byte)
+		defer putPlainBuffer(buf)
+		if *buf, err = decompressRecord(*buf, b); err != nil {
 			return nil, fmt.Errorf("%w: record at revision %d: %v", errCorrupt, modRev, err)
 		}
-		owned = true
+		b, owned = *buf, true
 	}
 	if len(b) > 0 && (b[0] == formatCompact || b[0] == formatCompact1) {
 		body := b[1:]
