@@ -1,12 +1,14 @@
 package etcdstore
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/intentd/intentd/intent"
@@ -66,6 +68,15 @@ type Config struct {
 	// ArchiveAfter is how long a final intent stays in etcd after it
 	// became final before the janitor moves it to the archive.
 	ArchiveAfter time.Duration
+	// LocalGet, if set, reads one key from a member of the etcd cluster
+	// running in this very process, as that member answers a serializable
+	// Get (from its own copy), without a call's handling around the read;
+	// nil for a key it does not hold. A replay of a final record the cache
+	// no longer holds reads the record with it (replayRead), held to the
+	// revision floor as a serializable Get through the client is.
+	// internal/run/embedetcd.LocalGet makes one for an embedded member.
+	// nil: the client reads.
+	LocalGet func(ctx context.Context, key string) (*mvccpb.KeyValue, error)
 }
 
 // DefaultArchiveAfter is the default of Config.ArchiveAfter: retries of a

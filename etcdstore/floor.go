@@ -9,6 +9,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/intentd/intentd/intent"
@@ -205,6 +206,24 @@ func (k flooredKV) Get(ctx context.Context, key string, opts ...clientv3.OpOptio
 	}
 	return floored(k.floor, get,
 		func(r *clientv3.GetResponse) *pb.ResponseHeader { return (*pb.RangeResponse)(r).GetHeader() })
+}
+
+// readSerializable reads key alone as a serializable Get, held to the
+// latch as flooredKV.Get holds one: from the etcd member in this process
+// (Config.LocalGet), if there is one, else through the client. nil: no
+// such key.
+func (s *Store) readSerializable(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+	if s.cfg.LocalGet == nil {
+		resp, err := s.kv.Get(ctx, key, clientv3.WithSerializable())
+		if err != nil || len(resp.Kvs) == 0 {
+			return nil, err
+		}
+		return resp.Kvs[0], nil
+	}
+	if _, err := s.floor.admit(); err != nil {
+		return nil, err
+	}
+	return s.cfg.LocalGet(ctx, key)
 }
 
 // errStreamUnchecked refuses GetStream: its header comes only on the last

@@ -3,8 +3,6 @@ package etcdstore
 import (
 	"context"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/core/machine"
 )
@@ -34,12 +32,12 @@ func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string)
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
-	resp, err := s.kv.Get(rctx, s.keys.intent(tenant, key), clientv3.WithSerializable())
+	kv, err := s.readSerializable(rctx, s.keys.intent(tenant, key))
 	endRead(span, err)
-	if err != nil || len(resp.Kvs) == 0 {
+	if err != nil || kv == nil {
 		return nil, false, nil
 	}
-	kv, compact := resp.Kvs[0], s.answersKept.Load()
+	compact := s.answersKept.Load()
 	decode := decodeRecord
 	if compact {
 		decode = decodeReplayRecord

@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/run/embedetcd"
 	"github.com/intentd/intentd/internal/testing/etcdtest"
 )
 
@@ -19,8 +23,13 @@ import (
 // A hint that turns out wrong (the record gone, or not final) costs that
 // read and leaves the answer to the whole path.
 func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
-	cli := etcdtest.Start(t).Client(t)
-	cfg := DefaultConfig()
+	for _, local := range []bool{false, true} {
+		t.Run(readPathName(local), func(t *testing.T) { testReplayReadsOnce(t, local) })
+	}
+}
+
+func testReplayReadsOnce(t *testing.T, local bool) {
+	cli, cfg, localReads := withReadPath(t, DefaultConfig(), local)
 	var reads, writes atomic.Int64
 	cfg.ObserveTxn = func(write bool, _ time.Duration) {
 		if write {
@@ -49,10 +58,13 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 
 	for round := range 3 {
 		forget(s, "default", key) // as a full cache forgets
-		stats, reads0, writes0 := s.Stats(), reads.Load(), writes.Load()
+		stats, reads0, writes0, local0 := s.Stats(), reads.Load(), writes.Load(), localReads.Load()
 		a, err := s.Acquire(ctx, retry)
 		if err != nil {
 			t.Fatalf("round %d: replay out of the cache: %v", round, err)
+		}
+		if got, want := localReads.Load()-local0, int64(b2i(local)); got != want {
+			t.Errorf("round %d: %d reads of the member in this process, want %d", round, got, want)
 		}
 		if a.Outcome != intent.OutcomeCompleted || a.Lease != nil || a.Intent.Revision != fromMemory.Intent.Revision ||
 			string(a.Intent.Result.Payload) != string(fromMemory.Intent.Result.Payload) || string(a.Intent.Params) != string(fromMemory.Intent.Params) {
@@ -103,8 +115,14 @@ func TestReplayOfAFinalRecordOutOfTheCacheReadsItOnce(t *testing.T) {
 // neither refused nor latched as a rolled-back etcd; a store that did
 // latch refuses it before it reaches etcd.
 func TestReplayReadBelowTheFloorIsNoRollback(t *testing.T) {
-	cli := etcdtest.Start(t).Client(t)
-	s, sess := storeWithSession(t, cli, DefaultConfig())
+	for _, local := range []bool{false, true} {
+		t.Run(readPathName(local), func(t *testing.T) { testReplayReadBelowTheFloor(t, local) })
+	}
+}
+
+func testReplayReadBelowTheFloor(t *testing.T, local bool) {
+	cli, cfg, localReads := withReadPath(t, DefaultConfig(), local)
+	s, sess := storeWithSession(t, cli, cfg)
 	s.KeepsAnswers()
 	ctx := context.Background()
 	const key = "read-from-a-lagging-member"
@@ -138,9 +156,45 @@ func TestReplayReadBelowTheFloorIsNoRollback(t *testing.T) {
 		t.Fatalf("Ping below the floor: %v, want intent.ErrStoreRolledBack", err)
 	}
 	forget(s, "default", key)
+	before := localReads.Load()
 	if _, err := s.Acquire(ctx, retry); !errors.Is(err, intent.ErrStoreRolledBack) {
 		t.Errorf("replay out of the cache once latched: %v, want intent.ErrStoreRolledBack", err)
 	}
+	if n := localReads.Load() - before; n != 0 {
+		t.Errorf("the refused replay read the member in this process %d times, want none", n)
+	}
+}
+
+// withReadPath starts an etcd member and returns a client of it, and cfg
+// set, if local is, to read the record of a replay out of the cache from
+// the member itself, in this process (Config.LocalGet, as intentd with
+// its embedded etcd does), counting those reads.
+func withReadPath(t *testing.T, cfg Config, local bool) (*clientv3.Client, Config, *atomic.Int64) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	var reads atomic.Int64
+	if local {
+		get := embedetcd.LocalGet(etcd.Etcd)
+		cfg.LocalGet = func(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+			reads.Add(1)
+			return get(ctx, key)
+		}
+	}
+	return etcd.Client(t), cfg, &reads
+}
+
+func readPathName(local bool) string {
+	if local {
+		return "from the member in this process"
+	}
+	return "through the client"
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // forget drops whatever s's cache holds of tenant's key.

@@ -61,11 +61,11 @@ func New[K comparable, V any](budget int64, size func(K, V) int64) (*Cache[K, V]
 // of one-byte counters, besides the budget: a counter a row for each KiB
 // of budget (1/256 of it), and, once the cache holds more than a quarter
 // as many entries (entries under 4 KiB), four counters a row for each
-// entry, so at most 1/8 of the budget (an entry costs EntryOverhead at
-// least). A key
-// is counted under counted(key), so that keys that stand for one thing
-// (two forms of one record's entry) share a count; nil counts each key as
-// itself.
+// entry, a row rounded up to a power of two: at most 32 bytes an entry, a
+// quarter of the budget if every entry cost no more than EntryOverhead. A
+// key is counted under counted(key), so that keys that stand for one
+// thing (two forms of one record's entry) share a count; nil counts each
+// key as itself.
 func NewAdmitting[K comparable, V any](budget int64, size func(K, V) int64, counted func(K) K) (*Cache[K, V], error) {
 	c, err := New(budget, size)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
@@ -34,6 +35,7 @@ import (
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
 	"github.com/intentd/intentd/internal/run/console"
+	"github.com/intentd/intentd/internal/run/embedetcd"
 	"github.com/intentd/intentd/internal/run/etcdsteer"
 	"github.com/intentd/intentd/internal/run/netaddr"
 	"github.com/intentd/intentd/internal/run/tracing"
@@ -64,11 +66,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	if arch != nil {
 		defer arch.Close() // last: after every component stopped
 	}
-	cli, endpoints, closeEtcd, err := connectEtcd(ctx, cfg, log)
+	etcd, closeEtcd, err := connectEtcd(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeEtcd()
+	cli, endpoints := etcd.cli, etcd.endpoints
+	scfg.LocalGet = etcd.localGet
 	m := newMetrics()
 	am := newArchiveMetrics()
 	if arch != nil {
@@ -184,9 +188,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 	})
 }
 
+// etcdConn is how intentd reaches etcd.
+type etcdConn struct {
+	cli *clientv3.Client
+	// endpoints are what it serves (for logs and the database-size
+	// checks).
+	endpoints []string
+	// localGet reads the embedded member's own store
+	// (etcdstore.Config.LocalGet); nil with external members.
+	localGet func(context.Context, string) (*mvccpb.KeyValue, error)
+}
+
 // connectEtcd starts the embedded etcd, or with EtcdEndpoints steers among
-// the external members, and returns a client of it and the endpoints it
-// serves (for logs and the database-size checks); closeAll stops
+// the external members, and returns the way to it; closeAll stops
 // steering, closes the client and stops the embedded etcd, in that order.
 //
 // The embedded etcd's client is in-process (etcd's v3client): its calls
@@ -195,7 +209,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr stri
 // without the socket, HTTP/2 framing and protobuf coding in between,
 // which cost a third of intentd's CPU at one client. Its sockets still
 // serve etcdctl and backups (see docs/BACKUP.md, "Backup and restore").
-func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (cli *clientv3.Client, endpoints []string, closeAll func(), err error) {
+// The store reads the record of a replay that missed its cache from the
+// member's own store (embedetcd.LocalGet), without even those handlers.
+func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (_ etcdConn, closeAll func(), err error) {
 	var closers []func()
 	closeOpened := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -210,21 +226,21 @@ func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (cli *client
 	if cfg.Embedded() {
 		e, err := startEmbedded(cfg, log)
 		if err != nil {
-			return nil, nil, nil, err
+			return etcdConn{}, nil, err
 		}
 		closers = append(closers, func() {
 			e.Close()
 			log.Info("embedded etcd stopped")
 		})
-		cli = v3client.New(e.Server)
+		cli := v3client.New(e.Server)
 		closers = append(closers, func() { _ = cli.Close() })
 		// A single member: nothing to steer among.
-		return cli, []string{"unix://" + cfg.EmbedSocket()}, closeOpened, nil
+		return etcdConn{cli: cli, endpoints: []string{"unix://" + cfg.EmbedSocket()}, localGet: embedetcd.LocalGet(e)}, closeOpened, nil
 	}
-	endpoints = cfg.EtcdEndpoints
+	endpoints := cfg.EtcdEndpoints
 	etcdTLSConfig, err := etcdTLS(cfg)
 	if err != nil {
-		return nil, nil, nil, err
+		return etcdConn{}, nil, err
 	}
 	etcdClient := func(endpoints ...string) (*clientv3.Client, error) {
 		return clientv3.New(clientv3.Config{
@@ -236,19 +252,19 @@ func connectEtcd(ctx context.Context, cfg Config, log *slog.Logger) (cli *client
 			Logger:               zap.NewNop(),
 		})
 	}
-	cli, err = etcdClient(endpoints...)
+	cli, err := etcdClient(endpoints...)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("intentd: etcd client for %v: %w", endpoints, err)
+		return etcdConn{}, nil, fmt.Errorf("intentd: etcd client for %v: %w", endpoints, err)
 	}
 	closers = append(closers, func() { _ = cli.Close() })
 	if len(endpoints) > 1 {
 		stopSteering, err := steer(ctx, cli, cfg, endpoints, etcdClient, log)
 		if err != nil {
-			return nil, nil, nil, err
+			return etcdConn{}, nil, err
 		}
 		closers = append(closers, stopSteering) // before cli closes
 	}
-	return cli, endpoints, closeOpened, nil
+	return etcdConn{cli: cli, endpoints: endpoints}, closeOpened, nil
 }
 
 // openStore builds the store on cli and, once etcd answers, holds it to
