@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -20,14 +20,15 @@ import (
 
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/internal/core/freeport"
+	"github.com/intentd/intentd/internal/run/embedetcd"
 	"github.com/intentd/intentd/internal/run/heapfloor"
 )
 
 // The front is the floor of a replay that misses the cache: a gRPC
 // server, with an etcd embedded in its process as intentd's, that answers
 // intentd's very Acquire call with intentd's very answer, stored whole in
-// its etcd and read with the serializable Get intentd's miss sends,
-// through an in-process client, as intentd reads its embedded etcd. It
+// its etcd and read as intentd's miss reads its embedded etcd: from the
+// member's own key-value store (embedetcd.LocalGet). It
 // neither decodes the request (but for finding its key), nor validates
 // it, nor decodes a record or builds an answer: what is left is the part
 // of a miss no service can skip. The clients' side is intentd's too (the
@@ -84,7 +85,9 @@ var frontDesc = grpc.ServiceDesc{
 }
 
 // etcdFront answers from its etcd's frontPrefix + the request's key.
-type etcdFront struct{ etcd *clientv3.Client }
+type etcdFront struct {
+	get func(context.Context, string) (*mvccpb.KeyValue, error)
+}
 
 // frontPrefix is where the front's etcd holds each intent's answer.
 const frontPrefix = "answer/"
@@ -94,14 +97,14 @@ func (f etcdFront) Acquire(ctx context.Context, req frame) (*frame, error) {
 	if !ok {
 		return nil, status.Error(codes.InvalidArgument, "no key")
 	}
-	resp, err := f.etcd.Get(ctx, frontPrefix+key, clientv3.WithSerializable())
+	kv, err := f.get(ctx, frontPrefix+key)
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	if len(resp.Kvs) != 1 {
+	if kv == nil {
 		return nil, status.Errorf(codes.NotFound, "%q: no answer stored", key)
 	}
-	answer := frame(resp.Kvs[0].Value)
+	answer := frame(kv.Value)
 	return &answer, nil
 }
 
@@ -131,8 +134,8 @@ func acquireKey(b []byte) (string, bool) {
 
 // serveFront serves the front on args[0], its etcd's data in args[1],
 // until SIGTERM; with the health service too, for waitServing. The front
-// reads its etcd in process; the etcd serves args[2] (a loopback client
-// URL) only for the benchmark to fill it.
+// reads its etcd's store in process; the etcd serves args[2] (a loopback
+// client URL) only for the benchmark to fill it.
 func serveFront(args []string) error {
 	if len(args) != 3 {
 		return errors.New("front: want a listen address, a data directory and a client URL")
@@ -151,14 +154,12 @@ func serveFront(args []string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go heapfloor.Hold(ctx, heapfloor.Default)
-	cli := v3client.New(e.Server) // in process, as intentd's embedded etcd
-	defer cli.Close()
 	l, err := net.Listen("tcp", args[0])
 	if err != nil {
 		return err
 	}
 	s := grpc.NewServer(grpc.ForceServerCodec(frontCodec{}), grpc.NumStreamWorkers(64)) // intentd keeps 64
-	s.RegisterService(&frontDesc, etcdFront{cli})
+	s.RegisterService(&frontDesc, etcdFront{get: embedetcd.LocalGet(e)}) // as intentd reads its embedded etcd
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(l) }()
