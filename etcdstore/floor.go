@@ -186,9 +186,8 @@ func (k flooredKV) Put(ctx context.Context, key, val string, opts ...clientv3.Op
 // can get wrong (a final record, replayRead).
 //
 // The operation is built once and sent with Do, as clientv3's own Get
-// does: building it to ask whether it is serializable, and again in Get,
-// was a tenth of what a replay that missed the cache allocated outside
-// etcd's own read.
+// does, rather than once to ask whether it is serializable and again by
+// clientv3's Get (about 500 bytes a call).
 func (k flooredKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	op := clientv3.OpGet(key, opts...)
 	get := func() (*clientv3.GetResponse, error) {
