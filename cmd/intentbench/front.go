@@ -159,7 +159,8 @@ func serveFront(args []string) error {
 		return err
 	}
 	s := grpc.NewServer(grpc.ForceServerCodec(frontCodec{}), grpc.NumStreamWorkers(64)) // intentd keeps 64
-	s.RegisterService(&frontDesc, etcdFront{get: embedetcd.LocalGet(e)}) // as intentd reads its embedded etcd
+	// It reads its etcd as intentd reads its embedded one.
+	s.RegisterService(&frontDesc, etcdFront{get: embedetcd.LocalGet(e)})
 	healthpb.RegisterHealthServer(s, health.NewServer())
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(l) }()
