@@ -338,22 +338,31 @@ func TestAFullCacheAdmitsAReplayedRecordOnlyIfAskedForMore(t *testing.T) {
 			s.records.Asked(k)
 		}
 	}
-	replay := func() {
+	replay := func() *intent.Acquisition {
 		t.Helper()
 		a, err := s.Acquire(ctx, intent.AcquireRequest{Tenant: "default", Key: key, SessionID: sess.ID, RequestID: "again"})
 		if err != nil || a.Outcome != intent.OutcomeCompleted {
 			t.Fatalf("replay: %+v, %v; want COMPLETED", a, err)
 		}
+		return a
 	}
-	replay()
+	// Left out, its memo would be the caller's alone: none is handed out,
+	// and the server encodes the answer once, for the wire.
+	if a := replay(); a.Memo != nil {
+		t.Error("a replay the cache did not admit handed out a memo")
+	}
 	if _, ok := s.replayEntry("default", key); ok {
 		t.Fatal("a record retried once is cached over entries asked for three times")
 	}
+	var last *intent.Acquisition
 	for range 4 {
-		replay()
+		last = replay()
 	}
 	c, ok := s.replayEntry("default", key)
 	if !ok || c.head == nil {
 		t.Fatalf("a record retried six times (with its registration's Acquire) is not cached: cached %v, head %+v", ok, c.head)
+	}
+	if last.Memo == nil || last.Memo != c.memo {
+		t.Errorf("the replay that cached the record handed out memo %p, want the cached entry's %p", last.Memo, c.memo)
 	}
 }
