@@ -760,30 +760,30 @@ func (p *pgServer) cpu() time.Duration {
 	if p == nil || p.c == nil {
 		return -1
 	}
-	postmaster := strconv.Itoa(p.c.pid())
+	postmaster := p.c.pid()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return -1
 	}
 	var sum time.Duration
+	add := func(c time.Duration) {
+		if c > 0 {
+			sum += c
+		}
+	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		i := bytes.LastIndexByte(b, ')')
-		if err != nil || i < 0 {
-			continue
-		}
-		// After the command name: state, ppid.
-		if f := strings.Fields(string(b[i+1:])); e.Name() == postmaster || (len(f) > 1 && f[1] == postmaster) {
-			if c := (proc{pid}).cpu(); c > 0 {
-				sum += c
-			}
-			if c := (proc{pid}).reapedCPU(); e.Name() == postmaster && c > 0 {
-				sum += c
-			}
+		f, ok := proc{pid}.stat()
+		switch {
+		case !ok:
+		case pid == postmaster:
+			add(statTicks(f, statUtime))
+			add(statTicks(f, statCutime))
+		case len(f) > statPPid && f[statPPid] == strconv.Itoa(postmaster):
+			add(statTicks(f, statUtime))
 		}
 	}
 	return sum

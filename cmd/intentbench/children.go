@@ -267,31 +267,44 @@ const clockTicks = 100
 type proc struct{ pid int }
 
 // cpu is the process's user plus system time; negative when unknown.
-func (p proc) cpu() time.Duration { return p.statTimes(11) }
-
-// reapedCPU is the user plus system time of the process's children that
-// have ended and that it has waited for; negative when unknown.
-func (p proc) reapedCPU() time.Duration { return p.statTimes(13) }
-
-// statTimes adds two clock-tick fields of /proc/<pid>/stat, the one at
-// index at of the fields after the command name and the next: utime and
-// stime (11), or cutime and cstime (13).
-func (p proc) statTimes(at int) time.Duration {
-	if p.pid == 0 {
+func (p proc) cpu() time.Duration {
+	f, ok := p.stat()
+	if !ok {
 		return -1
+	}
+	return statTicks(f, statUtime)
+}
+
+// The fields of /proc/<pid>/stat that the benchmark reads, as indexes of
+// proc.stat's fields: the parent's pid (field 4), utime and stime (14 and
+// 15), cutime and cstime (16 and 17: the children that have ended and
+// that the process has waited for).
+const (
+	statPPid   = 1
+	statUtime  = 11
+	statCutime = 13
+)
+
+// stat is the fields of /proc/<pid>/stat after the command name (which
+// may hold spaces), the state (field 3) first; ok is false when unknown.
+func (p proc) stat() (_ []string, ok bool) {
+	if p.pid == 0 {
+		return nil, false
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
 	if err != nil {
-		return -1
+		return nil, false
 	}
-	// Fields after the command name (which may hold spaces) start with the
-	// state, field 3; utime and stime are fields 14 and 15, cutime and
-	// cstime 16 and 17.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return -1
+		return nil, false
 	}
-	f := strings.Fields(string(b[i+1:]))
+	return strings.Fields(string(b[i+1:])), true
+}
+
+// statTicks adds two clock-tick fields of a stat, at and the next (utime
+// and stime, or cutime and cstime); negative when unknown.
+func statTicks(f []string, at int) time.Duration {
 	if len(f) < at+2 {
 		return -1
 	}
