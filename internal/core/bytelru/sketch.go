@@ -29,11 +29,10 @@ const sketchMaxCount = 15
 // sketch of small counters, all halved each time it has counted ten times
 // as many requests as a row has counters, so that old counts fade.
 type sketch[K comparable] struct {
-	seed    maphash.Seed
-	counts  []uint8 // sketchRows rows of width counters
-	mask    uint64  // width-1; width is a power of two
-	added   int
-	halveAt int
+	seed   maphash.Seed
+	counts []uint8 // sketchRows rows of width counters
+	mask   uint64  // width-1; width is a power of two
+	added  int
 }
 
 // sketchLoad is the counters a row the sketch keeps for each entry the
@@ -48,10 +47,9 @@ const maxSketchWidth = 1 << 22
 func newSketch[K comparable](width int) *sketch[K] {
 	width = sketchWidth(width)
 	return &sketch[K]{
-		seed:    maphash.MakeSeed(),
-		counts:  make([]uint8, sketchRows*width),
-		mask:    uint64(width - 1),
-		halveAt: 10 * width,
+		seed:   maphash.MakeSeed(),
+		counts: make([]uint8, sketchRows*width),
+		mask:   uint64(width - 1),
 	}
 }
 
@@ -79,11 +77,12 @@ func (s *sketch[K]) grow(n int) {
 			copy(row[at:], old)
 		}
 	}
-	s.counts, s.mask, s.halveAt = counts, uint64(wider-1), 10*wider
+	s.counts, s.mask = counts, uint64(wider-1)
 }
 
-// Bytes is the memory the sketch holds.
-func (s *sketch[K]) Bytes() int64 { return int64(len(s.counts)) }
+// halveAt is how many requests the sketch counts before it halves every
+// count: ten times as many as a row has counters.
+func (s *sketch[K]) halveAt() int { return 10 * int(s.mask+1) }
 
 // slots are the key's counter in each row, from one 64-bit hash split in
 // two (h1 + i·h2, as Kirsch and Mitzenmacher index a Bloom filter).
@@ -116,7 +115,7 @@ func (s *sketch[K]) add(key K) {
 		}
 	}
 	s.added++
-	if s.added >= s.halveAt {
+	if s.added >= s.halveAt() {
 		for i := range s.counts {
 			s.counts[i] /= 2
 		}

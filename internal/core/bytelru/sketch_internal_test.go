@@ -24,12 +24,12 @@ func TestSketchCountsAndFades(t *testing.T) {
 		t.Errorf("count of a key asked for 40 times = %d, want the cap %d", got, sketchMaxCount)
 	}
 	before := s.count(1000)
-	for s.added != 0 && s.added < s.halveAt-1 {
+	for s.added != 0 && s.added < s.halveAt()-1 {
 		s.add(2000)
 	}
 	s.add(3000)
 	if got := s.count(1000); got > before/2 {
-		t.Errorf("after %d requests, count(1000) = %d, want at most half of %d", s.halveAt, got, before)
+		t.Errorf("after %d requests, count(1000) = %d, want at most half of %d", s.halveAt(), got, before)
 	}
 }
 
@@ -47,8 +47,8 @@ func TestSketchGrowsWithoutForgetting(t *testing.T) {
 	}
 	for _, n := range []int{64, 65, 1000, 5000} {
 		s.grow(n)
-		if w := int(s.mask + 1); w < n || w != sketchWidth(n) || len(s.counts) != sketchRows*w || s.halveAt != 10*w {
-			t.Fatalf("grow(%d): width %d, %d counters, halving at %d", n, w, len(s.counts), s.halveAt)
+		if w := int(s.mask + 1); w < n || w != sketchWidth(n) || len(s.counts) != sketchRows*w || s.halveAt() != 10*w {
+			t.Fatalf("grow(%d): width %d, %d counters, halving at %d", n, w, len(s.counts), s.halveAt())
 		}
 		for k, want := range before {
 			if got := s.count(k); got != want {
