@@ -152,7 +152,9 @@ func (s *Store) confirmFloor(ctx context.Context, before int64, h *pb.ResponseHe
 // It also times every transaction for Config.ObserveTxn: this is the one
 // place all of them pass.
 type flooredKV struct {
-	kv      clientv3.KV
+	kv clientv3.KV
+	// local reads the member in this process, if any (Config.LocalGet).
+	local   func(ctx context.Context, key string) (*mvccpb.KeyValue, error)
 	floor   *revisionFloor
 	observe func(write bool, d time.Duration)
 }
@@ -207,22 +209,24 @@ func (k flooredKV) Get(ctx context.Context, key string, opts ...clientv3.OpOptio
 		func(r *clientv3.GetResponse) *pb.ResponseHeader { return (*pb.RangeResponse)(r).GetHeader() })
 }
 
-// readSerializable reads key alone as a serializable Get, held to the
-// latch as flooredKV.Get holds one: from the etcd member in this process
-// (Config.LocalGet), if there is one, else through the client. nil: no
-// such key.
-func (s *Store) readSerializable(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
-	if s.cfg.LocalGet == nil {
-		resp, err := s.kv.Get(ctx, key, clientv3.WithSerializable())
+// getSerializable reads key alone as a serializable Get, held to the
+// latch alone as Get holds one: from the etcd member in this process
+// (Config.LocalGet), if there is one, else through the client within
+// timeout (a read in process waits on no network). nil: no such key.
+func (k flooredKV) getSerializable(ctx context.Context, key string, timeout time.Duration) (*mvccpb.KeyValue, error) {
+	if k.local == nil {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		resp, err := k.Get(ctx, key, clientv3.WithSerializable())
 		if err != nil || len(resp.Kvs) == 0 {
 			return nil, err
 		}
 		return resp.Kvs[0], nil
 	}
-	if _, err := s.floor.admit(); err != nil {
+	if _, err := k.floor.admit(); err != nil {
 		return nil, err
 	}
-	return s.cfg.LocalGet(ctx, key)
+	return k.local(ctx, key)
 }
 
 // errStreamUnchecked refuses GetStream: its header comes only on the last

@@ -29,10 +29,8 @@ import (
 // compact at once, with the memo its caller keeps the answer in, instead
 // of whole and then compact.
 func (s *Store) replayRead(ctx context.Context, tenant, key, fingerprint string) (_ *intent.Acquisition, ok bool, _ error) {
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	rctx, span := s.startSpan(rctx, "etcd read", tenant, key)
-	kv, err := s.readSerializable(rctx, s.keys.intent(tenant, key))
+	rctx, span := s.startSpan(ctx, "etcd read", tenant, key)
+	kv, err := s.kv.getSerializable(rctx, s.keys.intent(tenant, key), s.cfg.RequestTimeout)
 	endRead(span, err)
 	if err != nil || kv == nil {
 		return nil, false, nil

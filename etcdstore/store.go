@@ -23,7 +23,7 @@ import (
 type Store struct {
 	cfg     Config
 	keys    keys
-	kv      clientv3.KV
+	kv      flooredKV
 	leases  clientv3.Lease
 	watcher clientv3.Watcher
 
@@ -154,7 +154,7 @@ func newStore(kv clientv3.KV, leases clientv3.Lease, watcher clientv3.Watcher, c
 	s.floor.wentBack = make(chan struct{})
 	s.learnt = make(chan struct{})
 	// Every key-space call goes through the floor, in this one place.
-	s.kv = flooredKV{kv: kv, floor: &s.floor, observe: cfg.ObserveTxn}
+	s.kv = flooredKV{kv: kv, local: cfg.LocalGet, floor: &s.floor, observe: cfg.ObserveTxn}
 	s.group = &committer{kv: s.kv, timeout: cfg.RequestTimeout, observe: cfg.ObserveBatch}
 	return s, nil
 }
