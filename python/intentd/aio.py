@@ -36,7 +36,7 @@ import functools
 import inspect
 import time
 import weakref
-from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import grpc
 import grpc.aio
@@ -103,8 +103,10 @@ class AsyncClient(Calls):
         self._options = _channel_options(options)
         self._interceptors = list(interceptors) if interceptors else None
         self._channel_factory = channel_factory
-        # One channel and stub per event loop, dropped with the loop.
-        self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tuple[grpc.aio.Channel, Any]]" = weakref.WeakKeyDictionary()
+        # One channel and stub per event loop. A channel refers to its
+        # loop, so a weak key would never let go: the loops that ended are
+        # dropped when a new one asks (_forget_ended).
+        self._per_loop: Dict[asyncio.AbstractEventLoop, Tuple[grpc.aio.Channel, Any]] = {}
         self._last: Tuple[Any, Any] = (None, None)  # the last loop's (weak reference, stub): most calls come from it
         self._configure(tenant, token, metadata, call_timeout, retry_timeout, backoff, report_timeout)
         # grpc.aio turns a tuple into its Metadata on every call; one built
@@ -132,7 +134,8 @@ class AsyncClient(Calls):
         if last_loop is not None and last_loop() is loop:
             return stub
         got = self._per_loop.get(loop)
-        if got is None or loop.is_closed():
+        if got is None:
+            _forget_ended(self._per_loop)
             channel = self._new_channel()
             got = (channel, intent_pb2_grpc.IntentServiceStub(channel))
             self._per_loop[loop] = got
@@ -186,6 +189,16 @@ class AsyncClient(Calls):
             call.cancel()
 
 
+def _forget_ended(per_loop: Dict[asyncio.AbstractEventLoop, Any]) -> None:
+    """Drops what belonged to event loops that ended (closed, as
+    ``asyncio.run`` leaves its loop): a host that calls ``asyncio.run`` or a
+    framework's ``run_sync`` once per request would otherwise keep a
+    channel, or a session, per call. A channel dropped so is closed when
+    collected; a session's lease expires on the server."""
+    for loop in [loop for loop in per_loop if loop.is_closed()]:
+        del per_loop[loop]
+
+
 class AsyncSession(Leases):
     """A worker's session on asyncio: :class:`intentd.Session`'s liveness
     rules, with the heartbeat an asyncio task and every event an
@@ -196,7 +209,9 @@ class AsyncSession(Leases):
         super().__init__(session_id, worker, ttl, opened_at, asyncio.Event)
         self.client = client
         self._background: Set[asyncio.Task] = set()
-        self._beater = asyncio.get_running_loop().create_task(self._beating(), name=f"intentd-heartbeat-{session_id}")
+        loop = asyncio.get_running_loop()
+        self._loop = weakref.ref(loop)
+        self._beater = loop.create_task(self._beating(), name=f"intentd-heartbeat-{session_id}")
 
     async def __aenter__(self) -> "AsyncSession":
         return self
@@ -208,7 +223,14 @@ class AsyncSession(Leases):
         """Carries one intent through its life on this session: the
         decisions of :func:`intentd.run.plan`, with ``execute`` and
         ``reconcile`` awaited when they are coroutine functions. A
-        cancellation inside them is reported as MarkUnknown, then raised."""
+        cancellation inside them is reported as MarkUnknown, then raised.
+        Only on the loop that opened the session, whose task heartbeats
+        it: another loop (a second ``asyncio.run``) raises RuntimeError."""
+        if asyncio.get_running_loop() is not self._loop():
+            raise RuntimeError(
+                f"intentd session {self.id} belongs to the event loop that opened it, and its heartbeat stops with that loop: "
+                "open a session on this loop (the client can be reused; intentd.Ledger keeps a session per loop)"
+            )
         return await _drive(self, task)
 
     async def close(self, timeout: Optional[float] = None) -> None:

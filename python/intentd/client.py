@@ -27,7 +27,8 @@ class Retrying:
 
     def __init__(self, client: "Calls", timeout: Optional[float]) -> None:
         self._client = client
-        self.deadline = time.monotonic() + (client.retry_timeout if timeout is None else timeout)
+        self.budget = client.retry_timeout if timeout is None else timeout
+        self.deadline = time.monotonic() + self.budget
         self._wait = client.backoff_min
 
     def attempt_timeout(self) -> float:
@@ -42,6 +43,10 @@ class Retrying:
             raise err from None
         left = self.deadline - time.monotonic()
         if left <= 0:
+            # Say how long it was tried: an intentd that is not running is
+            # otherwise a silent wait of retry_timeout, then this error.
+            err.message += f"; no answer in {self.budget:g}s of retries (the call's timeout, else the client's retry_timeout)"
+            err.args = (str(err),)
             raise err from None
         wait = min(left, self._wait / 2 + random.uniform(0, self._wait / 2))
         self._wait = min(2 * self._wait, self._client.backoff_max)

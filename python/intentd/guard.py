@@ -46,14 +46,14 @@ import contextvars
 import dataclasses
 import inspect
 import json
-import weakref
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from google.protobuf import json_format
 
 from intent.v1 import intent_pb2
 
-from .aio import AsyncClient, AsyncSession
+from .aio import AsyncClient, AsyncSession, _forget_ended
+from .client import Client
 from .errors import FingerprintMismatch, IntentNotFound
 from .run import LEFT_UNKNOWN, RELEASED, Attempt, Evidence, Outcome, Task
 
@@ -99,16 +99,18 @@ class GuardedTool:
             self.name = getattr(self.execute, "__name__", "") or self.action
 
     def identity_of(self, ctx: Any, args: Mapping[str, Any]) -> Dict[str, Any]:
-        return _fields(self.identity, ctx, args)
+        return self._fields("identity", self.identity, ctx, args)
 
     def params_of(self, ctx: Any, args: Mapping[str, Any]) -> Dict[str, Any]:
-        return _fields(self.params, ctx, args)
+        return self._fields("params", self.params, ctx, args)
 
-
-def _fields(spec: Fields, ctx: Any, args: Mapping[str, Any]) -> Dict[str, Any]:
-    if callable(spec):
-        return dict(spec(ctx, args))
-    return {name: args[name] for name in spec}
+    def _fields(self, what: str, spec: Fields, ctx: Any, args: Mapping[str, Any]) -> Dict[str, Any]:
+        if callable(spec):
+            return dict(spec(ctx, args))
+        try:
+            return {name: args[name] for name in spec}
+        except KeyError as e:
+            raise TypeError(f"{self.name}: no argument {e.args[0]!r}, which its {what} name; the call's arguments: {sorted(args)}") from None
 
 
 def guarded(
@@ -184,10 +186,14 @@ class Ledger:
     framework's ``run_sync`` many times."""
 
     def __init__(self, client: AsyncClient, *, worker: str = "agent-host", ttl: float = 15) -> None:
+        if isinstance(client, Client):
+            raise TypeError("intentd.Ledger runs on asyncio: give it an intentd.aio.AsyncClient, not an intentd.Client")
         self.client = client
         self.worker = worker
         self.ttl = ttl
-        self._sessions: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tuple[asyncio.Lock, list]]" = weakref.WeakKeyDictionary()
+        # A session refers to its loop: the loops that ended are dropped
+        # when a new one asks, as the client's channels are.
+        self._sessions: Dict[asyncio.AbstractEventLoop, Tuple[asyncio.Lock, list]] = {}
         self._terms: Dict[str, Terms] = {}
 
     async def session(self) -> AsyncSession:
@@ -195,6 +201,7 @@ class Ledger:
         loop = asyncio.get_running_loop()
         slot = self._sessions.get(loop)
         if slot is None:
+            _forget_ended(self._sessions)
             slot = (asyncio.Lock(), [])
             self._sessions[loop] = slot
         lock, held = slot

@@ -271,7 +271,39 @@ class RepeatedLoopsTest(unittest.TestCase):
         for _ in range(3):
             self.assertEqual(asyncio.run(once()), "OUTCOME_COMPLETED")
         self.assertEqual(len(keys), 3)
+        # The channels of the loops that ended are let go: one call per
+        # asyncio.run must not keep one channel per call.
+        self.assertLessEqual(len(client._per_loop), 1)
         asyncio.run(client.close())
+
+    def test_a_session_stays_on_its_loop(self) -> None:
+        """A session carried into a second asyncio.run has no heartbeat
+        there (its task ended with the first loop): run refuses it, naming
+        the fix, and executes nothing."""
+        client = intentd.aio.AsyncClient(server.address)
+        key = fresh_key("other-loop")
+        ran = []
+
+        async def open_one() -> intentd.aio.AsyncSession:
+            await client.register(key, {"n": 1})
+            return await client.open_session("other-loop", ttl=3)
+
+        session = asyncio.run(open_one())
+
+        async def run_there() -> None:
+            await session.run(intentd.Task(key=key, execute=lambda att: ran.append(att) or intent_pb2.Result()))
+
+        with self.assertRaisesRegex(RuntimeError, "belongs to the event loop that opened it"):
+            asyncio.run(run_there())
+        self.assertEqual(ran, [])
+
+        async def still_pending() -> int:
+            try:
+                return (await client.get(key)).state
+            finally:
+                await client.close()
+
+        self.assertEqual(asyncio.run(still_pending()), intent_pb2.STATE_PENDING)
 
 
 class CallSettingsTest(unittest.TestCase):

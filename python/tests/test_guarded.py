@@ -126,6 +126,15 @@ class GuardedTest(unittest.IsolatedAsyncioTestCase):
             await first
         self.assertEqual(self.shop.effects(provider, said.key), 1)
 
+    async def test_a_hosts_mistakes_say_what_to_do(self) -> None:
+        """A call without an argument its params name, and a Ledger given
+        the thread client, raise errors that name the fix."""
+        with self.assertRaisesRegex(TypeError, r"^buy_item: no argument 'max_eur', which its params name; the call's arguments: \['item'\]$"):
+            await self.ledger.call(self.tool, self.ctx, {"item": "desk lamp"})
+        with intentd.Client(server.address) as threads:
+            with self.assertRaisesRegex(TypeError, "give it an intentd.aio.AsyncClient, not an intentd.Client"):
+                intentd.Ledger(threads)
+
     async def test_the_key_is_the_identity_not_the_call(self) -> None:
         """The key is the action and the host's identity fields: another
         conversation is another intent; the same one is the same, whatever
@@ -138,9 +147,6 @@ class GuardedTest(unittest.IsolatedAsyncioTestCase):
         self.assertNotEqual(a.fingerprint, c.fingerprint)
         self.assertEqual(a.key, (await self.client.derive_key("buy-item", {"conversation": self.ctx.conversation_id, "item": "desk lamp"})).key)
 
-
-if __name__ == "__main__":
-    unittest.main()
 
 
 class RepeatedRunsTest(unittest.TestCase):
@@ -165,3 +171,21 @@ class RepeatedRunsTest(unittest.TestCase):
         again = asyncio.run(turn(False))
         self.assertEqual((first.status, again.status), ("executed", "replayed"))
         self.assertEqual(provider.effects(f"{first.key}:create-order"), 1)
+
+    def test_sessions_of_ended_loops_are_let_go(self) -> None:
+        """A host that never closes the ledger between turns keeps one
+        session, not one per turn."""
+        client = intentd.aio.AsyncClient(server.address, report_timeout=10)
+        ledger = intentd.Ledger(client, worker="turns", ttl=3)
+
+        async def turn() -> str:
+            return (await ledger.session()).id
+
+        ids = {asyncio.run(turn()) for _ in range(3)}
+        self.assertEqual(len(ids), 3)  # a session per loop
+        self.assertLessEqual(len(ledger._sessions), 1)
+        self.assertLessEqual(len(client._per_loop), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

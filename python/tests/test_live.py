@@ -331,8 +331,9 @@ class LiveTest(unittest.TestCase):
         dead = Counting()
         c = intentd.Client(channel=grpc.intercept_channel(grpc.insecure_channel("127.0.0.1:1"), dead), call_timeout=0.2, backoff=(0.02, 0.1))
         start = time.monotonic()
-        with self.assertRaises(intentd.Unavailable):
+        with self.assertRaises(intentd.Unavailable) as cm:
             c.get("k", timeout=1.0)
+        self.assertIn("no answer in 1s of retries", str(cm.exception))  # not a silent wait, then a transport error
         self.assertGreater(dead.calls, 2)
         self.assertLess(time.monotonic() - start, 3)
 
