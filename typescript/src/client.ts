@@ -34,7 +34,7 @@ export function newRequestId(): string {
 }
 
 export interface ClientOptions {
-  /** intentd's address, `host:port` (default 127.0.0.1:7650), over plaintext HTTP/2. */
+  /** intentd's address, `host:port` (default 127.0.0.1:7650; `http://host:port` too), over plaintext HTTP/2. */
   address?: string;
   /** A Connect transport of your own (TLS, interceptors) instead of `address`. */
   transport?: Transport;
@@ -56,6 +56,19 @@ export interface ClientOptions {
    * (default 60 000): an effect that happened gets recorded.
    */
   reportTimeoutMs?: number;
+}
+
+/**
+ * The `host:port` of an address (an `http://` URL's too), checked at once:
+ * an address the client cannot dial would otherwise be resent to for the
+ * whole retry timeout and end as a bare Unavailable.
+ */
+function hostPort(address = "127.0.0.1:7650"): string {
+  const a = String(address).replace(/^http:\/\//, "").replace(/\/$/, "");
+  if (!/^([^\s/:[\]]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}$/.test(a)) {
+    throw new TypeError(`intentd: address ${JSON.stringify(address)} is not host:port (127.0.0.1:7650); for TLS, pass a transport (createGrpcTransport from @connectrpc/connect-node)`);
+  }
+  return a;
 }
 
 /** Per call: a deadline for the whole call including resends, and a signal that stops it. */
@@ -85,10 +98,11 @@ export class Client {
   private readonly closeTransport?: () => void;
 
   constructor(opts: ClientOptions = {}) {
-    const address = opts.address ?? "127.0.0.1:7650";
     // With interceptors, Connect's gRPC transport (which runs them); else
     // unary calls on an HTTP/2 session of the client's own (src/transport.ts).
-    const transport = opts.transport ?? (opts.interceptors?.length ? createGrpcTransport({ baseUrl: `http://${address}`, interceptors: opts.interceptors }) : createIntentdTransport(address));
+    const transport =
+      opts.transport ??
+      (opts.interceptors?.length ? createGrpcTransport({ baseUrl: `http://${hostPort(opts.address)}`, interceptors: opts.interceptors }) : createIntentdTransport(hostPort(opts.address)));
     this.closeTransport = "close" in transport && typeof transport.close === "function" ? () => (transport as { close(): void }).close() : undefined;
     this.rpc = createClient(IntentService, transport);
     this.tenant = opts.tenant ?? "";

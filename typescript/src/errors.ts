@@ -115,7 +115,7 @@ export function retriable(err: unknown): boolean {
  * per gRPC code (Unavailable, …). `instanceof` picks the case:
  *
  * ```ts
- * try { await client.complete({ key, token, result }); }
+ * try { await client.complete(key, token, result); }
  * catch (err) { if (err instanceof StaleToken) console.log(err.currentToken, err.statement?.text); }
  * ```
  */

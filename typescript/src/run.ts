@@ -28,15 +28,15 @@
 // making a second order is the provider: it must deduplicate on the
 // operation key (attempt.operationKey("create-order"), the same for every
 // attempt and worker), or check the fencing token attempt.token.
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, isMessage, type MessageInitShape } from "@bufbuild/protobuf";
 import {
   Outcome as Outcomes,
+  ResultSchema,
   State,
   type AcquireResponse,
   type Intent,
   type RegisterRequestSchema,
   type Result,
-  type ResultSchema,
   type Statement,
 } from "../../gen/ts/intent/v1/intent_pb.js";
 import { newRequestId } from "./client.js";
@@ -123,7 +123,8 @@ export interface Task<T = unknown> {
   /**
    * Performs the side effect, once, under the attempt's lease, sending
    * attempt.operationKey(...) downstream as the idempotency key; returns
-   * the result to record (or nothing).
+   * the result to record, `{ payload?, externalRefs? }`, or nothing
+   * (anything else is a TypeError after the effect: left UNKNOWN).
    */
   execute(attempt: Attempt): Promise<ResultInit | void> | ResultInit | void;
   /**
@@ -242,6 +243,7 @@ function abortReason(signal: AbortSignal): unknown {
  * its SessionLost.
  */
 export async function run<T>(session: Session, task: Task<T>, opts: RunOptions = {}): Promise<Outcome<T>> {
+  if (typeof task?.execute !== "function") throw new TypeError("intentd: session.run: task.execute is required (a function of the attempt)");
   const deadline = performance.now() + (task.waitInProgressMs ?? 30_000);
   const signal = opts.signal;
   let executed = false;
@@ -317,6 +319,41 @@ function attempt(session: Session, key: string, acq: AcquireResponse, reconcilin
   return new Attempt(key, token, reconciling, acq.intent!, signal ? AbortSignal.any([lost, signal]) : lost, lost);
 }
 
+/** The names a Result init object may carry: its fields' (from the schema) and protobuf-es's own. */
+const RESULT_FIELDS = new Set([...ResultSchema.fields.map((f) => f.localName), "$typeName", "$unknown"]);
+
+/**
+ * What execute returned (or found() carries) as the Result to report,
+ * checked before the report: anything else — a string, { order_id } — is a
+ * TypeError in execute or reconcile, which leaves the intent UNKNOWN (the
+ * effect may have happened) rather than a report that cannot be sent,
+ * with the lease still held, or a result recorded without its fields.
+ */
+function toResultMessage(value: ResultInit | void | null): Result {
+  if (value === undefined || value === null) return create(ResultSchema);
+  if (isMessage(value, ResultSchema)) return value;
+  const v = value as Record<string, unknown>;
+  const proto = typeof value === "object" ? Object.getPrototypeOf(value) : undefined;
+  const plain = proto === Object.prototype || proto === null;
+  const bad =
+    !plain ||
+    Object.keys(v).some((k) => !RESULT_FIELDS.has(k)) ||
+    (v.payload !== undefined && !(v.payload instanceof Uint8Array)) ||
+    (v.externalRefs !== undefined && (v.externalRefs === null || typeof v.externalRefs !== "object"));
+  if (bad) {
+    const got = plain ? `{ ${Object.keys(v).join(", ")} }` : proto ? `a ${(proto as { constructor?: { name?: string } }).constructor?.name ?? "object"}` : typeof value;
+    throw new TypeError(`intentd: not a Result: ${got}; return { payload?: Uint8Array, externalRefs?: Record<string, string> } or nothing`);
+  }
+  return create(ResultSchema, value);
+}
+
+/** What reconcile returned, checked: not found/absent/undecided is a TypeError (the lookup failed: UNKNOWN stays). */
+function evidence(ev: Evidence): Evidence {
+  if (ev?.verdict === "found") return found(toResultMessage(ev.result));
+  if (ev?.verdict === "absent" || ev?.verdict === "undecided") return ev;
+  throw new TypeError("intentd: reconcile must return found(result), absent(reason) or undecided(reason)");
+}
+
 type Ran<V> = { ok: true; value: V } | { ok: false; error: unknown; aborted?: boolean };
 
 /**
@@ -368,14 +405,14 @@ async function execute<T>(session: Session, task: Task<T>, acq: AcquireResponse,
   const c = session.client;
   const key = task.key;
   const att = attempt(session, key, acq, false, signal);
-  const ran = await underLease(session, att, (a) => task.execute(a), signal);
+  const ran = await underLease(session, att, async (a) => toResultMessage(await task.execute(a)), signal);
   const lost = att.leaseLost.aborted;
   const t = att.token;
   const report = { timeoutMs: c.reportTimeoutMs };
   let out: Outcome<T>;
   try {
     if (ran.ok) {
-      const resp = await c.complete(key, t, ran.value ?? {}, att.children, report);
+      const resp = await c.complete(key, t, ran.value, att.children, report);
       return new Outcome<T>(Outcomes.COMPLETED, resp.intent!, { leaseLost: lost });
     }
     const err = ran.error;
@@ -408,7 +445,7 @@ async function reconcile<T>(session: Session, task: Task<T>, acq: AcquireRespons
   let ran: Ran<Evidence> = { ok: true, value: ev };
   if (task.reconcile) {
     const fn = task.reconcile.bind(task);
-    ran = await underLease(session, att, fn, signal);
+    ran = await underLease(session, att, async (a) => evidence(await fn(a)), signal);
     if (ran.ok) ev = ran.value;
   } else {
     session.untrack(key, att.token);

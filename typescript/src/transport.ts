@@ -90,7 +90,7 @@ export function createIntentdTransport(address: string): Transport & { close(): 
         stream = s.request(headers);
       } catch (err) {
         if (--active === 0) s.unref();
-        reject(new ConnectError(`intentd: ${String(err)}`, Code.Unavailable, undefined, undefined, err));
+        reject(new ConnectError(`no answer from ${address}: ${String(err)}`, Code.Unavailable, undefined, undefined, err));
         return;
       }
       let respHeaders: http2.IncomingHttpHeaders | undefined;
@@ -113,24 +113,24 @@ export function createIntentdTransport(address: string): Transport & { close(): 
       stream.on("data", (c: Buffer) => chunks.push(c));
       stream.on("trailers", (t) => (trailers = t));
       stream.on("error", (err) => {
-        failed ??= new ConnectError(`intentd: ${err.message}`, Code.Unavailable, undefined, undefined, err);
+        failed ??= new ConnectError(`no answer from ${address}: ${err.message}`, Code.Unavailable, undefined, undefined, err);
       });
       stream.on("close", () => {
         clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
         if (--active === 0 && !s.destroyed) s.unref();
         if (failed) return reject(failed);
-        if (!respHeaders) return reject(new ConnectError(`intentd: stream closed (${stream.rstCode})`, Code.Unavailable));
+        if (!respHeaders) return reject(new ConnectError(`stream closed (${stream.rstCode})`, Code.Unavailable));
         const status = Number(respHeaders[":status"]);
         if (status !== 200) return reject(new ConnectError(`HTTP ${status}`, codeFromHttpStatus(status)));
         const t = webHeaders(trailers ?? respHeaders);
         const err = findTrailerError(t);
         if (err) return reject(err);
-        if (!t.has("grpc-status")) return reject(new ConnectError("intentd: no grpc-status in the answer", Code.Internal));
+        if (!t.has("grpc-status")) return reject(new ConnectError("no grpc-status in the answer", Code.Internal));
         const data = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-        if (data.length < 5 || data[0] !== 0) return reject(new ConnectError("intentd: an answer that is not one uncompressed message", Code.Internal));
+        if (data.length < 5 || data[0] !== 0) return reject(new ConnectError("an answer that is not one uncompressed message", Code.Internal));
         const len = data.readUInt32BE(1);
-        if (data.length !== 5 + len) return reject(new ConnectError("intentd: an answer of the wrong length", Code.Internal));
+        if (data.length !== 5 + len) return reject(new ConnectError("an answer of the wrong length", Code.Internal));
         try {
           resolve({
             stream: false,
@@ -141,7 +141,7 @@ export function createIntentdTransport(address: string): Transport & { close(): 
             message: fromBinary(method.output, data.subarray(5)),
           } as UnaryResponse<I, O>);
         } catch (e) {
-          reject(new ConnectError(`intentd: cannot decode the answer: ${String(e)}`, Code.Internal));
+          reject(new ConnectError(`cannot decode the answer: ${String(e)}`, Code.Internal));
         }
       });
       stream.end(frame);

@@ -269,3 +269,31 @@ test("a long error is cut to what intentd keeps of a reason", async () => {
   assert.equal(out.name, LEFT_UNKNOWN);
   assert.ok(((await client.get(key)).history.at(-1)!.reason ?? "").length <= 1000);
 });
+
+test("a task without execute is a TypeError before anything is acquired", async () => {
+  const key = await approved("noexecute");
+  await assert.rejects(session.run({ key } as unknown as Task), TypeError);
+  assert.equal((await client.get(key)).state, State.PENDING);
+});
+
+test("execute or found() giving something that is not a Result: UNKNOWN with a TypeError, not a held lease", async () => {
+  for (const bad of ["order-1", { order_id: "o1" }, { payload: "text" }, new Uint8Array([1])]) {
+    const key = await approved("notresult");
+    const out = await session.run({ key, execute: (att) => (order(att), bad as never), reconcile: lookUp });
+    assert.equal(out.name, LEFT_UNKNOWN, String(out));
+    assert.ok(out.error instanceof TypeError && /not a Result/.test(out.error.message), String(out.error));
+    assert.equal((await client.get(key)).state, State.UNKNOWN);
+    const next = await session.run({ key, execute: order, reconcile: lookUp });
+    assert.equal(next.outcome, AcquireOutcome.COMPLETED);
+    assert.equal(provider.effects(`${key}:create-order`), 1);
+  }
+  const key = await approved("foundnotresult");
+  await session.run({ key, execute: () => Promise.reject(new Error("reset")) });
+  const out = await session.run({ key, execute: order, reconcile: () => found("order-1" as never) });
+  assert.equal(out.name, LEFT_UNKNOWN, String(out));
+  assert.match(String(out.error), /not a Result/);
+  const none = await session.run({ key, execute: order, reconcile: (() => undefined) as never });
+  assert.equal(none.name, LEFT_UNKNOWN, String(none));
+  assert.match(String(none.error), /reconcile must return/);
+  assert.equal(provider.effects(`${key}:create-order`), 0);
+});

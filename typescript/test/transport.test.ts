@@ -54,8 +54,26 @@ for (const [name, make] of [
 test("no intentd at the address: Unavailable, resent until the call's timeout", async () => {
   const c = new Client({ address: `127.0.0.1:${await freePort()}`, backoffMs: [10, 50] });
   const t0 = performance.now();
-  await assert.rejects(c.get("k", { timeoutMs: 300 }), Unavailable);
+  await assert.rejects(c.get("k", { timeoutMs: 300 }), (err: unknown) => {
+    assert.ok(err instanceof Unavailable);
+    assert.match(err.message, /^intentd: no answer from 127\.0\.0\.1:\d+: /); // said once, with the address
+    return true;
+  });
   assert.ok(performance.now() - t0 >= 250, "gave up before the timeout");
+});
+
+test("an address that is not host:port is a TypeError at once; http://host:port is taken", async () => {
+  for (const address of ["", "127.0.0.1", "https://127.0.0.1:7650", "127.0.0.1:7650/x", "grpc://h:1"]) {
+    assert.throws(() => new Client({ address }), TypeError, address);
+    assert.throws(() => new Client({ address, interceptors: [((next) => (req) => next(req)) as Interceptor] }), TypeError, address);
+  }
+  for (const address of [`http://${server.address}`, `http://${server.address}/`]) {
+    const c = new Client({ address });
+    assert.match((await c.deriveKey("a", { x: 1 })).key, /^[0-9a-f]+$/);
+    c.close();
+  }
+  assert.ok(new Client({ address: "[::1]:7650" }));
+  assert.ok(new Client({ address: "intentd.internal:7650" }));
 });
 
 test("a unary call past its deadline is DeadlineExceeded; the session's next call works", async () => {
