@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -31,6 +32,12 @@ const MetaKey = "intentd/key"
 // guard did: executed, replayed, looked_up, in_progress, under_review,
 // not_done, failed, refused, unavailable.
 const MetaOutcome = "intentd/outcome"
+
+// intentdWait bounds how long a call waits for intentd before anything is
+// sent (the guard's session) and the read-only tools' reads: past it the
+// model is answered unavailable, rather than left waiting while intentd is
+// down or --intentd names the wrong address.
+var intentdWait = 10 * time.Second
 
 // terms is what a call derives from its arguments and the host's _meta.
 type terms struct {
@@ -133,7 +140,11 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	}
 	var live *mcp.CallToolResult // the downstream's answer, when this call got one
 	sent := false                // whether this call sent anything downstream
+	claim := newClaimBound()
 	task.Execute = func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
+		if !claim.act() {
+			return nil, client.NotAttempted(claim.err())
+		}
 		sent = true
 		p := &mcp.CallToolParams{Name: t.Name, Meta: forwardMeta(req.Params.Meta)}
 		delete(p.Meta, MetaFingerprint)
@@ -173,12 +184,21 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	}
 	if l := t.Lookup; l != nil {
 		task.Reconcile = func(ctx context.Context, att *client.Attempt) (client.Evidence, error) {
+			if !claim.act() {
+				return client.Evidence{}, claim.err()
+			}
 			sent = true
 			return g.lookup(ctx, t, l, att)
 		}
 	}
-	sess, err := g.session(ctx)
+	sctx, cancel := context.WithTimeout(ctx, intentdWait)
+	sess, err := g.session(sctx)
+	cancel()
 	if err != nil {
+		if sctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %v", intentdWait)
+		}
+		g.log.Warn("mcp-guard: intentd could not be reached", "tool", t.Name, "err", err)
 		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: intentd could not be reached (%v); nothing was sent; try again later; action_taken: none", err)), nil
 	}
 	// The host may stop waiting (a timeout of its own, a cancellation):
@@ -186,22 +206,81 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	// an effect that happens is recorded and the host's next call gets
 	// it, rather than an answer cut mid-way and an intent left UNKNOWN.
 	ctx = context.WithoutCancel(ctx)
-	out, err := sess.Run(ctx, task)
-	for wait := 20 * time.Millisecond; out == nil && !sent && errors.Is(err, client.ErrRateLimited) && wait <= time.Second; wait *= 2 {
-		// Refused before anything was sent, as many hosts share the
-		// guard's one principal: wait a little and ask again.
-		time.Sleep(wait/2 + rand.N(wait/2))
-		out, err = sess.Run(ctx, task)
+	// Until the downstream is asked, the call is bounded: an intentd that
+	// stops answering once the guard's session is open (down, stalled, cut
+	// off) would otherwise keep the claim retrying, and the host waiting,
+	// for ever. Past the bound the model is answered unavailable at once,
+	// nothing sent, while Run gives back in the background a lease it may
+	// have got; once the downstream is asked, the call goes on to its end.
+	claim.bound = intentdWait + t.WaitInProgress
+	type ran struct {
+		out *client.Outcome
+		err error
 	}
+	got := make(chan ran, 1)
+	go func() {
+		rctx, giveUp := context.WithCancel(ctx)
+		defer giveUp()
+		defer claim.start(giveUp)()
+		out, err := sess.Run(rctx, task)
+		for wait := 20 * time.Millisecond; out == nil && !sent && errors.Is(err, client.ErrRateLimited) && wait <= time.Second; wait *= 2 {
+			// Refused before anything was sent, as many hosts share the
+			// guard's one principal: wait a little and ask again.
+			time.Sleep(wait/2 + rand.N(wait/2))
+			out, err = sess.Run(rctx, task)
+		}
+		got <- ran{out, err}
+	}()
+	var r ran
+	select {
+	case r = <-got:
+	case <-claim.given:
+		g.log.Warn("mcp-guard: intentd did not answer the claim", "tool", t.Name, "within", claim.bound)
+		return say(tm.key, "unavailable", fmt.Sprintf("unavailable: %s was not carried out: %v; nothing was sent; you may call it again later; action_taken: none", t.Name, claim.err())), nil
+	}
+	out, err := r.out, r.err
 	if err != nil && out != nil && out.Intent.GetState() == intentv1.State_STATE_UNKNOWN && task.Reconcile == nil {
 		// No lookup can settle it: hand it to a person now (the next
 		// Acquire is RECONCILE, which Run escalates without a Reconcile),
 		// so that the answer's "under review" is true when it is read.
-		if again, aerr := sess.Run(context.WithoutCancel(ctx), client.Task{Key: tm.key, Execute: task.Execute, WaitInProgress: time.Millisecond}); aerr == nil && again.Outcome == intentv1.Outcome_OUTCOME_NEEDS_REVIEW {
+		ectx, cancel := context.WithTimeout(ctx, intentdWait)
+		again, aerr := sess.Run(ectx, client.Task{Key: tm.key, Execute: task.Execute, WaitInProgress: time.Millisecond})
+		cancel()
+		if aerr == nil && again.Outcome == intentv1.Outcome_OUTCOME_NEEDS_REVIEW {
 			out.Outcome, out.Intent = again.Outcome, again.Intent
 		}
 	}
 	return g.answer(ctx, t, tm, out, err, live, sent), nil
+}
+
+// claimBound gives up a call's claim when intentd has not let it act
+// within bound: the first of act and the bound wins, once.
+type claimBound struct {
+	bound time.Duration
+	state atomic.Int32  // 0 claiming, 1 acting, 2 given up
+	given chan struct{} // closed when the bound gave the claim up
+}
+
+func newClaimBound() *claimBound { return &claimBound{given: make(chan struct{})} }
+
+// start arms the bound; give is called if it passes first. The function it
+// returns disarms it.
+func (c *claimBound) start(give func()) (stop func()) {
+	t := time.AfterFunc(c.bound, func() {
+		if c.state.CompareAndSwap(0, 2) {
+			give()
+			close(c.given)
+		}
+	})
+	return func() { t.Stop() }
+}
+
+// act reports whether the call may ask the downstream: not once the bound
+// gave the claim up.
+func (c *claimBound) act() bool { return c.state.CompareAndSwap(0, 1) || c.state.Load() == 1 }
+
+func (c *claimBound) err() error {
+	return fmt.Errorf("intentd did not let the call act within %v", c.bound)
 }
 
 // lookup asks the downstream's lookup tool whether an earlier attempt took
@@ -301,7 +380,9 @@ func (g *Guard) answer(ctx context.Context, t *Tool, tm *terms, out *client.Outc
 	switch {
 	case errors.Is(err, client.ErrFingerprintMismatch):
 		approved := "unknown terms"
-		if in, gerr := g.api.Get(ctx, &intentv1.GetRequest{Key: tm.key}); gerr == nil {
+		gctx, cancel := context.WithTimeout(ctx, intentdWait)
+		defer cancel()
+		if in, gerr := g.api.Get(gctx, &intentv1.GetRequest{Key: tm.key}); gerr == nil {
 			b, _ := json.Marshal(in.GetIntent().GetParams().AsMap())
 			approved = string(b)
 		}

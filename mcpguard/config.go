@@ -440,8 +440,8 @@ func (t *Tool) settle(at string) error {
 
 func durationAt(key string, raw json.RawMessage) (time.Duration, error) {
 	var s string
-	if err := decodeAs(key, raw, &s); err != nil {
-		return 0, err
+	if strictDecode(raw, &s) != nil {
+		return 0, bad(key, "%s is no duration (such as 10s, 1m30s: a number needs its unit)", strings.TrimSpace(string(raw)))
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {

@@ -30,6 +30,7 @@ func TestParseToolsNamesTheKey(t *testing.T) {
 		{"the operation key among the terms", `{"t": {` + good + `, "terms": ["reference"]}}`, "tools.t.terms", "the guard sets it"},
 		{"a bad approval", `{"t": {` + good + `, "approval": "model"}}`, "tools.t.approval", "want call"},
 		{"a bad timeout", `{"t": {` + good + `, "timeout": "forever"}}`, "tools.t.timeout", "no duration"},
+		{"a number for a timeout", `{"t": {` + good + `, "timeout": 30}}`, "tools.t.timeout", "30 is no duration (such as 10s, 1m30s: a number needs its unit)"},
 		{"a long timeout", `{"t": {` + good + `, "timeout": "11m"}}`, "tools.t.timeout", "outside"},
 		{"a bad on-tool-error", `{"t": {` + good + `, "on-tool-error": "retry"}}`, "tools.t.on-tool-error", "want release"},
 		{"a lookup without tool", `{"t": {` + good + `, "lookup": {"argument": "reference"}}}`, "tools.t.lookup.tool", "required"},
@@ -77,8 +78,9 @@ func TestParseDownstreamNamesTheKey(t *testing.T) {
 }
 
 // TestNewChecksTheDownstream: New refuses, naming the key, a guarded tool,
-// a lookup tool or an operation-key argument the downstream does not have;
-// and says so when the downstream does not start.
+// a lookup tool, or an operation-key, identity, term or lookup argument
+// the downstream does not have; and says so when the downstream does not
+// start.
 func TestNewChecksTheDownstream(t *testing.T) {
 	r := &refunds{dir: t.TempDir()}
 	url, _ := r.serveHTTP(t)
@@ -87,7 +89,9 @@ func TestNewChecksTheDownstream(t *testing.T) {
 	}{
 		{"an unknown tool", `{"create_payout": {"action": "a", "identity": {"meta": ["c"]}, "operation-key": {"meta": "k"}}}`, "tools.create_payout: the downstream " + url + " has no tool create_payout (it has: create_refund, echo, find_refund, issue_credit, send_payout)"},
 		{"an unknown lookup tool", `{"create_refund": {"action": "a", "identity": {"meta": ["c"]}, "operation-key": {"meta": "k"}, "lookup": {"tool": "lookup_refund", "argument": "reference"}}}`, "tools.create_refund.lookup.tool: the downstream"},
-		{"an unknown lookup argument", `{"create_refund": {"action": "a", "identity": {"meta": ["c"]}, "operation-key": {"meta": "k"}, "lookup": {"tool": "find_refund", "argument": "ref"}}}`, `tools.create_refund.lookup.argument: the downstream's find_refund takes no argument "ref"`},
+		{"an unknown lookup argument", `{"create_refund": {"action": "a", "identity": {"meta": ["c"]}, "operation-key": {"meta": "k"}, "lookup": {"tool": "find_refund", "argument": "ref"}}}`, `tools.create_refund.lookup.argument: the downstream's find_refund takes no argument "ref" (its arguments: reference)`},
+		{"an unknown identity argument", `{"create_refund": {"action": "a", "identity": {"arguments": ["orderid"], "meta": ["c"]}, "operation-key": {"meta": "k"}}}`, `tools.create_refund.identity.arguments: the downstream's create_refund takes no argument "orderid" (its arguments: amount, currency, order_id, reference)`},
+		{"a misspelt term", `{"create_refund": {"action": "a", "identity": {"meta": ["c"]}, "terms": ["order_id", "amount", "curency"], "operation-key": {"meta": "k"}}}`, `tools.create_refund.terms: the downstream's create_refund takes no argument "curency"`},
 		{"an unknown operation-key argument", `{"create_refund": {"action": "a", "identity": {"meta": ["c"]}, "operation-key": {"argument": "idempotency_key"}}}`, `tools.create_refund.operation-key.argument: the downstream's create_refund takes no argument "idempotency_key"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

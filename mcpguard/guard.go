@@ -103,9 +103,10 @@ type Guard struct {
 }
 
 // New connects to the downstream server, checks that every guarded tool
-// (and its lookup tool) is one of its tools, and builds the MCP server the
-// guard serves. conn reaches intentd; opts configure the intentd client
-// (client.WithTenant is set from cfg.Tenant).
+// (and its lookup tool) is one of its tools and takes the arguments its
+// config names, and builds the MCP server the guard serves. conn reaches
+// intentd; opts configure the intentd client (client.WithTenant is set
+// from cfg.Tenant).
 func New(ctx context.Context, cfg Config, conn grpc.ClientConnInterface, opts ...client.Option) (*Guard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -188,9 +189,22 @@ func (g *Guard) check(tools []*mcp.Tool) error {
 		if !ok {
 			return bad("tools."+name, "the downstream %s has no tool %s (it has: %s)", g.down.name(), name, have)
 		}
-		if a := t.OperationKey.Argument; a != "" {
-			if props := schemaProps(dt.InputSchema); props != nil && props[a] == nil {
-				return bad("tools."+name+".operation-key.argument", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, strings.Join(slices.Sorted(maps.Keys(props)), ", "))
+		if props := schemaProps(dt.InputSchema); props != nil {
+			// A misspelt term would go unfingerprinted (the model could
+			// change it), a misspelt identity argument refuse every call.
+			args := strings.Join(slices.Sorted(maps.Keys(props)), ", ")
+			if a := t.OperationKey.Argument; a != "" && props[a] == nil {
+				return bad("tools."+name+".operation-key.argument", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, args)
+			}
+			for _, a := range t.Identity.Arguments {
+				if props[a] == nil {
+					return bad("tools."+name+".identity.arguments", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, args)
+				}
+			}
+			for _, a := range t.Terms {
+				if props[a] == nil {
+					return bad("tools."+name+".terms", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, args)
+				}
 			}
 		}
 		if l := t.Lookup; l != nil {
@@ -199,7 +213,7 @@ func (g *Guard) check(tools []*mcp.Tool) error {
 				return bad("tools."+name+".lookup.tool", "the downstream %s has no tool %s (it has: %s)", g.down.name(), l.Tool, have)
 			}
 			if props := schemaProps(lt.InputSchema); props != nil && props[l.Argument] == nil {
-				return bad("tools."+name+".lookup.argument", "the downstream's %s takes no argument %q", l.Tool, l.Argument)
+				return bad("tools."+name+".lookup.argument", "the downstream's %s takes no argument %q (its arguments: %s)", l.Tool, l.Argument, strings.Join(slices.Sorted(maps.Keys(props)), ", "))
 			}
 		}
 	}

@@ -12,15 +12,20 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
+	"github.com/intentd/intentd/internal/core/freeport"
 	"github.com/intentd/intentd/internal/testing/intentdtest"
 	"github.com/intentd/intentd/mcpguard"
 )
@@ -332,6 +337,16 @@ func TestStatusTools(t *testing.T) {
 	if st := status(t, cs, "no-such-key"); st["status"] != "not_found" {
 		t.Errorf("intent_status of an unknown key: %v", st)
 	}
+	// Asked about nothing, or about a tool the guard does not guard, they
+	// name the guarded tools.
+	none, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.StatusTool, Arguments: map[string]any{}})
+	if st, _ := none.StructuredContent.(map[string]any); err != nil || st["status"] != "refused" || !strings.Contains(st["text"].(string), "neither key nor tool was given; give key (a guarded answer's intentd/key), or tool (one of create_refund, issue_credit, send_payout)") {
+		t.Errorf("intent_status of nothing: %v %v", err, none.StructuredContent)
+	}
+	echo, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.CompletedTool, Arguments: map[string]any{"tool": "echo"}})
+	if err != nil || !echo.IsError || !strings.Contains(text(echo), `"echo" is no guarded tool (they are: create_refund, issue_credit, send_payout)`) {
+		t.Errorf("list_completed of an unguarded tool: %v %q", err, text(echo))
+	}
 	list, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.CompletedTool, Arguments: map[string]any{}})
 	if err != nil {
 		t.Fatal(err)
@@ -339,6 +354,55 @@ func TestStatusTools(t *testing.T) {
 	done := list.StructuredContent.(map[string]any)["completed"].([]any)
 	if len(done) != 1 || done[0].(map[string]any)["key"] != key || done[0].(map[string]any)["external_refs"].(map[string]any)["refund_id"] == nil {
 		t.Errorf("list_completed: %v", list.StructuredContent)
+	}
+}
+
+// TestListCompletedPages: list_completed answers the oldest first, a limit
+// at a time, and its next_cursor goes on where the answer stopped, to the
+// newest, none left out or repeated.
+func TestListCompletedPages(t *testing.T) {
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	cs := connect(t, newGuard(t, fmt.Sprintf("pages-%d", time.Now().UnixNano()), &mcpguard.Downstream{URL: url}, 0))
+	var want []any
+	for i := range 5 {
+		res := refund(t, cs, "c-1", unique(t, fmt.Sprint("ord", i)), 2)
+		want = append(want, res.Meta[mcpguard.MetaKey])
+	}
+	list := func(args map[string]any) (keys []any, next string, res *mcp.CallToolResult) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpguard.CompletedTool, Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError {
+			return nil, "", res
+		}
+		out := res.StructuredContent.(map[string]any)
+		for _, c := range out["completed"].([]any) {
+			keys = append(keys, c.(map[string]any)["key"])
+		}
+		next, _ = out["next_cursor"].(string)
+		return keys, next, res
+	}
+	var got []any
+	args := map[string]any{"limit": 2}
+	for page := 0; ; page++ {
+		keys, next, _ := list(args)
+		if len(keys) > 2 || page > 3 {
+			t.Fatalf("page %d: %v, next %q", page, keys, next)
+		}
+		got = append(got, keys...)
+		if next == "" {
+			break
+		}
+		args = map[string]any{"limit": 2, "cursor": next}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("paged: %v; want, oldest first: %v", got, want)
+	}
+	if _, _, res := list(map[string]any{"cursor": "not-a-cursor"}); !res.IsError || !strings.Contains(text(res), "is not one this tool gave") {
+		t.Errorf("a made-up cursor: %q", text(res))
 	}
 }
 
@@ -542,6 +606,113 @@ func TestHostGivesUp(t *testing.T) {
 	res := refund(t, cs, "c-7", order, 9) // waits while the first is in progress
 	if outcome(res) != "replayed" || r.effectsFor(order) != 1 {
 		t.Fatalf("the host's next call: %s %q, %d refunds; want replayed, 1", outcome(res), text(res), r.effectsFor(order))
+	}
+}
+
+// TestIntentdUnreachable: while intentd does not answer (down, or the
+// guard given a wrong address), a guarded call answers unavailable with
+// nothing sent, and the read-only tools say so, rather than keep the model
+// waiting.
+func TestIntentdUnreachable(t *testing.T) {
+	mcpguard.SetIntentdWait(t, 300*time.Millisecond)
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	conn, err := grpc.NewClient(freeport.Addr(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g, err := mcpguard.New(ctx, mcpguard.Config{Name: "unreachable", Downstream: &mcpguard.Downstream{URL: url}, Tools: parseTools(t)}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	cs := connect(t, g)
+	order := unique(t, "ord")
+	res := refund(t, cs, "c-1", order, 40) // within refund's minute
+	if outcome(res) != "unavailable" || !res.IsError || !strings.Contains(text(res), "nothing was sent") || r.effectsFor(order) != 0 {
+		t.Fatalf("a call while intentd does not answer: %s %q, %d refunds; want unavailable, none", outcome(res), text(res), r.effectsFor(order))
+	}
+	if st := status(t, cs, "some-key"); st["status"] != "unavailable" {
+		t.Errorf("intent_status while intentd does not answer: %v", st)
+	}
+	list, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: mcpguard.CompletedTool, Arguments: map[string]any{}})
+	if err != nil || !list.IsError || !strings.Contains(text(list), "intentd could not be asked") {
+		t.Errorf("list_completed while intentd does not answer: %v %q", err, text(list))
+	}
+}
+
+// stallable is a connection to intentd that stops answering on demand, as
+// an intentd that stalls or is cut off once a client is connected: while
+// stalled, a call is sent nowhere and waits for its deadline.
+type stallable struct {
+	grpc.ClientConnInterface
+	stalled atomic.Bool
+}
+
+func (s *stallable) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	if s.stalled.Load() {
+		<-ctx.Done()
+		return grpcstatus.FromContextError(ctx.Err()).Err()
+	}
+	return s.ClientConnInterface.Invoke(ctx, method, args, reply, opts...)
+}
+
+func (s *stallable) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if s.stalled.Load() {
+		<-ctx.Done()
+		return nil, grpcstatus.FromContextError(ctx.Err()).Err()
+	}
+	return s.ClientConnInterface.NewStream(ctx, desc, method, opts...)
+}
+
+// TestIntentdStallsAfterTheSessionOpened: once the guard's session is open,
+// intentd stops answering. A call is answered unavailable within its bound
+// (the wait for intentd and the tool's wait for a call in progress),
+// nothing sent; once intentd answers again, the same call is carried out,
+// once.
+func TestIntentdStallsAfterTheSessionOpened(t *testing.T) {
+	mcpguard.SetIntentdWait(t, 300*time.Millisecond)
+	r := &refunds{dir: t.TempDir()}
+	url, _ := r.serveHTTP(t)
+	conn := &stallable{ClientConnInterface: dialIntentd(t)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := mcpguard.New(ctx, mcpguard.Config{Name: "stalls", Downstream: &mcpguard.Downstream{URL: url}, Tools: parseTools(t), Logger: slog.New(slog.DiscardHandler)}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(context.Background())
+	cs := connect(t, g)
+	if first := refund(t, cs, "c-1", unique(t, "before"), 3); outcome(first) != "executed" {
+		t.Fatalf("before the stall: %s %q", outcome(first), text(first))
+	}
+	conn.stalled.Store(true)
+	order := unique(t, "during")
+	start := time.Now()
+	res := refund(t, cs, "c-1", order, 3)
+	took := time.Since(start)
+	if outcome(res) != "unavailable" || !strings.Contains(text(res), "nothing was sent") || r.effectsFor(order) != 0 {
+		t.Fatalf("a call while intentd stalls: %s %q, %d refunds; want unavailable, none", outcome(res), text(res), r.effectsFor(order))
+	}
+	// The bound: 300ms for intentd, and refund's wait for a call in
+	// progress (the default, 5s); well under the minute a report may take.
+	if took > mcpguard.DefaultWaitInProgress+5*time.Second {
+		t.Errorf("answered after %v", took)
+	}
+	conn.stalled.Store(false)
+	var again *mcp.CallToolResult
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		// The session may have lapsed during the stall: the guard opens
+		// another.
+		if again = refund(t, cs, "c-1", order, 3); outcome(again) != "unavailable" {
+			break
+		}
+	}
+	if outcome(again) != "executed" || r.effectsFor(order) != 1 {
+		t.Fatalf("after the stall: %s %q, %d refunds; want executed, one", outcome(again), text(again), r.effectsFor(order))
 	}
 }
 

@@ -24,8 +24,9 @@ type statusArgs struct {
 }
 
 type completedArgs struct {
-	Tool  string `json:"tool,omitempty" jsonschema:"only this guarded tool's intents (default: all of this guard's)"`
-	Limit int    `json:"limit,omitempty" jsonschema:"at most this many, newest pages first (default 20, at most 100)"`
+	Tool   string `json:"tool,omitempty" jsonschema:"only this guarded tool's intents (default: all of this guard's)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"at most this many, oldest first (default 20, at most 100)"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"the next_cursor of the previous answer, to go on from there (with the same tool)"`
 }
 
 // statementOut is a statement as the tools answer it.
@@ -40,6 +41,8 @@ type statementOut struct {
 
 type completedOut struct {
 	Completed []statementOut `json:"completed"`
+	// NextCursor is set when there are more: the cursor of the next call.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 func (g *Guard) addOwnTools() {
@@ -64,7 +67,11 @@ func (g *Guard) status(ctx context.Context, a statusArgs, meta mcp.Meta, header 
 	if key == "" {
 		t, ok := g.cfg.Tools[a.Tool]
 		if !ok {
-			return statementOut{Status: "refused", Text: fmt.Sprintf("refused: give key, or tool (one of the guarded tools) and its arguments; %q is no guarded tool; action_taken: none", a.Tool)}
+			why := "neither key nor tool was given"
+			if a.Tool != "" {
+				why = fmt.Sprintf("%q is no guarded tool", a.Tool)
+			}
+			return statementOut{Status: "refused", Text: fmt.Sprintf("refused: %s; give key (a guarded answer's intentd/key), or tool (one of %s) and its arguments; action_taken: none", why, strings.Join(sortedKeys(g.cfg.Tools), ", "))}
 		}
 		args := a.Arguments
 		if args == nil {
@@ -76,6 +83,8 @@ func (g *Guard) status(ctx context.Context, a statusArgs, meta mcp.Meta, header 
 		}
 		key = tm.key
 	}
+	ctx, cancel := context.WithTimeout(ctx, intentdWait)
+	defer cancel()
 	resp, err := g.api.Get(ctx, &intentv1.GetRequest{Key: key})
 	switch {
 	case errors.Is(err, client.ErrNotFound):
@@ -116,27 +125,36 @@ func (g *Guard) completed(ctx context.Context, a completedArgs) (completedOut, e
 	label := LabelGuard + "=" + g.cfg.Name
 	if a.Tool != "" {
 		if _, ok := g.cfg.Tools[a.Tool]; !ok {
-			return completedOut{}, fmt.Errorf("%q is no guarded tool", a.Tool)
+			return completedOut{}, fmt.Errorf("%q is no guarded tool (they are: %s)", a.Tool, strings.Join(sortedKeys(g.cfg.Tools), ", "))
 		}
 		label = LabelTool + "=" + a.Tool
 	}
+	ctx, cancel := context.WithTimeout(ctx, intentdWait)
+	defer cancel()
 	out := completedOut{Completed: []statementOut{}}
-	token := ""
+	token := a.Cursor
 	for len(out.Completed) < limit {
-		resp, err := g.api.List(ctx, &intentv1.ListRequest{States: []intentv1.State{intentv1.State_STATE_COMPLETED}, Label: label, PageSize: int32(min(100, limit)), PageToken: token})
-		if err != nil {
+		// A page no larger than what is still wanted: the next page's
+		// token is then where the answer stops, to go on from.
+		resp, err := g.api.List(ctx, &intentv1.ListRequest{States: []intentv1.State{intentv1.State_STATE_COMPLETED}, Label: label, PageSize: int32(limit - len(out.Completed)), PageToken: token})
+		switch {
+		case errors.Is(err, client.ErrInvalidArgument) && token != "":
+			return out, fmt.Errorf("cursor %q is not one this tool gave for these arguments (give it with the same tool, or leave it out to start from the oldest)", token)
+		case errors.Is(err, client.ErrCompacted):
+			return out, errors.New("the cursor is too old (intentd no longer keeps the listing it continues): leave it out to start again from the oldest")
+		case err != nil:
 			return out, fmt.Errorf("intentd could not be asked: %v", err)
 		}
 		for _, in := range resp.GetIntents() {
-			if in.GetLabels()[LabelGuard] != g.cfg.Name || len(out.Completed) == limit {
-				continue
+			if in.GetLabels()[LabelGuard] == g.cfg.Name {
+				out.Completed = append(out.Completed, describe(in, in.GetLabels()[LabelTool]))
 			}
-			out.Completed = append(out.Completed, describe(in, in.GetLabels()[LabelTool]))
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break
 		}
 	}
+	out.NextCursor = token
 	return out, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -238,7 +239,12 @@ func RunMCPGuard(ctx context.Context, o MCPGuardOptions, log *slog.Logger, ready
 		}
 		creds = credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: o.IntentdName, MinVersion: tls.VersionTLS12})
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// Wait at most 5s between attempts to reach intentd again (gRPC's
+	// default grows to 2m): once intentd is back after an outage, calls are
+	// through in seconds, not answered unavailable for minutes.
+	bo := backoff.DefaultConfig
+	bo.MaxDelay = 5 * time.Second
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second})}
 	if o.TokenFile != "" {
 		b, err := os.ReadFile(o.TokenFile)
 		if err != nil {
@@ -272,7 +278,21 @@ func RunMCPGuard(ctx context.Context, o MCPGuardOptions, log *slog.Logger, ready
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, &mcp.StreamableHTTPOptions{Logger: log}))
+	// A host's standalone stream (its GET of /mcp) lasts as long as its
+	// session: it ends when the guard stops, or Shutdown would wait for it
+	// until --shutdown-timeout. A call's answer (a POST) is waited for.
+	streams, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server() }, &mcp.StreamableHTTPOptions{Logger: log})
+	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(streams, cancel)()
+			r = r.WithContext(ctx)
+		}
+		mcpHandler.ServeHTTP(w, r)
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") })
 	health := healthpb.NewHealthClient(conn)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -293,6 +313,7 @@ func RunMCPGuard(ctx context.Context, o MCPGuardOptions, log *slog.Logger, ready
 		return fmt.Errorf("--listen %s: %w", o.Listen, err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv.RegisterOnShutdown(endStreams)
 	served := make(chan error, 1)
 	go func() {
 		if o.TLSCert != "" {
@@ -311,6 +332,7 @@ func RunMCPGuard(ctx context.Context, o MCPGuardOptions, log *slog.Logger, ready
 		return fmt.Errorf("mcp-guard: %w", err)
 	case <-ctx.Done():
 	}
+	log.Info("intentd mcp-guard stopping: in-flight calls finish and record", "within", o.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
