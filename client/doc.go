@@ -28,7 +28,13 @@
 // returns Outcome NEEDS_REVIEW without executing, and Outcome.Intent's
 // attempts and max_attempts say why. Reports are retried while intentd does not answer,
 // under the same token, and outlive the caller's context (bounded by
-// WithReportTimeout): an effect that happened gets recorded.
+// WithReportTimeout): an effect that happened gets recorded. A report is
+// never left refused while the lease is held: free text (reasons, a
+// failure's code and message) is cut to its limit at a character boundary;
+// a result or failure intentd refuses as INVALID_ARGUMENT (a payload over
+// its limit, too many references) is reported as MarkUnknown instead, the
+// refusal returned, so that the next worker reconciles at once; a Found
+// result so refused is escalated to a person.
 //
 // Calls are retried only when intentd did not answer (UNAVAILABLE, or an
 // attempt's own deadline), with jittered backoff and a deadline per attempt,

@@ -6,13 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/intentd/intentd/fencing"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/core/text"
 )
 
 // Task is one intent to carry through its life with Run.
@@ -304,23 +307,38 @@ func (s *Session) execute(ctx context.Context, task *Task, acq *intentv1.Acquire
 	var final *FinalError
 	var none *NotAttemptedError
 	var rerr error
+	markUnknown := func(reason string) {
+		var resp *intentv1.MarkUnknownResponse
+		resp, rerr = s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: uint64(att.Token), Reason: text.Cut(reason, maxReason)})
+		in, base = resp.GetIntent(), markedUnknown(resp.GetIntent())
+	}
 	switch {
 	case err == nil:
 		var resp *intentv1.CompleteResponse
 		resp, rerr = s.c.Complete(rctx, &intentv1.CompleteRequest{Key: task.Key, Token: uint64(att.Token), Result: res, Children: att.children})
 		in, base = resp.GetIntent(), intentv1.Outcome_OUTCOME_COMPLETED
+		if unrecordable(rerr) {
+			// The effect happened, and what Execute returned cannot be
+			// recorded (too large, too many references): the intent is
+			// UNKNOWN, for a lookup to record what exists, rather than
+			// held by this session's lease while it lives.
+			err = rerr
+			markUnknown("the result could not be recorded: " + rerr.Error())
+		}
 	case errors.As(err, &final):
 		var resp *intentv1.FailResponse
-		resp, rerr = s.c.Fail(rctx, &intentv1.FailRequest{Key: task.Key, Token: uint64(att.Token), Failure: &intentv1.Failure{Code: final.Code, Message: final.Err.Error()}})
+		resp, rerr = s.c.Fail(rctx, &intentv1.FailRequest{Key: task.Key, Token: uint64(att.Token), Failure: &intentv1.Failure{Code: text.Cut(final.Code, maxFailureCode), Message: text.Cut(final.Err.Error(), maxFailureMessage)}})
 		in, base = resp.GetIntent(), intentv1.Outcome_OUTCOME_FAILED
+		if unrecordable(rerr) { // an empty code, say
+			err = rerr
+			markUnknown("the failure could not be recorded: " + rerr.Error())
+		}
 	case errors.As(err, &none):
 		var resp *intentv1.ReleaseResponse
-		resp, rerr = s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: uint64(att.Token), Reason: none.Error()})
+		resp, rerr = s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: uint64(att.Token), Reason: text.Cut(none.Error(), maxReason)})
 		in = resp.GetIntent()
 	default:
-		var resp *intentv1.MarkUnknownResponse
-		resp, rerr = s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: uint64(att.Token), Reason: truncate(err.Error(), 1000)})
-		in, base = resp.GetIntent(), markedUnknown(resp.GetIntent())
+		markUnknown(err.Error())
 	}
 	if rerr != nil {
 		return nil, leaseErr(lost, rerr)
@@ -356,7 +374,7 @@ func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.Acqui
 		// The lookup itself failed (the provider is down, the lease was
 		// lost): nothing was learned. Leave the intent UNKNOWN for the
 		// next reconcile rather than for a human.
-		resp, err := s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: token, Reason: "reconcile failed: " + truncate(rerr.Error(), 900)})
+		resp, err := s.c.MarkUnknown(rctx, &intentv1.MarkUnknownRequest{Key: task.Key, Token: token, Reason: text.Cut("reconcile failed: "+rerr.Error(), maxReason)})
 		if err != nil {
 			return false, nil, leaseErr(lost, err)
 		}
@@ -365,17 +383,27 @@ func (s *Session) reconcile(ctx context.Context, task *Task, acq *intentv1.Acqui
 	switch ev.verdict {
 	case found:
 		resp, err := s.c.Complete(rctx, &intentv1.CompleteRequest{Key: task.Key, Token: token, Result: ev.result, Children: att.children})
+		if unrecordable(err) {
+			// The effect exists and what was found cannot be recorded: a
+			// person records it (another lookup would find the same).
+			eresp, eerr := s.c.Escalate(rctx, &intentv1.EscalateRequest{Key: task.Key, Token: token, Actor: "client.Run",
+				Reason: text.Cut("found downstream, but the result could not be recorded: "+err.Error(), maxReason)})
+			if eerr != nil {
+				return false, nil, leaseErr(lost, eerr)
+			}
+			return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_NEEDS_REVIEW, Intent: eresp.GetIntent()}, leaseErr(lost, err)
+		}
 		if err != nil {
 			return false, nil, leaseErr(lost, err)
 		}
 		return false, &Outcome{Outcome: intentv1.Outcome_OUTCOME_COMPLETED, Intent: resp.GetIntent()}, nil
 	case absent:
-		if _, err := s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: token, Reason: ev.reason}); err != nil {
+		if _, err := s.c.Release(rctx, &intentv1.ReleaseRequest{Key: task.Key, Token: token, Reason: text.Cut(ev.reason, maxReason)}); err != nil {
 			return false, nil, leaseErr(lost, err)
 		}
 		return true, nil, nil
 	default:
-		resp, err := s.c.Escalate(rctx, &intentv1.EscalateRequest{Key: task.Key, Token: token, Reason: ev.reason, Actor: "client.Run"})
+		resp, err := s.c.Escalate(rctx, &intentv1.EscalateRequest{Key: task.Key, Token: token, Reason: text.Cut(ev.reason, maxReason), Actor: "client.Run"})
 		if err != nil {
 			return false, nil, leaseErr(lost, err)
 		}
@@ -435,9 +463,20 @@ func newRequestID() string {
 	return hex.EncodeToString(b)
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
+// The limits of a report's free text (intent.proto), in bytes: run cuts
+// what it reports to them, so that a report is never refused for the
+// length of an error message.
+const (
+	maxReason         = 1024
+	maxFailureCode    = 128
+	maxFailureMessage = 1024
+)
+
+// unrecordable reports whether a report was refused for what it carries —
+// a result or failure intentd's limits do not allow, or one protobuf
+// cannot encode (a string that is not UTF-8) — so that the same report
+// would be refused again.
+func unrecordable(err error) bool {
+	var e *Error
+	return errors.Is(err, ErrInvalidArgument) || errors.As(err, &e) && e.Code == codes.Internal && strings.HasPrefix(e.Message, "grpc: error while marshaling")
 }

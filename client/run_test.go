@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -876,5 +878,92 @@ func TestRunPoisonIntentGoesToReview(t *testing.T) {
 	}
 	if executions != 1 {
 		t.Fatalf("Execute ran %d times, want 1", executions)
+	}
+}
+
+// TestRunReportsWhatCannotBeRecorded: a report intentd would refuse for
+// what it carries never leaves the intent held by the session's lease
+// (IN_PROGRESS for as long as the worker lives). Free text is cut to its
+// limit at a character boundary; a result or failure that cannot be
+// recorded leaves the intent UNKNOWN, for the next worker to reconcile at
+// once; a found result that cannot be recorded goes to a person.
+func TestRunReportsWhatCannotBeRecorded(t *testing.T) {
+	t.Parallel()
+	euros := strings.Repeat("€", 2000) // 6,000 bytes: more than a reason's 1,024
+	big := &intentv1.Result{Payload: make([]byte, 300_000)}
+	for _, tc := range []struct {
+		name      string
+		execute   func(context.Context, *client.Attempt) (*intentv1.Result, error)
+		reconcile func(context.Context, *client.Attempt) (client.Evidence, error) // after execute, by a second worker
+		state     intentv1.State
+		errIs     error
+		reason    string // the start of the report's reason in the history
+	}{
+		{name: "a result too large", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) { return big, nil },
+			state: intentv1.State_STATE_UNKNOWN, errIs: client.ErrInvalidArgument, reason: "the result could not be recorded: "},
+		{name: "a reference that is not UTF-8", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) {
+			return &intentv1.Result{ExternalRefs: map[string]string{"order_id": "SO-\xff"}}, nil
+		}, state: intentv1.State_STATE_UNKNOWN, reason: "the result could not be recorded: "},
+		{name: "a long error in euros", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) { return nil, errors.New(euros) },
+			state: intentv1.State_STATE_UNKNOWN, reason: "€€€"},
+		{name: "nothing attempted, at length", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) {
+			return nil, client.NotAttempted(errors.New(euros))
+		}, state: intentv1.State_STATE_PENDING},
+		{name: "a final failure with a long message", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) {
+			return nil, client.Final("card_declined", errors.New(euros))
+		}, state: intentv1.State_STATE_FAILED},
+		{name: "a final failure without a code", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) {
+			return nil, client.Final("", errors.New("declined"))
+		}, state: intentv1.State_STATE_UNKNOWN, errIs: client.ErrInvalidArgument, reason: "the failure could not be recorded: "},
+		{name: "found, too large", execute: func(context.Context, *client.Attempt) (*intentv1.Result, error) { return nil, errReadTimeout },
+			reconcile: func(context.Context, *client.Attempt) (client.Evidence, error) { return client.Found(big), nil },
+			state:     intentv1.State_STATE_NEEDS_REVIEW, errIs: client.ErrInvalidArgument, reason: "found downstream, but the result could not be recorded: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			c := newClient(t)
+			key := keyFor(t, "")
+			register(t, c, key)
+			sess := openSession(t, c, "recorder", 0)
+			out, err := sess.Run(ctx, client.Task{Key: key, Execute: tc.execute})
+			if tc.errIs != nil && tc.reconcile == nil && !errors.Is(err, tc.errIs) {
+				t.Errorf("Run error = %v; want %v", err, tc.errIs)
+			}
+			if out == nil {
+				t.Fatalf("Run = nil, %v: the report was not made", err)
+			}
+			if tc.reconcile != nil {
+				// Another worker reconciles at once: the intent is not held.
+				other := openSession(t, c, "reconciler", 0)
+				out, err = other.Run(ctx, client.Task{Key: key, Execute: tc.execute, Reconcile: tc.reconcile, WaitInProgress: time.Millisecond})
+				if !errors.Is(err, tc.errIs) || out == nil || out.Outcome != intentv1.Outcome_OUTCOME_NEEDS_REVIEW {
+					t.Fatalf("reconcile: %+v, %v; want NEEDS_REVIEW and %v", out, err, tc.errIs)
+				}
+			}
+			in := get(t, c, key)
+			if in.GetState() != tc.state {
+				t.Fatalf("state %v; want %v (%v)", in.GetState(), tc.state, err)
+			}
+			if tc.reason != "" {
+				h := in.GetHistory()
+				if last := h[len(h)-1].GetReason(); !strings.HasPrefix(last, tc.reason) || len(last) > 1024 || !utf8.ValidString(last) {
+					t.Errorf("the report's reason: %.80q… (%d bytes); want it to start %q, within 1,024 bytes", last, len(last), tc.reason)
+				}
+			}
+			if tc.state == intentv1.State_STATE_UNKNOWN {
+				// Not held: the next worker reconciles now.
+				other := openSession(t, c, "next", 0)
+				looked := false
+				_, _ = other.Run(ctx, client.Task{Key: key, WaitInProgress: time.Millisecond, Execute: tc.execute,
+					Reconcile: func(context.Context, *client.Attempt) (client.Evidence, error) {
+						looked = true
+						return client.Undecided("test"), nil
+					}})
+				if !looked {
+					t.Errorf("the next worker did not reconcile")
+				}
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/intentd/intentd/client"
 	intentv1 "github.com/intentd/intentd/gen/intent/v1"
 	"github.com/intentd/intentd/intent"
+	"github.com/intentd/intentd/internal/core/text"
 )
 
 // MetaFingerprint is the _meta key a host may set to the fingerprint of
@@ -177,7 +178,7 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 			case "release":
 				return nil, client.NotAttempted(fmt.Errorf("the downstream answered an error: %s", textOf(res)))
 			case "fail":
-				return nil, client.Final("tool_error", errors.New(truncate(textOf(res), 900)))
+				return nil, client.Final("tool_error", errors.New(text.Cut(textOf(res), 900)))
 			}
 		}
 		return toResult(res)
@@ -293,7 +294,7 @@ func (g *Guard) lookup(ctx context.Context, t *Tool, l *Lookup, att *client.Atte
 		return client.Evidence{}, fmt.Errorf("lookup %s: %w", l.Tool, err)
 	}
 	if res.IsError {
-		return client.Evidence{}, fmt.Errorf("lookup %s answered an error: %s", l.Tool, truncate(textOf(res), 300))
+		return client.Evidence{}, fmt.Errorf("lookup %s answered an error: %s", l.Tool, text.Cut(textOf(res), 300))
 	}
 	sc, _ := structured(res)[l.FoundField].(bool)
 	if _, has := structured(res)[l.FoundField]; !has {
@@ -361,7 +362,7 @@ func setRef(m map[string]string, k, v string) map[string]string {
 	if m == nil {
 		m = map[string]string{}
 	}
-	m[k] = truncate(v, 256)
+	m[k] = text.Cut(v, 256)
 	return m
 }
 
@@ -479,13 +480,6 @@ func textOf(res *mcp.CallToolResult) string {
 		}
 	}
 	return strings.Join(parts, " ")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 func nonEmpty(a, b string) string {
