@@ -53,6 +53,32 @@ class Retrying:
         return wait
 
 
+# intentd's limits on the free text of a report, in UTF-8 bytes (the
+# proto's rules): a reason (MarkUnknown, Release, Escalate) and a failure's
+# message, and a failure's code.
+MAX_REASON_BYTES = 1024
+MAX_FAILURE_CODE_BYTES = 128
+
+
+def cut_utf8(text: str, limit: int) -> str:
+    """text cut to at most limit UTF-8 bytes, at a character boundary.
+
+    intentd's limits are in bytes, not characters: 1000 characters of
+    French or of "€" are more than 1024 bytes, and a report refused for its
+    length leaves the lease held. A character UTF-8 cannot encode (a lone
+    surrogate, as from a file name decoded with ``surrogateescape``) becomes
+    "?": protobuf would refuse to send it at all."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "replace")
+        text = data.decode("utf-8")
+    if len(data) <= limit:
+        return text
+    # A prefix of valid UTF-8 is invalid only in its last, cut character.
+    return data[:limit].decode("utf-8", "ignore")
+
+
 def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
     """A google.protobuf.Struct holding a JSON-like mapping (numbers become doubles)."""
     s = struct_pb2.Struct()
@@ -205,23 +231,28 @@ class Calls:
         return self._call("Complete", self._tenant(req), timeout)
 
     def mark_unknown(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.MarkUnknownResponse:
-        """Records that the outcome is unknown, under the caller's token: the next Acquire reconciles."""
-        req = intent_pb2.MarkUnknownRequest(key=key, token=token, reason=reason[:1000])
+        """Records that the outcome is unknown, under the caller's token: the next Acquire reconciles.
+        The reason is cut to intentd's 1024 UTF-8 bytes (:func:`cut_utf8`)."""
+        req = intent_pb2.MarkUnknownRequest(key=key, token=token, reason=cut_utf8(reason, MAX_REASON_BYTES))
         return self._call("MarkUnknown", self._tenant(req), timeout)
 
     def release(self, key: str, token: int, reason: str, *, timeout: Optional[float] = None) -> intent_pb2.ReleaseResponse:
-        """Records a confirmed absence, under the caller's token: the intent is PENDING again."""
-        req = intent_pb2.ReleaseRequest(key=key, token=token, reason=reason[:1000])
+        """Records a confirmed absence, under the caller's token: the intent is PENDING again.
+        The reason is cut to intentd's 1024 UTF-8 bytes (:func:`cut_utf8`)."""
+        req = intent_pb2.ReleaseRequest(key=key, token=token, reason=cut_utf8(reason, MAX_REASON_BYTES))
         return self._call("Release", self._tenant(req), timeout)
 
     def fail(self, key: str, token: int, code: str, message: str = "", *, timeout: Optional[float] = None) -> intent_pb2.FailResponse:
-        """Records a definite failure, under the caller's token."""
-        req = intent_pb2.FailRequest(key=key, token=token, failure=intent_pb2.Failure(code=code, message=message[:1000]))
+        """Records a definite failure, under the caller's token. The code is cut
+        to intentd's 128 UTF-8 bytes and the message to 1024 (:func:`cut_utf8`);
+        an empty code is refused (:class:`intentd.InvalidField`)."""
+        req = intent_pb2.FailRequest(key=key, token=token, failure=intent_pb2.Failure(code=cut_utf8(code, MAX_FAILURE_CODE_BYTES), message=cut_utf8(message, MAX_REASON_BYTES)))
         return self._call("Fail", self._tenant(req), timeout)
 
     def escalate(self, key: str, reason: str, *, token: int = 0, actor: str = "", force: bool = False, timeout: Optional[float] = None) -> intent_pb2.EscalateResponse:
-        """Hands an intent to a human (under the worker's token, or as a reviewer with token 0)."""
-        req = intent_pb2.EscalateRequest(key=key, token=token, reason=reason[:1000], actor=actor, force=force)
+        """Hands an intent to a human (under the worker's token, or as a reviewer with token 0).
+        The reason, required, is cut to intentd's 1024 UTF-8 bytes (:func:`cut_utf8`)."""
+        req = intent_pb2.EscalateRequest(key=key, token=token, reason=cut_utf8(reason, MAX_REASON_BYTES), actor=actor, force=force)
         return self._call("Escalate", self._tenant(req), timeout)
 
     def resolve(self, request: intent_pb2.ResolveRequest, *, timeout: Optional[float] = None) -> intent_pb2.ResolveResponse:
@@ -353,4 +384,4 @@ def _duration(seconds: float) -> duration_pb2.Duration:
     return d
 
 
-__all__ = ["Calls", "Client", "Retrying", "new_request_id", "struct"]
+__all__ = ["Calls", "Client", "Retrying", "cut_utf8", "new_request_id", "struct"]

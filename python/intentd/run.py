@@ -17,10 +17,25 @@ gets recorded. A report refused as STALE_TOKEN (another worker or a
 reviewer took over) makes run acquire again, a bounded number of times, to
 learn what became of the intent; ``Outcome.superseded`` then says so.
 
+A report's free text (a reason, a failure's code and message) is cut to
+intentd's limits, which are in UTF-8 bytes. A report intentd refuses for
+its content (:class:`InvalidField`) does not leave the lease held for as
+long as the session lives: after execute, a refused Complete (a payload
+over 256 KiB, more than 32 external refs, a ref over 256 bytes) becomes
+MarkUnknown under the same token, reason "the result could not be
+recorded: <the refusal>", and a refused Fail (an empty :class:`Final` code)
+MarkUnknown, "the failure could not be recorded: <the refusal>": the
+outcome is ``LEFT_UNKNOWN`` (NEEDS_REVIEW when that MarkUnknown reached
+max_attempts) with the refusal as ``Outcome.error``, and the next worker
+reconciles. After :func:`found`, a refused Complete becomes Escalate under
+the same token, "found downstream, but the result could not be recorded:
+<the refusal>": NEEDS_REVIEW, with the refusal as ``Outcome.error``.
+
 When execute raises, the outcome is named for what run left behind, not for
 an API answer: ``LEFT_UNKNOWN`` (MarkUnknown: the effect may have happened,
-and the next worker reconciles) or ``RELEASED`` (NotAttempted: back to
-PENDING, the next Acquire executes). ``str(outcome)`` says it in a sentence.
+and the next worker reconciles; also after a report that could not be
+recorded, above) or ``RELEASED`` (NotAttempted: back to PENDING, the next
+Acquire executes). ``str(outcome)`` says it in a sentence.
 
 What it cannot guarantee: intentd decides who may act; it cannot stop an act
 already under way. A worker paused past its lease may still reach the
@@ -40,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional, Tupl
 from intent.v1 import intent_pb2
 
 from .ids import new_request_id
-from .errors import IntentdError, LeaseLost, SessionLost, StaleToken, Unavailable
+from .errors import IntentdError, InvalidField, LeaseLost, SessionLost, StaleToken, Unavailable
 
 if TYPE_CHECKING:
     from .session import Session
@@ -172,7 +187,9 @@ class Outcome:
     statement: Optional[intent_pb2.Statement] = None
     """intentd's account of the last Acquire (``statement.text`` for a model)."""
     error: Optional[BaseException] = None
-    """Why the intent was left UNKNOWN or PENDING: the task's exception."""
+    """Why the intent was left UNKNOWN or PENDING: the task's exception, or
+    the :class:`InvalidField` refusal of a Complete or Fail that could not be
+    recorded (also for the NEEDS_REVIEW of a found result that could not)."""
     lease_lost: bool = False
     """True when the lease was lost while the task ran and nobody took over."""
 
@@ -184,8 +201,9 @@ class Outcome:
     @property
     def left_unknown(self) -> bool:
         """True when execute (or reconcile) raised after it may have acted,
-        and run reported MarkUnknown: the intent is UNKNOWN, and the next
-        worker reconciles, never executes blindly."""
+        or its Complete or Fail was refused for its content, and run
+        reported MarkUnknown: the intent is UNKNOWN, and the next worker
+        reconciles, never executes blindly."""
         return self.outcome == Outcomes.OUTCOME_UNSPECIFIED and self.intent.state == intent_pb2.STATE_UNKNOWN
 
     @property
@@ -396,10 +414,19 @@ def _execute(session: Any, task: Any, acq: intent_pb2.AcquireResponse) -> Genera
     lost, t, rt = att.lost.is_set(), att.token, c.report_timeout
     try:
         if err is None:
-            resp = yield _call("complete", key, t, result if result is not None else intent_pb2.Result(), children=att.children, timeout=rt, report=True)
+            try:
+                resp = yield _call("complete", key, t, result if result is not None else intent_pb2.Result(), children=att.children, timeout=rt, report=True)
+            except InvalidField as refused:
+                # execute may have acted, and its result cannot be recorded
+                # as it is (too large, too many refs): hand the intent back
+                # UNKNOWN rather than hold the lease while the session lives.
+                return (yield from _unrecorded(key, t, rt, "the result could not be recorded", refused, lost))
             return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)
         if isinstance(err, Final):
-            resp = yield _call("fail", key, t, err.code, err.message, timeout=rt, report=True)
+            try:
+                resp = yield _call("fail", key, t, err.code, err.message, timeout=rt, report=True)
+            except InvalidField as refused:  # a bad code (an empty one)
+                return (yield from _unrecorded(key, t, rt, "the failure could not be recorded", refused, lost))
             return Outcome(Outcomes.OUTCOME_FAILED, resp.intent, error=err, lease_lost=lost)
         if isinstance(err, NotAttempted):
             resp = yield _call("release", key, t, f"not attempted: {err}", timeout=rt, report=True)
@@ -411,6 +438,14 @@ def _execute(session: Any, task: Any, acq: intent_pb2.AcquireResponse) -> Genera
     except IntentdError as rerr:
         raise _lease_err(lost, rerr) from rerr
     return Outcome(Outcomes.OUTCOME_UNSPECIFIED, resp.intent, error=err, lease_lost=lost)
+
+
+def _unrecorded(key: str, token: int, rt: float, what: str, refused: InvalidField, lost: bool) -> Generator[Op, Any, Outcome]:
+    """After execute, a report intentd refused for its content: MarkUnknown
+    under the same token (the next worker reconciles), with the refusal as
+    the reason and as the outcome's error."""
+    resp = yield _call("mark_unknown", key, token, f"{what}: {refused}", timeout=rt, report=True)
+    return Outcome(_marked_unknown(resp.intent), resp.intent, error=refused, lease_lost=lost)
 
 
 def _reason(err: BaseException) -> str:
@@ -449,7 +484,14 @@ def _reconcile(session: Any, task: Any, acq: intent_pb2.AcquireResponse) -> Gene
             resp = yield _call("mark_unknown", key, t, f"reconcile failed: {_reason(err)}", timeout=rt, report=True)
             return Outcome(_marked_unknown(resp.intent), resp.intent, error=err, lease_lost=lost)
         if ev.verdict == "found":
-            resp = yield _call("complete", key, t, ev.result or intent_pb2.Result(), children=att.children, timeout=rt, report=True)
+            try:
+                resp = yield _call("complete", key, t, ev.result or intent_pb2.Result(), children=att.children, timeout=rt, report=True)
+            except InvalidField as refused:
+                # The effect exists but cannot be recorded as found: a
+                # human decides, rather than a reconcile that finds it again.
+                why = f"found downstream, but the result could not be recorded: {refused}"
+                resp = yield _call("escalate", key, why, token=t, actor="intentd.run", timeout=rt, report=True)
+                return Outcome(Outcomes.OUTCOME_NEEDS_REVIEW, resp.intent, error=refused, lease_lost=lost)
             return Outcome(Outcomes.OUTCOME_COMPLETED, resp.intent, lease_lost=lost)
         if ev.verdict == "absent":
             yield _call("release", key, t, ev.reason, timeout=rt, report=True)

@@ -234,6 +234,102 @@ class AioTest(unittest.IsolatedAsyncioTestCase):
             out = await session.run(intentd.Task(key=key, execute=lambda att: place(provider.url, att)))
             self.assertEqual(out.name, "OUTCOME_COMPLETED")
 
+    async def test_unrecordable_reports_hand_the_intent_back(self) -> None:
+        """As the thread session's run: a report intentd would refuse for its
+        content does not leave the lease held by this live session. Free
+        text is cut to intentd's limits in UTF-8 bytes; a refused Complete
+        or Fail after execute becomes MarkUnknown (the next worker gets
+        RECONCILE at once, not IN_PROGRESS); a refused Complete of a found
+        result becomes Escalate."""
+        euros = "€" * 2000  # 2000 characters, 6000 bytes
+
+        def raising(exc: Exception):
+            async def execute(att: intentd.Attempt) -> intent_pb2.Result:
+                raise exc
+            return execute
+
+        async def history(key: str, kind: int) -> list:
+            return [h for h in (await self.client.get(key)).history if h.kind == kind]
+
+        async def state(key: str) -> int:
+            return (await self.client.get(key)).state
+
+        async with await self.client.open_session("unrecordable", ttl=3) as s, await self.client.open_session("other", ttl=3) as other:
+            with self.subTest("oversize result"):
+                key = fresh_key("oversize")
+                await self.client.register(key, {"case": "oversize"})
+
+                async def oversize(att: intentd.Attempt) -> intent_pb2.Result:
+                    return intent_pb2.Result(payload=b"x" * 300_000)
+
+                out = await s.run(intentd.Task(key=key, execute=oversize, wait_in_progress=0))
+                self.assertEqual((out.name, out.executed), ("LEFT_UNKNOWN", True), str(out))
+                self.assertIsInstance(out.error, intentd.InvalidField)
+                self.assertEqual(await state(key), O.STATE_UNKNOWN)
+                marked = await history(key, O.HistoryEntry.KIND_MARKED_UNKNOWN)
+                self.assertEqual(len(marked), 1)
+                self.assertTrue(marked[0].reason.startswith("the result could not be recorded: intentd: "), marked[0].reason)
+                looked = []
+
+                async def reconcile(att: intentd.Attempt) -> intentd.Evidence:
+                    looked.append(att.reconciling)
+                    return intentd.found(intent_pb2.Result(external_refs={"order_id": "o-1"}))
+
+                again = await other.run(intentd.Task(key=key, execute=raising(AssertionError("executed again")), reconcile=reconcile, wait_in_progress=0))
+                self.assertEqual(looked, [True])
+                self.assertEqual((again.name, again.executed), ("OUTCOME_COMPLETED", False))
+
+            with self.subTest("non-ASCII exception"):
+                key = fresh_key("euros")
+                await self.client.register(key, {"case": "euros"})
+                out = await s.run(intentd.Task(key=key, execute=raising(RuntimeError(euros))))
+                self.assertEqual(out.name, "LEFT_UNKNOWN", str(out))
+                self.assertEqual(await state(key), O.STATE_UNKNOWN)
+                reason = (await history(key, O.HistoryEntry.KIND_MARKED_UNKNOWN))[0].reason
+                self.assertTrue(reason.startswith("RuntimeError: €€€"), reason[:40])
+                self.assertLessEqual(len(reason.encode()), 1024)
+
+            with self.subTest("non-ASCII NotAttempted"):
+                key = fresh_key("released")
+                await self.client.register(key, {"case": "released"})
+                out = await s.run(intentd.Task(key=key, execute=raising(intentd.NotAttempted(euros))))
+                self.assertEqual(out.name, "RELEASED", str(out))
+                self.assertEqual(await state(key), O.STATE_PENDING)
+
+            with self.subTest("long Final code and message"):
+                key = fresh_key("final")
+                await self.client.register(key, {"case": "final"})
+                code = "card_declined_" + "é" * 93  # 200 bytes
+                out = await s.run(intentd.Task(key=key, execute=raising(intentd.Final(code, euros))))
+                self.assertEqual(out.name, "OUTCOME_FAILED", str(out))
+                got = await self.client.get(key)
+                self.assertEqual((got.failure.code, got.failure.message), (code[:71], "€" * 341))  # 128 and 1023 bytes
+
+            with self.subTest("bad Final code"):
+                key = fresh_key("nocode")
+                await self.client.register(key, {"case": "nocode"})
+                out = await s.run(intentd.Task(key=key, execute=raising(intentd.Final("", "no code"))))
+                self.assertEqual(out.name, "LEFT_UNKNOWN", str(out))
+                self.assertIsInstance(out.error, intentd.InvalidField)
+                self.assertEqual(await state(key), O.STATE_UNKNOWN)
+                reason = (await history(key, O.HistoryEntry.KIND_MARKED_UNKNOWN))[0].reason
+                self.assertTrue(reason.startswith("the failure could not be recorded: intentd: "), reason)
+
+            with self.subTest("found, oversize"):
+                key = fresh_key("found")
+                await self.client.register(key, {"case": "found"})
+                await s.run(intentd.Task(key=key, execute=raising(TimeoutError("lost answer"))))
+
+                async def found_oversize(att: intentd.Attempt) -> intentd.Evidence:
+                    return intentd.found(intent_pb2.Result(payload=b"x" * 300_000))
+
+                out = await s.run(intentd.Task(key=key, execute=raising(AssertionError("executed again")), reconcile=found_oversize, wait_in_progress=0))
+                self.assertEqual((out.name, out.executed), ("OUTCOME_NEEDS_REVIEW", False), str(out))
+                self.assertIsInstance(out.error, intentd.InvalidField)
+                self.assertEqual(await state(key), O.STATE_NEEDS_REVIEW)
+                reason = (await history(key, O.HistoryEntry.KIND_ESCALATED))[0].reason
+                self.assertTrue(reason.startswith("found downstream, but the result could not be recorded: intentd: "), reason)
+
     async def test_concurrent_runs_one_effect(self) -> None:
         """Two coroutines run the same intent at once: one executes, the
         other waits for it and gets the replay; one effect."""

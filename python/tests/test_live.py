@@ -91,6 +91,19 @@ class CutHeartbeats(grpc.UnaryUnaryClientInterceptor):
         return continuation(details, request)
 
 
+class CutTest(unittest.TestCase):
+    def test_cut_utf8(self) -> None:
+        """At most the limit in UTF-8 bytes, at a character boundary; text
+        UTF-8 cannot encode (a lone surrogate) becomes "?"."""
+        cut = intentd.client.cut_utf8
+        self.assertEqual(cut("abc", 3), "abc")
+        self.assertEqual(cut("abc€", 5), "abc")  # "€" is 3 bytes: not cut in half
+        self.assertEqual(cut("abc€", 6), "abc€")
+        self.assertEqual(cut("€" * 2000, 1024), "€" * 341)
+        self.assertEqual(cut("", 0), "")
+        self.assertEqual(cut("a\udcffb", 10), "a?b")
+
+
 class LiveTest(unittest.TestCase):
     def setUp(self) -> None:
         self.client = intentd.Client(server.address, report_timeout=10)
@@ -280,6 +293,109 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(out.name, "OUTCOME_NEEDS_REVIEW")
         self.assertFalse(out.executed)
         self.assertEqual(provider.effects(f"{key}:create-order"), 0)
+
+    def test_unrecordable_reports_hand_the_intent_back(self) -> None:
+        """A report intentd would refuse for its content does not leave the
+        lease held by this live session (every other caller would get
+        IN_PROGRESS for as long as it heartbeats): free text is cut to
+        intentd's limits in UTF-8 bytes, a refused Complete or Fail after
+        execute becomes MarkUnknown, a refused Complete of a found result
+        Escalate."""
+        s = self.session("unrecordable")
+        euros = "€" * 2000  # 2000 characters, 6000 bytes
+
+        def raising(exc: Exception):
+            def execute(att: intentd.Attempt) -> intent_pb2.Result:
+                raise exc
+            return execute
+
+        def history(key: str, kind: int) -> list:
+            return [h for h in self.client.get(key).history if h.kind == kind]
+
+        with self.subTest("oversize result"):
+            key = fresh_key("oversize")
+            self.client.register(key, {"case": "oversize"})
+            out = s.run(intentd.Task(key=key, execute=lambda att: intent_pb2.Result(payload=b"x" * 300_000), wait_in_progress=0))
+            self.assertEqual(out.name, "LEFT_UNKNOWN", str(out))
+            self.assertTrue(out.executed)
+            self.assertIsInstance(out.error, intentd.InvalidField)
+            self.assertEqual(self.client.get(key).state, O.STATE_UNKNOWN)
+            marked = history(key, O.HistoryEntry.KIND_MARKED_UNKNOWN)
+            self.assertEqual(len(marked), 1)
+            self.assertTrue(marked[0].reason.startswith("the result could not be recorded: intentd: "), marked[0].reason)
+            # Another worker at once: RECONCILE, not IN_PROGRESS.
+            other = self.session("other")
+            looked = []
+
+            def reconcile(att: intentd.Attempt) -> intentd.Evidence:
+                looked.append(att.reconciling)
+                return intentd.found(intent_pb2.Result(external_refs={"order_id": "o-1"}))
+
+            again = other.run(intentd.Task(key=key, execute=raising(AssertionError("executed again")), reconcile=reconcile, wait_in_progress=0))
+            self.assertEqual(looked, [True])
+            self.assertEqual((again.name, again.executed), ("OUTCOME_COMPLETED", False))
+
+        with self.subTest("non-ASCII exception"):
+            key = fresh_key("euros")
+            self.client.register(key, {"case": "euros"})
+            out = s.run(intentd.Task(key=key, execute=raising(RuntimeError(euros))))
+            self.assertEqual(out.name, "LEFT_UNKNOWN", str(out))
+            self.assertIsInstance(out.error, RuntimeError)
+            self.assertEqual(self.client.get(key).state, O.STATE_UNKNOWN)
+            reason = history(key, O.HistoryEntry.KIND_MARKED_UNKNOWN)[0].reason
+            self.assertTrue(reason.startswith("RuntimeError: €€€"), reason[:40])
+            self.assertLessEqual(len(reason.encode()), 1024)
+            self.assertGreater(len(reason.encode()), 1024 - 3)  # cut at the last whole "€"
+
+        with self.subTest("non-ASCII NotAttempted"):
+            key = fresh_key("released")
+            self.client.register(key, {"case": "released"})
+            out = s.run(intentd.Task(key=key, execute=raising(intentd.NotAttempted(euros))))
+            self.assertEqual(out.name, "RELEASED", str(out))
+            self.assertEqual(self.client.get(key).state, O.STATE_PENDING)
+
+        with self.subTest("long Final code and message"):
+            key = fresh_key("final")
+            self.client.register(key, {"case": "final"})
+            code = "card_declined_" + "é" * 93  # 200 bytes
+            out = s.run(intentd.Task(key=key, execute=raising(intentd.Final(code, euros))))
+            self.assertEqual(out.name, "OUTCOME_FAILED", str(out))
+            got = self.client.get(key)
+            self.assertEqual(got.state, O.STATE_FAILED)
+            self.assertEqual(got.failure.code, code[:71])  # 128 bytes: 14 + 57 "é"
+            self.assertEqual(got.failure.message, "€" * 341)  # 1023 bytes
+
+        with self.subTest("bad Final code"):
+            key = fresh_key("nocode")
+            self.client.register(key, {"case": "nocode"})
+            out = s.run(intentd.Task(key=key, execute=raising(intentd.Final("", "no code"))))
+            self.assertEqual(out.name, "LEFT_UNKNOWN", str(out))
+            self.assertIsInstance(out.error, intentd.InvalidField)
+            self.assertEqual(self.client.get(key).state, O.STATE_UNKNOWN)
+            reason = history(key, O.HistoryEntry.KIND_MARKED_UNKNOWN)[0].reason
+            self.assertTrue(reason.startswith("the failure could not be recorded: intentd: "), reason)
+
+        with self.subTest("found, oversize"):
+            key = fresh_key("found")
+            self.client.register(key, {"case": "found"})
+            s.run(intentd.Task(key=key, execute=raising(TimeoutError("lost answer"))))
+            out = s.run(intentd.Task(key=key, execute=raising(AssertionError("executed again")),
+                                     reconcile=lambda att: intentd.found(intent_pb2.Result(payload=b"x" * 300_000)), wait_in_progress=0))
+            self.assertEqual(out.name, "OUTCOME_NEEDS_REVIEW", str(out))
+            self.assertFalse(out.executed)
+            self.assertIsInstance(out.error, intentd.InvalidField)
+            self.assertEqual(self.client.get(key).state, O.STATE_NEEDS_REVIEW)
+            reason = history(key, O.HistoryEntry.KIND_ESCALATED)[0].reason
+            self.assertTrue(reason.startswith("found downstream, but the result could not be recorded: intentd: "), reason)
+
+        with self.subTest("non-ASCII undecided"):
+            key = fresh_key("undecided")
+            self.client.register(key, {"case": "undecided"})
+            s.run(intentd.Task(key=key, execute=raising(TimeoutError("lost answer"))))
+            out = s.run(intentd.Task(key=key, execute=raising(AssertionError("executed again")),
+                                     reconcile=lambda att: intentd.undecided(euros), wait_in_progress=0))
+            self.assertEqual(out.name, "OUTCOME_NEEDS_REVIEW", str(out))
+            self.assertEqual(self.client.get(key).state, O.STATE_NEEDS_REVIEW)
 
     def test_session_lost_is_told(self) -> None:
         """A session ended elsewhere is lost here at the next heartbeat: the
