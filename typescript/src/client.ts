@@ -28,6 +28,32 @@ import { toIntentdError } from "./errors.js";
 import { Session } from "./session.js";
 import { createIntentdTransport } from "./transport.js";
 
+/** intentd's limits, in UTF-8 bytes, on the free text of reports. */
+const MAX_REASON_BYTES = 1024;
+const MAX_FAILURE_MESSAGE_BYTES = 1024;
+const MAX_FAILURE_CODE_BYTES = 128;
+
+/**
+ * s cut to at most maxBytes bytes of UTF-8, at a character boundary: never
+ * inside a surrogate pair. intentd's limits are in bytes, not in a
+ * string's UTF-16 code units (1000 "€" are 3000 bytes), and a report over
+ * one is refused. A lone surrogate counts as the 3 bytes of the U+FFFD it
+ * is sent as.
+ */
+export function cutUtf8(s: string, maxBytes: number): string {
+  if (s.length * 3 <= maxBytes) return s; // no code unit takes more than 3 bytes
+  let bytes = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    const pair = c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00;
+    const n = c < 0x80 ? 1 : c < 0x800 ? 2 : pair ? 4 : 3;
+    if (bytes + n > maxBytes) return s.slice(0, i);
+    bytes += n;
+    if (pair) i++;
+  }
+  return s;
+}
+
 /** A fresh random request id (24 hex digits). */
 export function newRequestId(): string {
   return randomBytes(12).toString("hex");
@@ -172,24 +198,32 @@ export class Client {
     return this.call((o) => this.rpc.complete({ tenant: this.tenant, key, token, result, children }, o), opts);
   }
 
-  /** The outcome is not known (the effect may have happened): the next worker reconciles. */
+  /** The outcome is not known (the effect may have happened): the next worker reconciles. reason is cut to 1024 bytes. */
   markUnknown(key: string, token: bigint, reason: string, opts?: CallOpts): Promise<MarkUnknownResponse> {
-    return this.call((o) => this.rpc.markUnknown({ tenant: this.tenant, key, token, reason }, o), opts);
+    const r = { tenant: this.tenant, key, token, reason: cutUtf8(reason, MAX_REASON_BYTES) };
+    return this.call((o) => this.rpc.markUnknown(r, o), opts);
   }
 
-  /** Nothing was sent: back to PENDING, the next Acquire executes. */
+  /** Nothing was sent: back to PENDING, the next Acquire executes. reason is cut to 1024 bytes. */
   release(key: string, token: bigint, reason: string, opts?: CallOpts): Promise<ReleaseResponse> {
-    return this.call((o) => this.rpc.release({ tenant: this.tenant, key, token, reason }, o), opts);
+    const r = { tenant: this.tenant, key, token, reason: cutUtf8(reason, MAX_REASON_BYTES) };
+    return this.call((o) => this.rpc.release(r, o), opts);
   }
 
-  /** A definite failure: the intent FAILS for good. */
+  /**
+   * A definite failure: the intent FAILS for good. message is cut to 1024
+   * bytes; code is sent as given (a machine-readable cause is not cut into
+   * another): an empty one, or one over 128 bytes, is refused InvalidField.
+   */
   fail(key: string, token: bigint, code: string, message = "", opts?: CallOpts): Promise<FailResponse> {
-    return this.call((o) => this.rpc.fail({ tenant: this.tenant, key, token, failure: { code, message } }, o), opts);
+    const r = { tenant: this.tenant, key, token, failure: { code: cutUtf8(code, MAX_FAILURE_CODE_BYTES), message: cutUtf8(message, MAX_FAILURE_MESSAGE_BYTES) } };
+    return this.call((o) => this.rpc.fail(r, o), opts);
   }
 
-  /** Hands the intent to a person (NEEDS_REVIEW). */
+  /** Hands the intent to a person (NEEDS_REVIEW). reason is cut to 1024 bytes. */
   escalate(key: string, reason: string, e: { token?: bigint; actor?: string; force?: boolean } = {}, opts?: CallOpts): Promise<EscalateResponse> {
-    return this.call((o) => this.rpc.escalate({ tenant: this.tenant, key, reason, token: e.token ?? 0n, actor: e.actor ?? "", force: e.force ?? false }, o), opts);
+    const r = { tenant: this.tenant, key, reason: cutUtf8(reason, MAX_REASON_BYTES), token: e.token ?? 0n, actor: e.actor ?? "", force: e.force ?? false };
+    return this.call((o) => this.rpc.escalate(r, o), opts);
   }
 
   /** The intent under key. */

@@ -17,6 +17,15 @@
 // reviewer took over) makes run acquire again, a bounded number of times,
 // to learn what became of the intent; outcome.superseded then says so.
 //
+// A report refused for its content must not leave the lease held (every
+// other caller would get IN_PROGRESS while the session lives): the client
+// cuts free text (reasons, a failure's message) to intentd's limits in
+// UTF-8 bytes; a Complete or Fail after execute refused as InvalidField (a
+// result over intentd's limits, a bad Final code) becomes MarkUnknown
+// ("the result could not be recorded: …": the next worker reconciles), and
+// a Complete after found() refused so becomes Escalate (NEEDS_REVIEW).
+// outcome.error is then the refusal.
+//
 // The caller's own signal (RunOptions.signal: a framework's abort, a
 // timeout) aborting while execute runs may come after the effect: run
 // reports MarkUnknown (never Release), waits for the report, and throws the
@@ -39,8 +48,8 @@ import {
   type Result,
   type Statement,
 } from "../../gen/ts/intent/v1/intent_pb.js";
-import { newRequestId } from "./client.js";
-import { IntentdError, LeaseLost, StaleToken, Unavailable } from "./errors.js";
+import { newRequestId, type Client } from "./client.js";
+import { IntentdError, InvalidArgument, LeaseLost, StaleToken, Unavailable } from "./errors.js";
 import type { Session } from "./session.js";
 
 export type ResultInit = Result | MessageInitShape<typeof ResultSchema>;
@@ -54,7 +63,11 @@ export const LEFT_UNKNOWN = "LEFT_UNKNOWN";
 /** execute threw NotAttempted: Release, back to PENDING; the next Acquire executes. */
 export const RELEASED = "RELEASED";
 
-/** Throw from execute for a definite failure (a declined card): the intent FAILS for good. */
+/**
+ * Throw from execute for a definite failure (a declined card): the intent
+ * FAILS for good. code is required (an empty one leaves the intent
+ * UNKNOWN) and cut to 128 bytes; detail is cut to 1024.
+ */
 export class Final extends Error {
   override name = "Final";
   constructor(
@@ -76,7 +89,11 @@ export type Evidence =
   | { verdict: "absent"; reason: string }
   | { verdict: "undecided"; reason: string };
 
-/** The effect exists downstream; result records it (the order id, as external refs). */
+/**
+ * The effect exists downstream; result records it (the order id, as
+ * external refs). A result intentd refuses (over its limits) is escalated:
+ * NEEDS_REVIEW, with the refusal as outcome.error.
+ */
 export const found = (result: ResultInit): Evidence => ({ verdict: "found", result });
 /** The downstream system confirmed the effect does not exist: execute again, with the same operation keys. */
 export const absent = (reason: string): Evidence => ({ verdict: "absent", reason });
@@ -124,7 +141,10 @@ export interface Task<T = unknown> {
    * Performs the side effect, once, under the attempt's lease, sending
    * attempt.operationKey(...) downstream as the idempotency key; returns
    * the result to record, `{ payload?, externalRefs? }`, or nothing
-   * (anything else is a TypeError after the effect: left UNKNOWN).
+   * (anything else is a TypeError after the effect: left UNKNOWN). A
+   * result intentd refuses (payload over 256 KiB, more than 32 external
+   * refs, a ref name or value over 256 bytes) is left UNKNOWN too, with
+   * the refusal as outcome.error.
    */
   execute(attempt: Attempt): Promise<ResultInit | void> | ResultInit | void;
   /**
@@ -173,7 +193,11 @@ export class Outcome<T = unknown> {
     readonly opts: {
       /** intentd's account of the last Acquire (`statement.text` for a model). */
       statement?: Statement;
-      /** Why the intent was left UNKNOWN or PENDING: the task's error. */
+      /**
+       * Why the intent was left UNKNOWN or PENDING: the task's error; or
+       * intentd's refusal (InvalidField) of the result or failure to record,
+       * when that made run report MarkUnknown or Escalate instead.
+       */
       error?: unknown;
       /** True when the lease was lost while the task ran and nobody took over. */
       leaseLost?: boolean;
@@ -193,7 +217,7 @@ export class Outcome<T = unknown> {
   get result(): Result | undefined {
     return this.intent.result;
   }
-  /** execute threw after it may have acted, and run reported MarkUnknown: the next worker reconciles. */
+  /** execute threw after it may have acted, or its result or failure was refused, and run reported MarkUnknown: the next worker reconciles. */
   get leftUnknown(): boolean {
     return this.outcome === Outcomes.UNSPECIFIED && this.intent.state === State.UNKNOWN;
   }
@@ -385,9 +409,25 @@ async function underLease<V>(session: Session, att: Attempt, fn: (a: Attempt) =>
   }
 }
 
-function reason(err: unknown, aborted: boolean, max = 1000): string {
-  const said = aborted ? `aborted while executing (${describe(err)}): it may have taken effect` : describe(err);
-  return said.length > max ? said.slice(0, max) : said;
+/** The reason a report gives for err (the client cuts it to intentd's 1024 bytes). */
+function reason(err: unknown, aborted: boolean): string {
+  return aborted ? `aborted while executing (${describe(err)}): it may have taken effect` : describe(err);
+}
+
+/** True for a report intentd refused for its content (InvalidField): resending it cannot help. */
+function refusedContent(err: unknown): err is InvalidArgument {
+  return err instanceof InvalidArgument;
+}
+
+/**
+ * The report of execute's outcome (what) was refused for its content,
+ * after execute may have acted: MarkUnknown under the same token, so that
+ * the lease is not left held and the next worker reconciles. The outcome is
+ * a MarkUnknown's, with the refusal as its error.
+ */
+async function unrecorded<T>(c: Client, key: string, token: bigint, what: string, refused: InvalidArgument, lost: boolean, report: { timeoutMs: number }): Promise<Outcome<T>> {
+  const resp = await c.markUnknown(key, token, `the ${what} could not be recorded: ${refused.message}`, report);
+  return new Outcome<T>(markedUnknown(resp.intent!), resp.intent!, { error: refused, leaseLost: lost });
 }
 
 /** The outcome of an accepted MarkUnknown: UNSPECIFIED (left UNKNOWN), or NEEDS_REVIEW when that attempt reached max_attempts. */
@@ -412,16 +452,29 @@ async function execute<T>(session: Session, task: Task<T>, acq: AcquireResponse,
   let out: Outcome<T>;
   try {
     if (ran.ok) {
-      const resp = await c.complete(key, t, ran.value, att.children, report);
-      return new Outcome<T>(Outcomes.COMPLETED, resp.intent!, { leaseLost: lost });
+      try {
+        const resp = await c.complete(key, t, ran.value, att.children, report);
+        return new Outcome<T>(Outcomes.COMPLETED, resp.intent!, { leaseLost: lost });
+      } catch (refused) {
+        // A result over intentd's limits: the effect happened, the record
+        // of it cannot be made. UNKNOWN, so the next worker reconciles.
+        if (!refusedContent(refused)) throw refused;
+        return await unrecorded<T>(c, key, t, "result", refused, lost, report);
+      }
     }
     const err = ran.error;
     if (err instanceof Final) {
-      const resp = await c.fail(key, t, err.code, err.detail, report);
-      return new Outcome<T>(Outcomes.FAILED, resp.intent!, { error: err, leaseLost: lost });
+      try {
+        const resp = await c.fail(key, t, err.code, err.detail, report);
+        return new Outcome<T>(Outcomes.FAILED, resp.intent!, { error: err, leaseLost: lost });
+      } catch (refused) {
+        // A code intentd refuses (empty): UNKNOWN rather than a held lease.
+        if (!refusedContent(refused)) throw refused;
+        return await unrecorded<T>(c, key, t, "failure", refused, lost, report);
+      }
     }
     if (err instanceof NotAttempted) {
-      const resp = await c.release(key, t, `not attempted: ${err.message}`.slice(0, 1000), report);
+      const resp = await c.release(key, t, `not attempted: ${err.message}`, report);
       out = new Outcome<T>(Outcomes.UNSPECIFIED, resp.intent!, { error: err, leaseLost: lost });
     } else {
       // Anything else — a timeout, a reset, an abort — may have happened
@@ -458,11 +511,20 @@ async function reconcile<T>(session: Session, task: Task<T>, acq: AcquireRespons
     if (!ran.ok) {
       // The lookup itself failed: nothing was learned. Leave the intent
       // UNKNOWN for the next reconcile rather than for a person.
-      const resp = await c.markUnknown(key, t, `reconcile failed: ${reason(ran.error, ran.aborted ?? false, 900)}`, report);
+      const resp = await c.markUnknown(key, t, `reconcile failed: ${reason(ran.error, ran.aborted ?? false)}`, report);
       out = new Outcome<T>(markedUnknown(resp.intent!), resp.intent!, { error: ran.error, leaseLost: lost });
     } else if (ev.verdict === "found") {
-      const resp = await c.complete(key, t, ev.result, att.children, report);
-      out = new Outcome<T>(Outcomes.COMPLETED, resp.intent!, { leaseLost: lost });
+      try {
+        const resp = await c.complete(key, t, ev.result, att.children, report);
+        out = new Outcome<T>(Outcomes.COMPLETED, resp.intent!, { leaseLost: lost });
+      } catch (refused) {
+        // The effect exists but its result is over intentd's limits:
+        // another reconcile would find the same, so a person decides.
+        if (!refusedContent(refused)) throw refused;
+        const why = `found downstream, but the result could not be recorded: ${refused.message}`;
+        const resp = await c.escalate(key, why, { token: t, actor: "intentd.run" }, report);
+        out = new Outcome<T>(Outcomes.NEEDS_REVIEW, resp.intent!, { error: refused, leaseLost: lost });
+      }
     } else if (ev.verdict === "absent") {
       await c.release(key, t, ev.reason, report);
       return undefined;

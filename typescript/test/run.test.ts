@@ -13,6 +13,7 @@ import {
   Final,
   FingerprintMismatch,
   IntentNotFound,
+  InvalidField,
   LEFT_UNKNOWN,
   LeaseLost,
   NotAttempted,
@@ -26,6 +27,7 @@ import {
   type Session,
   type Task,
 } from "../src/index.js";
+import { cutUtf8 } from "../src/client.js";
 import { Intentd, Provider } from "./live.js";
 
 let server: Intentd;
@@ -267,7 +269,108 @@ test("a long error is cut to what intentd keeps of a reason", async () => {
   const key = await approved("long");
   const out = await session.run({ key, execute: () => Promise.reject(new Error("x".repeat(5000))) });
   assert.equal(out.name, LEFT_UNKNOWN);
-  assert.ok(((await client.get(key)).history.at(-1)!.reason ?? "").length <= 1000);
+  assert.ok(Buffer.byteLength((await client.get(key)).history.at(-1)!.reason ?? "") <= 1024);
+});
+
+test("cutUtf8 cuts to UTF-8 bytes at a character boundary, never inside a surrogate pair", () => {
+  assert.equal(cutUtf8("abc", 3), "abc");
+  assert.equal(cutUtf8("abcd", 3), "abc");
+  assert.equal(cutUtf8("€€", 5), "€"); // 3 bytes each
+  assert.equal(cutUtf8("é€", 4), "é"); // 2 + 3
+  assert.equal(cutUtf8("a😀b", 4), "a"); // the pair is 4 bytes: not split
+  assert.equal(cutUtf8("a😀b", 5), "a😀");
+  assert.equal(cutUtf8("\ud800x", 3), "\ud800"); // a lone surrogate is sent as U+FFFD, 3 bytes
+  const mixed = "x€é😀".repeat(500);
+  for (const n of [0, 1, 2, 3, 128, 1023, 1024, 1025]) {
+    const cut = cutUtf8(mixed, n);
+    assert.ok(Buffer.byteLength(cut) <= n && Buffer.byteLength(cut) > n - 4, `${n}: ${Buffer.byteLength(cut)} bytes`);
+    assert.ok(mixed.startsWith(cut));
+    assert.ok(!/[\ud800-\udbff]$/.test(cut), "ends inside a surrogate pair");
+  }
+});
+
+test("errors of 2,000 \"€\" are cut to intentd's 1024 bytes: MarkUnknown, Release and Fail are accepted", async () => {
+  const euros = "€".repeat(2000); // 6,000 bytes of UTF-8
+  const key = await approved("euro-unknown");
+  const out = await session.run({ key, execute: (att) => (order(att), Promise.reject(new Error(euros))) });
+  assert.equal(out.name, LEFT_UNKNOWN, String(out));
+  const intent = await client.get(key);
+  assert.equal(intent.state, State.UNKNOWN);
+  const said = intent.history.at(-1)!.reason ?? "";
+  assert.ok(Buffer.byteLength(said) <= 1024 && Buffer.byteLength(said) > 1020, `${Buffer.byteLength(said)} bytes`);
+
+  const key2 = await approved("euro-released");
+  const released = await session.run({ key: key2, execute: () => Promise.reject(new NotAttempted(euros)) });
+  assert.equal(released.name, RELEASED, String(released));
+  assert.equal((await client.get(key2)).state, State.PENDING);
+
+  const key3 = await approved("euro-final");
+  const failed = await session.run({ key: key3, execute: () => Promise.reject(new Final("card_declined", euros)) });
+  assert.equal(failed.outcome, AcquireOutcome.FAILED, String(failed));
+  assert.equal(failed.intent.failure!.code, "card_declined");
+  assert.ok(Buffer.byteLength(failed.intent.failure!.message) <= 1024);
+});
+
+test("a result intentd refuses after execute → MarkUnknown, not a held lease: another session's run reconciles at once", async () => {
+  const huge = (att: Attempt) => ({ ...order(att), payload: new Uint8Array(300_000) }); // over 262,144 bytes
+  const key = await approved("bigresult");
+  const out = await session.run({ key, execute: huge, reconcile: lookUp });
+  assert.equal(out.name, LEFT_UNKNOWN, String(out));
+  assert.equal(out.executed, true);
+  assert.ok(out.error instanceof InvalidField, String(out.error));
+  const intent = await client.get(key);
+  assert.equal(intent.state, State.UNKNOWN);
+  assert.match(intent.history.at(-1)!.reason ?? "", /^the result could not be recorded: intentd: /);
+
+  const other = await client.openSession("node-other-big", 5_000);
+  try {
+    let reconciled = false;
+    const next = await other.run({ key, execute: order, reconcile: (att) => ((reconciled = true), lookUp(att)), waitInProgressMs: 0 });
+    assert.equal(reconciled, true, `reconcile not called: ${next}`);
+    assert.equal(next.outcome, AcquireOutcome.COMPLETED, String(next));
+    assert.equal(next.executed, false);
+  } finally {
+    await other.close();
+  }
+  assert.equal(provider.effects(`${key}:create-order`), 1);
+
+  // Other results intentd will not record: too many external refs, a ref value too long.
+  const refs = Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`ref${i}`, "v"]));
+  for (const bad of [{ externalRefs: refs }, { externalRefs: { order_id: "o".repeat(300) } }]) {
+    const k = await approved("badresult");
+    const left = await session.run({ key: k, execute: () => bad });
+    assert.equal(left.name, LEFT_UNKNOWN, String(left));
+    assert.ok(left.error instanceof InvalidField, String(left.error));
+    assert.equal((await client.get(k)).state, State.UNKNOWN);
+  }
+});
+
+test("a Final code over its 128 bytes is cut (FAILED, as the worker said); an empty one → MarkUnknown, not a held lease", async () => {
+  const long = await approved("longcode");
+  const failed = await session.run({ key: long, execute: () => Promise.reject(new Final("c".repeat(200), "declined")) });
+  assert.equal(failed.outcome, AcquireOutcome.FAILED, String(failed));
+  assert.equal((await client.get(long)).failure?.code, "c".repeat(128));
+  for (const code of [""]) {
+    const key = await approved("badcode");
+    const out = await session.run({ key, execute: () => Promise.reject(new Final(code, "declined")) });
+    assert.equal(out.name, LEFT_UNKNOWN, String(out));
+    assert.ok(out.error instanceof InvalidField, String(out.error));
+    const intent = await client.get(key);
+    assert.equal(intent.state, State.UNKNOWN);
+    assert.match(intent.history.at(-1)!.reason ?? "", /^the failure could not be recorded: intentd: /);
+  }
+});
+
+test("found() with a result intentd refuses → Escalate (NEEDS_REVIEW), not a held lease", async () => {
+  const key = await approved("foundbig");
+  await session.run({ key, execute: () => Promise.reject(new Error("reset")) });
+  const out = await session.run({ key, execute: order, reconcile: () => found({ payload: new Uint8Array(300_000) }) });
+  assert.equal(out.outcome, AcquireOutcome.NEEDS_REVIEW, String(out));
+  assert.ok(out.error instanceof InvalidField, String(out.error));
+  const intent = await client.get(key);
+  assert.equal(intent.state, State.NEEDS_REVIEW);
+  assert.ok(intent.history.some((h) => /^found downstream, but the result could not be recorded: intentd: /.test(h.reason ?? "")), "the escalation's reason");
+  assert.equal(provider.effects(`${key}:create-order`), 0);
 });
 
 test("a task without execute is a TypeError before anything is acquired", async () => {
