@@ -21,8 +21,10 @@ asyncio adds:
   MarkUnknown (never Release) in a shielded task, waits for it, and lets
   the ``CancelledError`` go on. So is the give-back of a lease whose Acquire
   was cancelled in flight. A report that a cancellation interrupts (a
-  Complete, say) is sent again in a task of its own, which a cancellation
-  of the caller does not stop: intentd recognizes a report it already has.
+  Complete, say) is sent again, and the loop goes on to its end (a refused
+  Complete's MarkUnknown included), in a task of its own, which a
+  cancellation of the caller does not stop: intentd recognizes a report it
+  already has.
 - Channels belong to an event loop, so the client opens one lazily per
   running loop: a host that calls ``asyncio.run`` (or a framework's
   ``run_sync``) more than once reuses the client without "attached to a
@@ -281,73 +283,81 @@ class AsyncSession(Leases):
         does not stop."""
         return asyncio.shield(self._keep(awaitable))
 
-    async def _report(self, send: Callable[[], Any]) -> Any:
-        """A report sent in the caller's task (no task of its own: the common
-        case costs nothing more); if the caller is cancelled meanwhile, the
-        report is sent again in a task of its own — intentd recognizes a
-        report it already has — and the cancellation goes on."""
-        try:
-            return await send()
-        except asyncio.CancelledError:
-            self._keep(send())
-            raise
-
 
 async def _drive(session: AsyncSession, task: Any) -> Outcome:
     """Drives :func:`intentd.run.plan` on an AsyncSession."""
-    steps = plan(session, task)
+    return await _go_on(session, plan(session, task))
+
+
+async def _go_on(session: AsyncSession, steps: Any, op: Optional[Op] = None, cancelled: Optional[BaseException] = None) -> Outcome:
+    """Drives steps to their end, from op when given (else from the plan's
+    first). cancelled is the caller's cancellation once it came: from then
+    on only the reports of what already happened go on."""
     answer: Any = None
     thrown: Optional[BaseException] = None
-    cancelled: Optional[BaseException] = None
     while True:
-        try:
-            op = steps.throw(thrown) if thrown is not None else steps.send(answer)
-        except StopIteration as done:
-            if cancelled is not None:
-                raise cancelled
-            return done.value
-        except BaseException as e:
-            if cancelled is not None and e is not cancelled:
-                raise cancelled from e
-            raise
-        answer, thrown = None, None
+        if op is None:
+            try:
+                op = steps.throw(thrown) if thrown is not None else steps.send(answer)
+            except StopIteration as done:
+                if cancelled is not None:
+                    raise cancelled
+                return done.value
+            except BaseException as e:
+                if cancelled is not None and e is not cancelled:
+                    raise cancelled from e
+                raise
+            answer, thrown = None, None
         if cancelled is not None and not op.report and op.kind in ("call", "task", "wait"):
             # Cancelled: only the reports of what already happened go on.
             steps.close()
             raise cancelled
-        if op.kind == "task":
-            answer = await _run_task(op)
+        current, op = op, None
+        if current.kind == "task":
+            answer = await _run_task(current)
             if isinstance(answer[1], asyncio.CancelledError):
                 cancelled = answer[1]
             continue
         try:
-            if op.kind == "call":
-                send = functools.partial(getattr(session.client, op.name), *op.args, **op.kw)
-                if not op.report:
-                    answer = await send()
-                elif cancelled is not None:
+            if current.kind == "call":
+                send = functools.partial(getattr(session.client, current.name), *current.args, **current.kw)
+                if current.report and cancelled is not None:
                     answer = await session._shielded(send())  # the caller waits for it
                 else:
-                    answer = await session._report(send)
-            elif op.kind == "track":
-                answer = session.track(*op.args)
-            elif op.kind == "untrack":
-                answer = session.untrack(*op.args)
-            elif op.kind == "wait":
-                answer = await _wait_while_held(session, *op.args)
+                    answer = await send()
+            elif current.kind == "track":
+                answer = session.track(*current.args)
+            elif current.kind == "untrack":
+                answer = session.untrack(*current.args)
+            elif current.kind == "wait":
+                answer = await _wait_while_held(session, *current.args)
             else:
-                raise ValueError(f"unknown op {op.kind}")
+                raise ValueError(f"unknown op {current.kind}")
         except asyncio.CancelledError as e:
-            if op.report:
-                # The report goes on in its shielded task; the caller is
-                # told at once.
-                steps.close()
+            if current.report:
+                # Cancelled while a report was on its way: it may or may not
+                # have arrived. It is sent again (intentd recognizes a report
+                # it already has) and the plan goes on to its end — a refused
+                # Complete's MarkUnknown included — in a task of its own,
+                # which this cancellation does not stop; the caller is told
+                # at once.
+                session._keep(_go_on_quietly(session, steps, current, e))
                 raise
             # Into the plan: an Acquire cancelled in flight gives back the
             # lease it may have got (shielded reports), then re-raises.
             cancelled = thrown = e
         except Exception as e:
             thrown = e
+
+
+async def _go_on_quietly(session: AsyncSession, steps: Any, op: Op, cancelled: BaseException) -> None:
+    """_go_on for a caller that is gone: its end, an outcome or an error,
+    has nobody to go to (a failed report leaves the intent to lapse into a
+    reconcile, as a crash would)."""
+    try:
+        await _go_on(session, steps, op, cancelled)
+    except BaseException:
+        pass
 
 
 async def _run_task(op: Op) -> Tuple[Any, Optional[BaseException]]:

@@ -203,6 +203,27 @@ class AioTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(provider.effects(f"{key}:create-order"), 1)
         await client.close()
 
+    async def test_refused_complete_cancelled_in_flight_is_marked_unknown(self) -> None:
+        """As above, with a result intentd refuses to record: the plan goes
+        on in the background past the refusal to its MarkUnknown, so the
+        intent is UNKNOWN, not held by the session's lease."""
+        hold = HoldAcquire("/Complete", before=True)
+        client = intentd.aio.AsyncClient(channel_factory=lambda: grpc.aio.insecure_channel(server.address, interceptors=[hold]))
+        key = fresh_key("refused")
+        await client.register(key, {"item": "lamp"})
+        async with await client.open_session("completing", ttl=3) as session:
+            running = asyncio.ensure_future(session.run(intentd.Task(key=key, execute=lambda att: intent_pb2.Result(payload=bytes(300_000)))))
+            await hold.answered.wait()
+            hold.hold = False
+            running.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await running
+            await asyncio.gather(*session._background, return_exceptions=True)  # what close waits for, before the session ends
+            got = await client.get(key)
+            self.assertEqual(got.state, O.STATE_UNKNOWN, intent_pb2.State.Name(got.state))
+            self.assertTrue(got.history[-1].reason.startswith("the result could not be recorded: "), got.history[-1].reason)
+        await client.close()
+
     async def test_lease_loss_is_an_event(self) -> None:
         """The session ended elsewhere: the next heartbeat sets attempt.lost,
         which execute can await."""
