@@ -82,8 +82,38 @@ def cut_utf8(text: str, limit: int) -> str:
 def struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
     """A google.protobuf.Struct holding a JSON-like mapping (numbers become doubles)."""
     s = struct_pb2.Struct()
-    s.update(value)
+    fill(s, value, "value")
     return s
+
+
+def fill(target: struct_pb2.Struct, value: Mapping[str, Any], what: str) -> None:
+    """Sets target (params, identity) from a JSON-like mapping. A value
+    that is not JSON — a Decimal, a datetime, a set — is a TypeError naming
+    where it is (``params.max_eur is a Decimal``), rather than protobuf's
+    bare "Unexpected type"."""
+    try:
+        target.update(value)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"{_not_json(value, what) or what}: not JSON ({e}); give strings, numbers, booleans, None, lists and dicts with string keys (a Decimal as a string, say)") from None
+
+
+def _not_json(value: Any, path: str) -> Optional[str]:
+    """Where in value the first thing that is not JSON is, in words."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{path} has the key {k!r}, not a string"
+            got = _not_json(v, f"{path}.{k}")
+            if got:
+                return got
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            got = _not_json(v, f"{path}[{i}]")
+            if got:
+                return got
+    elif not isinstance(value, (str, int, float, bool, type(None))):
+        return f"{path} is a {type(value).__name__}"
+    return None
 
 
 class Calls:
@@ -170,16 +200,16 @@ class Calls:
         that key. ``summary`` is a one-line sentence for reviewers (at most 200
         characters). None of the three is part of the fingerprint."""
         req = intent_pb2.RegisterRequest(key=key or "", labels=dict(labels or {}), action=action, summary=summary, **{k: v for k, v in fields.items() if v})
-        req.params.update(params)
+        fill(req.params, params, "params")
         if identity:
-            req.identity.update(identity)
+            fill(req.identity, identity, "identity")
         return req
 
     def derive_key(self, action: str, identity: Mapping[str, Any], *, timeout: Optional[float] = None) -> intent_pb2.DeriveKeyResponse:
         """The canonical key for an action and its identity fields, as intentd
         derives it: ask the server rather than reimplement the canonical form."""
         req = intent_pb2.DeriveKeyRequest(action=action)
-        req.identity.update(identity)
+        fill(req.identity, identity, "identity")
         return self._call("DeriveKey", req, timeout)
 
     def fingerprint(self, params: Mapping[str, Any], *, timeout: Optional[float] = None) -> str:
@@ -187,7 +217,7 @@ class Calls:
         :meth:`acquire`'s ``expected_fingerprint``: ask the server rather than
         reimplement the canonical form."""
         req = intent_pb2.DeriveKeyRequest()
-        req.params.update(params)
+        fill(req.params, params, "params")
         return self._call("DeriveKey", req, timeout, then=lambda r: r.fingerprint)
 
     def _open_session_request(self, worker: str, ttl: float) -> intent_pb2.OpenSessionRequest:

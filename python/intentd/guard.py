@@ -53,7 +53,7 @@ from google.protobuf import json_format
 from intent.v1 import intent_pb2
 
 from .aio import AsyncClient, AsyncSession, _forget_ended
-from .client import Client
+from .client import Client, fill
 from .errors import FingerprintMismatch, IntentNotFound
 from .run import LEFT_UNKNOWN, RELEASED, Attempt, Evidence, Outcome, Task
 
@@ -224,8 +224,8 @@ class Ledger:
         got = self._terms.get(memo)
         if got is None:
             req = intent_pb2.DeriveKeyRequest(action=tool.action)
-            req.identity.update(identity)
-            req.params.update(params)
+            fill(req.identity, identity, f"{tool.name}'s identity")
+            fill(req.params, params, f"{tool.name}'s params")
             resp = await self.client._call("DeriveKey", req)
             got = Terms(resp.key, resp.fingerprint, identity, params)
             if len(self._terms) > 4096:

@@ -103,6 +103,23 @@ class CutTest(unittest.TestCase):
         self.assertEqual(cut("", 0), "")
         self.assertEqual(cut("a\udcffb", 10), "a?b")
 
+    def test_params_that_are_not_json_say_where(self) -> None:
+        """A Decimal, a datetime, a key that is not a string: a TypeError
+        naming where it is, not protobuf's bare "Unexpected type"."""
+        import datetime
+        import decimal
+
+        for params, where in [
+            ({"max_eur": decimal.Decimal("89.00")}, "params.max_eur is a Decimal"),
+            ({"items": [{"sku": "L-1"}, {"at": datetime.date(2026, 12, 7)}]}, "params.items[1].at is a date"),
+            ({"by_id": {1: "lamp"}}, "params.by_id has the key 1, not a string"),
+        ]:
+            with self.subTest(where=where):
+                with self.assertRaises(TypeError) as got:
+                    intentd.Client.register_request("k", params)
+                self.assertIn(where, str(got.exception))
+        self.assertEqual(intentd.Client.register_request("k", {"n": 1, "l": [None, True, "x"]}).params["n"], 1)
+
 
 class LiveTest(unittest.TestCase):
     def setUp(self) -> None:
