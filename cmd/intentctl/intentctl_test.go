@@ -112,7 +112,7 @@ func TestRefusedConnectionFailsAtOnce(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("took %v against a closed port, want under 3s (the --timeout is 10s)", took)
 	}
-	for _, want := range []string{"cannot reach intentd at " + closed, "connection refused"} {
+	for _, want := range []string{"cannot reach intentd at " + closed, "connection refused", "; is intentd running there"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}
@@ -335,6 +335,7 @@ func TestUsageErrors(t *testing.T) {
 		want string
 	}{
 		{"unknown command", []string{"frobnicate"}, nil, "unknown command"},
+		{"mistyped command", []string{"regster"}, nil, `intentctl: unknown command "regster" for "intentctl"; did you mean register?` + "\n"},
 		{"unknown flag", []string{"get", "k", "--bogus"}, nil, "unknown flag"},
 		{"get without key", []string{"get"}, nil, "accepts 1 arg"},
 		{"resolve without decision", []string{"resolve", "k", "--actor", "a", "--reason", "r"}, nil, `"decision" not set`},

@@ -92,8 +92,21 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return exitFailure
 	}
-	fmt.Fprintf(stderr, "intentctl: %s\nRun '%s --help' for usage.\n", clean(err.Error()), cmd.CommandPath())
+	fmt.Fprintf(stderr, "intentctl: %s\nRun '%s --help' for usage.\n", clean(usageLine(err.Error())), cmd.CommandPath())
 	return exitUsage
+}
+
+// usageLine puts cobra's suggestions for a mistyped command ("unknown
+// command \"regster\" ...\n\nDid you mean this?\n\tregister\n") on the
+// error's line, which clean would otherwise print with its newlines and
+// tabs escaped: `unknown command "regster" for "intentctl"; did you mean
+// register?`.
+func usageLine(msg string) string {
+	head, suggestions, ok := strings.Cut(msg, "\n\nDid you mean this?\n")
+	if !ok {
+		return strings.TrimRight(msg, "\n")
+	}
+	return head + "; did you mean " + strings.Join(strings.Fields(suggestions), " or ") + "?"
 }
 
 // failure marks an error a command met while running, as opposed to one in

@@ -291,7 +291,7 @@ func (g *globals) reach(conn *grpc.ClientConn) error {
 	if status.Code(err) != codes.Unavailable {
 		return nil
 	}
-	return &unreachable{err: fmt.Errorf("cannot reach intentd at %s: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
+	return &unreachable{err: fmt.Errorf("cannot reach intentd at %s: %s; is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
 		g.addr, status.Convert(err).Message())}
 }
 
@@ -316,7 +316,7 @@ func (g *globals) action(body func(cmd *cobra.Command, args []string) error) fun
 		if p := g.lastErr.Load(); p != nil {
 			last = (*p).Error()
 		}
-		return &unreachable{err: fmt.Errorf("could not reach intentd at %s within --timeout %v: %w\n  last attempt: %s\n  is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
+		return &unreachable{err: fmt.Errorf("could not reach intentd at %s within --timeout %v: %w; last attempt: %s; is intentd running there, and do --tls, --cacert, --cert and --key match how it serves?",
 			g.addr, g.timeout, err, last)}
 	})
 }

@@ -184,12 +184,33 @@ func (c Config) ConsoleAddr() string {
 // Embedded reports whether intentd runs its own etcd.
 func (c Config) Embedded() bool { return len(c.EtcdEndpoints) == 0 }
 
+// checkListen checks a listen address: host:port, the port a number up to
+// 65535 or a service name, so that a port out of range is a bad flag at
+// start rather than a failure once the embedded etcd is up.
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q: want 0 to 65535 or a service name", port)
+	}
+	return nil
+}
+
+// sameListen reports whether two listen addresses are the one address
+// (port 0, a port the system picks, is never the same).
+func sameListen(a, b string) bool {
+	_, port, _ := net.SplitHostPort(a)
+	return a == b && port != "0"
+}
+
 // Validate checks every field and how fields relate; messages name the
 // flag.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	_, _, listenErr := net.SplitHostPort(c.Listen)
+	listenErr := checkListen(c.Listen)
 	if listenErr != nil {
 		bad("--listen %q: %v", c.Listen, listenErr)
 	}
@@ -248,22 +269,34 @@ func (c Config) Validate() error {
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		bad("--etcd-cert and --etcd-key: give both or neither")
 	}
-	if c.RatePerPrincipal < 0 || c.RatePerTenant < 0 || c.BurstPerPrincipal < 0 || c.BurstPerTenant < 0 {
-		bad("--rate-*: must not be negative")
+	for _, r := range []struct {
+		flag  string
+		value float64
+	}{
+		{"--rate-per-principal", c.RatePerPrincipal}, {"--rate-per-tenant", c.RatePerTenant},
+		{"--burst-per-principal", float64(c.BurstPerPrincipal)}, {"--burst-per-tenant", float64(c.BurstPerTenant)},
+	} {
+		if r.value < 0 {
+			bad("%s %v: must not be negative", r.flag, r.value)
+		}
 	}
 	if c.MaxRecvMsgSize < 64<<10 || c.MaxRecvMsgSize > 16<<20 {
 		bad("--max-recv-msg-size %d: want 64 KiB to 16 MiB", c.MaxRecvMsgSize)
 	}
 	if c.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+		if err := checkListen(c.MetricsListen); err != nil {
 			bad("--metrics-listen %q: %v", c.MetricsListen, err)
+		} else if sameListen(c.MetricsListen, c.Listen) {
+			bad("--metrics-listen %s: the address of --listen; give each its own", c.MetricsListen)
 		}
 	}
 	if c.ConsoleListen != "" {
-		if _, port, err := net.SplitHostPort(c.ConsoleListen); err != nil {
+		if err := checkListen(c.ConsoleListen); err != nil {
 			bad("--console-listen %q: %v", c.ConsoleListen, err)
-		} else if c.ConsoleListen == c.MetricsListen && port != "0" {
+		} else if sameListen(c.ConsoleListen, c.MetricsListen) {
 			bad("--console-listen %s: the address of --metrics-listen; leave --console-listen empty to serve the console there", c.ConsoleListen)
+		} else if sameListen(c.ConsoleListen, c.Listen) {
+			bad("--console-listen %s: the address of --listen; give each its own", c.ConsoleListen)
 		}
 	}
 	if c.PprofListen != "" && !netaddr.Loopback(c.PprofListen) {

@@ -204,3 +204,33 @@ func TestConsoleListenValidates(t *testing.T) {
 		})
 	}
 }
+
+// TestListenAddressesValidate: a port out of range, or two listeners on
+// one address, is a bad flag at start, named, before anything listens.
+func TestListenAddressesValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		listen, metr, console string
+		want                  string // "" valid
+	}{
+		{"each its own", "127.0.0.1:7650", "127.0.0.1:7651", "127.0.0.1:7652", ""},
+		{"a service name", "127.0.0.1:7650", "127.0.0.1:http", "", ""},
+		{"all on port 0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""},
+		{"--listen's port out of range", "127.0.0.1:99999", "127.0.0.1:7651", "", `--listen "127.0.0.1:99999": port "99999": want 0 to 65535`},
+		{"--metrics-listen's port out of range", "127.0.0.1:7650", "127.0.0.1:70000", "", `--metrics-listen "127.0.0.1:70000": port "70000"`},
+		{"metrics on the gRPC address", "127.0.0.1:7650", "127.0.0.1:7650", "", "--metrics-listen 127.0.0.1:7650: the address of --listen"},
+		{"the console on the gRPC address", "127.0.0.1:7650", "127.0.0.1:7651", "127.0.0.1:7650", "--console-listen 127.0.0.1:7650: the address of --listen"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.Listen, cfg.MetricsListen, cfg.ConsoleListen = tc.listen, tc.metr, tc.console
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate: %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate: %v, want it to hold %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -138,7 +138,7 @@ func startEmbedded(cfg Config, log *slog.Logger) (*embed.Etcd, error) {
 	// the same data directory would take the socket from the first one.
 	if c, err := net.DialTimeout("unix", sock.Path, time.Second); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("intentd: --data-dir %s is in use: an etcd already answers on %s (another intentd?)", cfg.DataDir, sock.Path)
+		return nil, fmt.Errorf("intentd: --data-dir %s is in use: an etcd already answers on %s (another intentd?); stop that one, or give this one another --data-dir", cfg.DataDir, sock.Path)
 	}
 	ec.ListenClientUrls = []url.URL{sock}
 	if cfg.embedTCP() {
