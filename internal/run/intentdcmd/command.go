@@ -197,7 +197,7 @@ at start).`,
 	f.IntVar(&cfg.BurstPerPrincipal, "burst-per-principal", cfg.BurstPerPrincipal, "burst per principal")
 	f.Float64Var(&cfg.RatePerTenant, "rate-per-tenant", cfg.RatePerTenant, "requests per second per tenant (0: unlimited)")
 	f.IntVar(&cfg.BurstPerTenant, "burst-per-tenant", cfg.BurstPerTenant, "burst per tenant")
-	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "address of the Prometheus /metrics endpoint (empty: off)")
+	f.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "address of the HTTP listener for Prometheus /metrics, /healthz, /readyz and, without --console-listen, the review console (empty: off)")
 	f.StringVar(&cfg.PprofListen, "pprof-listen", "", "loopback address that serves Go's profiles at /debug/pprof/ (empty: off)")
 	f.StringVar(&cfg.ConsoleListen, "console-listen", "", "address that serves the review console alone, at /console/, without /metrics and the health endpoints (empty: the console is served on --metrics-listen)")
 	f.StringVar(&cfg.Tracing.Endpoint, "otlp-endpoint", "", "OTLP/gRPC collector URL that receives traces (http://host:4317 plaintext, https:// TLS); unset: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then $OTEL_EXPORTER_OTLP_ENDPOINT; empty: no tracing")
