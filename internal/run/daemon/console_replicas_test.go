@@ -176,37 +176,10 @@ func TestConsoleAcrossTwoIntentds(t *testing.T) {
 	_ = two
 }
 
-// TestConsoleListenValidates: --console-listen is an address, and not the
-// metrics listener's (which serves the console when it is empty).
-func TestConsoleListenValidates(t *testing.T) {
-	for _, tc := range []struct {
-		name          string
-		console, metr string
-		want          string // "" valid
-	}{
-		{"empty: on the metrics listener", "", "127.0.0.1:7651", ""},
-		{"its own", "0.0.0.0:7653", "127.0.0.1:7651", ""},
-		{"its own, metrics off", "127.0.0.1:7653", "", ""},
-		{"both on port 0", "127.0.0.1:0", "127.0.0.1:0", ""},
-		{"no port", "127.0.0.1", "127.0.0.1:7651", `--console-listen "127.0.0.1"`},
-		{"the metrics listener's", "127.0.0.1:7651", "127.0.0.1:7651", "--console-listen 127.0.0.1:7651: the address of --metrics-listen"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t.TempDir())
-			cfg.ConsoleListen, cfg.MetricsListen = tc.console, tc.metr
-			err := cfg.Validate()
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("Validate: %v, want nil", err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("Validate: %v, want it to hold %q", err, tc.want)
-			}
-		})
-	}
-}
-
-// TestListenAddressesValidate: a port out of range, or two listeners on
-// one address, is a bad flag at start, named, before anything listens.
+// TestListenAddressesValidate: each listener is an address; a port out of
+// range, or two listeners on one address, is a bad flag at start, named,
+// before anything listens. The console may leave its own empty, to be
+// served on the metrics listener.
 func TestListenAddressesValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
@@ -214,6 +187,11 @@ func TestListenAddressesValidate(t *testing.T) {
 		want                  string // "" valid
 	}{
 		{"each its own", "127.0.0.1:7650", "127.0.0.1:7651", "127.0.0.1:7652", ""},
+		{"the console on the metrics listener", "127.0.0.1:7650", "127.0.0.1:7651", "", ""},
+		{"the console on all interfaces", "127.0.0.1:7650", "127.0.0.1:7651", "0.0.0.0:7653", ""},
+		{"the console alone, metrics off", "127.0.0.1:7650", "", "127.0.0.1:7653", ""},
+		{"the console without a port", "127.0.0.1:7650", "127.0.0.1:7651", "127.0.0.1", `--console-listen "127.0.0.1"`},
+		{"the console on the metrics listener's address", "127.0.0.1:7650", "127.0.0.1:7651", "127.0.0.1:7651", "--console-listen 127.0.0.1:7651: the address of --metrics-listen"},
 		{"a service name", "127.0.0.1:7650", "127.0.0.1:http", "", ""},
 		{"all on port 0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""},
 		{"--listen's port out of range", "127.0.0.1:99999", "127.0.0.1:7651", "", `--listen "127.0.0.1:99999": port "99999": want 0 to 65535`},
