@@ -141,7 +141,7 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	}
 	var live *mcp.CallToolResult // the downstream's answer, when this call got one
 	sent := false                // whether this call sent anything downstream
-	claim := newClaimBound()
+	claim := newClaimBound(intentdWait + t.WaitInProgress)
 	task.Execute = func(ctx context.Context, att *client.Attempt) (*intentv1.Result, error) {
 		if !claim.act() {
 			return nil, client.NotAttempted(claim.err())
@@ -213,7 +213,6 @@ func (g *Guard) guarded(ctx context.Context, t *Tool, req *mcp.CallToolRequest) 
 	// for ever. Past the bound the model is answered unavailable at once,
 	// nothing sent, while Run gives back in the background a lease it may
 	// have got; once the downstream is asked, the call goes on to its end.
-	claim.bound = intentdWait + t.WaitInProgress
 	type ran struct {
 		out *client.Outcome
 		err error
@@ -262,7 +261,9 @@ type claimBound struct {
 	given chan struct{} // closed when the bound gave the claim up
 }
 
-func newClaimBound() *claimBound { return &claimBound{given: make(chan struct{})} }
+func newClaimBound(bound time.Duration) *claimBound {
+	return &claimBound{bound: bound, given: make(chan struct{})}
+}
 
 // start arms the bound; give is called if it passes first. The function it
 // returns disarms it.

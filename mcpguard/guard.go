@@ -1,6 +1,7 @@
 package mcpguard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,31 +190,21 @@ func (g *Guard) check(tools []*mcp.Tool) error {
 		if !ok {
 			return bad("tools."+name, "the downstream %s has no tool %s (it has: %s)", g.down.name(), name, have)
 		}
-		if props := schemaProps(dt.InputSchema); props != nil {
-			// A misspelt term would go unfingerprinted (the model could
-			// change it), a misspelt identity argument refuse every call.
-			args := strings.Join(slices.Sorted(maps.Keys(props)), ", ")
-			if a := t.OperationKey.Argument; a != "" && props[a] == nil {
-				return bad("tools."+name+".operation-key.argument", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, args)
-			}
-			for _, a := range t.Identity.Arguments {
-				if props[a] == nil {
-					return bad("tools."+name+".identity.arguments", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, args)
-				}
-			}
-			for _, a := range t.Terms {
-				if props[a] == nil {
-					return bad("tools."+name+".terms", "the downstream's %s takes no argument %q (its arguments: %s)", name, a, args)
-				}
-			}
+		// A misspelt term would go unfingerprinted (the model could change
+		// it), a misspelt identity argument refuse every call.
+		props, at := schemaProps(dt.InputSchema), "tools."+name
+		if err := cmp.Or(takes(at+".operation-key.argument", name, props, t.OperationKey.Argument),
+			takes(at+".identity.arguments", name, props, t.Identity.Arguments...),
+			takes(at+".terms", name, props, t.Terms...)); err != nil {
+			return err
 		}
 		if l := t.Lookup; l != nil {
 			lt, ok := byName[l.Tool]
 			if !ok {
-				return bad("tools."+name+".lookup.tool", "the downstream %s has no tool %s (it has: %s)", g.down.name(), l.Tool, have)
+				return bad(at+".lookup.tool", "the downstream %s has no tool %s (it has: %s)", g.down.name(), l.Tool, have)
 			}
-			if props := schemaProps(lt.InputSchema); props != nil && props[l.Argument] == nil {
-				return bad("tools."+name+".lookup.argument", "the downstream's %s takes no argument %q (its arguments: %s)", l.Tool, l.Argument, strings.Join(slices.Sorted(maps.Keys(props)), ", "))
+			if err := takes(at+".lookup.argument", l.Tool, schemaProps(lt.InputSchema), l.Argument); err != nil {
+				return err
 			}
 		}
 	}
@@ -226,6 +217,18 @@ func (g *Guard) check(tools []*mcp.Tool) error {
 }
 
 // schemaProps is the properties of an input schema, or nil when it has none.
+// takes is the bad config at at when the downstream's tool, whose input
+// schema has the properties props, takes not every one of names (an
+// empty name is none; nil props, a schema without properties, take any).
+func takes(at, tool string, props map[string]any, names ...string) error {
+	for _, a := range names {
+		if a != "" && props != nil && props[a] == nil {
+			return bad(at, "the downstream's %s takes no argument %q (its arguments: %s)", tool, a, strings.Join(slices.Sorted(maps.Keys(props)), ", "))
+		}
+	}
+	return nil
+}
+
 func schemaProps(schema any) map[string]any {
 	var m map[string]any
 	b, err := json.Marshal(schema)
