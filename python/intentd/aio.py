@@ -107,7 +107,7 @@ class AsyncClient(Calls):
         self._channel_factory = channel_factory
         # One channel and stub per event loop. A channel refers to its
         # loop, so a weak key would never let go: the loops that ended are
-        # dropped when a new one asks (_forget_ended).
+        # dropped when a new one asks (forget_ended_loops).
         self._per_loop: Dict[asyncio.AbstractEventLoop, Tuple[grpc.aio.Channel, Any]] = {}
         self._last: Tuple[Any, Any] = (None, None)  # the last loop's (weak reference, stub): most calls come from it
         self._configure(tenant, token, metadata, call_timeout, retry_timeout, backoff, report_timeout)
@@ -137,7 +137,7 @@ class AsyncClient(Calls):
             return stub
         got = self._per_loop.get(loop)
         if got is None:
-            _forget_ended(self._per_loop)
+            forget_ended_loops(self._per_loop)
             channel = self._new_channel()
             got = (channel, intent_pb2_grpc.IntentServiceStub(channel))
             self._per_loop[loop] = got
@@ -191,7 +191,7 @@ class AsyncClient(Calls):
             call.cancel()
 
 
-def _forget_ended(per_loop: Dict[asyncio.AbstractEventLoop, Any]) -> None:
+def forget_ended_loops(per_loop: Dict[asyncio.AbstractEventLoop, Any]) -> None:
     """Drops what belonged to event loops that ended (closed, as
     ``asyncio.run`` leaves its loop): a host that calls ``asyncio.run`` or a
     framework's ``run_sync`` once per request would otherwise keep a

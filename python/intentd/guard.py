@@ -52,7 +52,7 @@ from google.protobuf import json_format
 
 from intent.v1 import intent_pb2
 
-from .aio import AsyncClient, AsyncSession, _forget_ended
+from .aio import AsyncClient, AsyncSession, forget_ended_loops
 from .client import Client, fill
 from .errors import FingerprintMismatch, IntentNotFound
 from .run import LEFT_UNKNOWN, RELEASED, Attempt, Evidence, Outcome, Task
@@ -201,7 +201,7 @@ class Ledger:
         loop = asyncio.get_running_loop()
         slot = self._sessions.get(loop)
         if slot is None:
-            _forget_ended(self._sessions)
+            forget_ended_loops(self._sessions)
             slot = (asyncio.Lock(), [])
             self._sessions[loop] = slot
         lock, held = slot
